@@ -1,0 +1,353 @@
+//! [`PmuCaps`]: what the virtual PMU exposes, decided once from the config and the backend,
+//! turned into CPUID leaf 0xA, IA32_PERF_CAPABILITIES, reserved-bit masks and MSR ranges.
+//! Like KVM's `refresh()`, legality is decided here so each WRMSR check is one AND.
+
+use crate::backend::CountSource;
+use crate::error::ConfigError;
+use crate::event::{ArchEvent, EventSet, FIXED_EVENTS};
+use crate::eventsel::FixedCtrl;
+use crate::msr::{MsrIndex, MsrRange};
+use crate::pmc::{PmcIdx, COUNTER_MASK, COUNTER_WIDTH, MAX_FIXED_COUNTERS, MAX_GP_COUNTERS};
+
+/// Architectural perfmon version the model implements.
+pub const PMU_VERSION: u32 = 2;
+/// Length of the CPUID.0AH:EBX architectural event vector (`EAX[31:24]`).
+pub const ARCH_EVENT_VECTOR_LEN: u32 = 7;
+/// IA32_PERF_CAPABILITIES.FW_WRITE: IA32_A_PMCx exist.
+const PERF_CAP_FW_WRITE: u64 = 1 << 13;
+/// GLOBAL_STATUS / OVF_CTRL bits 62 (OvfBuffer) and 63 (CondChgd).
+const OVF_BUF_COND_CHGD: u64 = 3 << 62;
+
+/// Capabilities of one virtual PMU. Fixed counters are the longest prefix of FIXED_CTR0..2
+/// whose events ([`FIXED_EVENTS`]: instructions, core cycles, reference cycles) the backend
+/// counts honestly, so a backend without instructions exposes no fixed counter at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PmuCaps {
+    gp_counters: u8,
+    fixed_counters: u8,
+    full_width_writes: bool,
+    available: EventSet,
+    counters: u64,
+    eventsel_reserved: u64,
+    fixed_ctr_ctrl_reserved: u64,
+    global_ctrl_reserved: u64,
+    global_status_reserved: u64,
+}
+
+impl PmuCaps {
+    /// Caps for `gp_counters` GP counters over a backend that counts `available` honestly.
+    pub fn new(
+        gp_counters: u8,
+        full_width_writes: bool,
+        available: EventSet,
+    ) -> Result<PmuCaps, ConfigError> {
+        if !(1..=MAX_GP_COUNTERS).contains(&gp_counters) {
+            return Err(ConfigError::GpCounters(gp_counters));
+        }
+        let fixed_counters = FIXED_EVENTS
+            .iter()
+            .take_while(|&&e| available.contains(e))
+            .count() as u8;
+        debug_assert!(fixed_counters <= MAX_FIXED_COUNTERS);
+        let gp_bits = (1u64 << gp_counters) - 1;
+        let fixed_bits = ((1u64 << fixed_counters) - 1) << PmcIdx::FIXED_BASE;
+        let counters = gp_bits | fixed_bits;
+        // Per fixed counter OS|USR|PMI are writable; ANY (bit 2) is reserved in v2 (KVM: 0xb).
+        let fixed_ctrl_ok = (0..fixed_counters)
+            .map(|j| {
+                u64::from(FixedCtrl::OS | FixedCtrl::USR | FixedCtrl::PMI)
+                    << (j as u32 * FixedCtrl::BITS)
+            })
+            .fold(0, |a, b| a | b);
+        Ok(PmuCaps {
+            gp_counters,
+            fixed_counters,
+            full_width_writes,
+            available,
+            counters,
+            eventsel_reserved: crate::eventsel::EventSel::RESERVED,
+            fixed_ctr_ctrl_reserved: !fixed_ctrl_ok,
+            global_ctrl_reserved: !counters,
+            // STATUS and OVF_CTRL share reserved bits: counters plus OvfBuffer/CondChgd (KVM).
+            global_status_reserved: !(counters | OVF_BUF_COND_CHGD),
+        })
+    }
+
+    /// Caps for a backend: asks it once which architectural events it can count.
+    pub fn probe<B: CountSource + ?Sized>(
+        gp_counters: u8,
+        full_width_writes: bool,
+        backend: &B,
+    ) -> Result<PmuCaps, ConfigError> {
+        PmuCaps::new(
+            gp_counters,
+            full_width_writes,
+            EventSet::from_fn(|e| backend.supports(e)),
+        )
+    }
+
+    /// Architectural perfmon version (2).
+    pub const fn version(&self) -> u32 {
+        PMU_VERSION
+    }
+    /// Number of GP counters.
+    pub const fn gp_counters(&self) -> u8 {
+        self.gp_counters
+    }
+    /// Number of fixed counters (see the type docs for the prefix rule).
+    pub const fn fixed_counters(&self) -> u8 {
+        self.fixed_counters
+    }
+    /// Whether IA32_A_PMCx exist (PERF_CAPABILITIES.FW_WRITE).
+    pub const fn full_width_writes(&self) -> bool {
+        self.full_width_writes
+    }
+    /// Architectural events the guest may count.
+    pub const fn available(&self) -> EventSet {
+        self.available
+    }
+    /// Whether the guest may count `event`.
+    pub const fn is_available(&self, event: ArchEvent) -> bool {
+        self.available.contains(event)
+    }
+    /// Counter width in bits (48).
+    pub const fn counter_width(&self) -> u32 {
+        COUNTER_WIDTH
+    }
+    /// Mask of a counter's bits.
+    pub const fn counter_mask(&self) -> u64 {
+        COUNTER_MASK
+    }
+    /// GLOBAL_CTRL-layout mask of the counters that exist.
+    pub const fn counters(&self) -> u64 {
+        self.counters
+    }
+    /// Whether counter `idx` exists.
+    pub const fn has(&self, idx: PmcIdx) -> bool {
+        self.counters & idx.mask() != 0
+    }
+    /// Every counter that exists, GP first.
+    pub fn pmcs(&self) -> impl Iterator<Item = PmcIdx> {
+        PmcIdx::iter_mask(self.counters)
+    }
+    /// Reserved bits of IA32_PERFEVTSELx.
+    pub const fn eventsel_reserved(&self) -> u64 {
+        self.eventsel_reserved
+    }
+    /// Reserved bits of IA32_FIXED_CTR_CTRL (ANY bits and fields of absent counters).
+    pub const fn fixed_ctr_ctrl_reserved(&self) -> u64 {
+        self.fixed_ctr_ctrl_reserved
+    }
+    /// Reserved bits of IA32_PERF_GLOBAL_CTRL.
+    pub const fn global_ctrl_reserved(&self) -> u64 {
+        self.global_ctrl_reserved
+    }
+    /// Reserved bits of IA32_PERF_GLOBAL_STATUS and IA32_PERF_GLOBAL_OVF_CTRL.
+    pub const fn global_status_reserved(&self) -> u64 {
+        self.global_status_reserved
+    }
+    /// IA32_PERF_GLOBAL_CTRL at reset: GP enables set, fixed clear. SDM: v2 processors come
+    /// up this way so version-1 software, which knows no GLOBAL_CTRL, still counts (KVM
+    /// does the same since "Set enable bits for GP counters in PERF_GLOBAL_CTRL at RESET").
+    pub const fn global_ctrl_reset(&self) -> u64 {
+        (1u64 << self.gp_counters) - 1
+    }
+
+    /// IA32_PERF_CAPABILITIES: FW_WRITE (bit 13) when full-width writes are enabled. The VMM
+    /// should advertise `CPUID.1:ECX.PDCM[15]` so the guest knows to read it.
+    pub const fn perf_capabilities(&self) -> u64 {
+        if self.full_width_writes {
+            PERF_CAP_FW_WRITE
+        } else {
+            0
+        }
+    }
+
+    /// CPUID leaf 0xA as `[eax, ebx, ecx, edx]`. EBX sets a bit for every architectural
+    /// event the backend cannot count (never advertise what is not counted honestly).
+    pub fn cpuid_0xa(&self) -> [u32; 4] {
+        let eax = PMU_VERSION
+            | u32::from(self.gp_counters) << 8
+            | COUNTER_WIDTH << 16
+            | ARCH_EVENT_VECTOR_LEN << 24;
+        let ebx = u32::from(!self.available.bits()) & ((1 << ARCH_EVENT_VECTOR_LEN) - 1);
+        let edx = u32::from(self.fixed_counters) | COUNTER_WIDTH << 5;
+        [eax, ebx, 0, edx]
+    }
+
+    /// Exactly the MSRs of this PMU, for the VMM to route here (KVM MSR filter).
+    pub fn msr_ranges(&self) -> Vec<MsrRange> {
+        let gp = u32::from(self.gp_counters);
+        let mut v = vec![
+            MsrRange {
+                base: MsrIndex::IA32_PMC0,
+                count: gp,
+            },
+            MsrRange {
+                base: MsrIndex::IA32_PERFEVTSEL0,
+                count: gp,
+            },
+        ];
+        if self.fixed_counters > 0 {
+            v.push(MsrRange {
+                base: MsrIndex::IA32_FIXED_CTR0,
+                count: u32::from(self.fixed_counters),
+            });
+        }
+        v.push(MsrRange {
+            base: MsrIndex::IA32_PERF_CAPABILITIES,
+            count: 1,
+        });
+        // FIXED_CTR_CTRL, GLOBAL_STATUS, GLOBAL_CTRL, GLOBAL_OVF_CTRL are contiguous.
+        v.push(MsrRange {
+            base: MsrIndex::IA32_FIXED_CTR_CTRL,
+            count: 4,
+        });
+        if self.full_width_writes {
+            v.push(MsrRange {
+                base: MsrIndex::IA32_A_PMC0,
+                count: gp,
+            });
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ArchEvent::*;
+
+    fn caps(gp: u8, fw: bool, ev: &[ArchEvent]) -> PmuCaps {
+        PmuCaps::new(gp, fw, ev.iter().copied().collect()).unwrap()
+    }
+
+    #[test]
+    fn counter_count_limits() {
+        assert_eq!(
+            PmuCaps::new(0, true, EventSet::ALL),
+            Err(ConfigError::GpCounters(0))
+        );
+        assert_eq!(
+            PmuCaps::new(9, true, EventSet::ALL),
+            Err(ConfigError::GpCounters(9))
+        );
+        assert!(PmuCaps::new(1, true, EventSet::ALL).is_ok());
+        assert!(PmuCaps::new(8, true, EventSet::ALL).is_ok());
+    }
+
+    #[test]
+    fn cpuid_full_backend() {
+        let c = caps(4, true, &ArchEvent::ALL);
+        assert_eq!(c.cpuid_0xa(), [0x0730_0402, 0, 0, 3 | 48 << 5]);
+    }
+
+    #[test]
+    fn cpuid_eight_counters() {
+        let c = caps(8, false, &ArchEvent::ALL);
+        assert_eq!(c.cpuid_0xa()[0], 2 | 8 << 8 | 48 << 16 | 7 << 24);
+    }
+
+    #[test]
+    fn cpuid_without_instructions_has_no_fixed_counters() {
+        let c = caps(4, true, &[CoreCycles, RefCycles, Branches]);
+        let [eax, ebx, ecx, edx] = c.cpuid_0xa();
+        assert_eq!(eax & 0xFF, 2);
+        assert_eq!(ebx, 1 << 1 | 1 << 3 | 1 << 4 | 1 << 6);
+        assert_eq!(ecx, 0);
+        assert_eq!(edx & 0x1F, 0);
+        assert_eq!(c.fixed_counters(), 0);
+    }
+
+    #[test]
+    fn cpuid_fixed_prefix_rule() {
+        // instructions + cycles but no reference cycles: FIXED_CTR0..1 only.
+        assert_eq!(
+            caps(4, true, &[Instructions, CoreCycles]).fixed_counters(),
+            2
+        );
+        assert_eq!(caps(4, true, &[Instructions]).fixed_counters(), 1);
+        // reference cycles alone does not bring FIXED_CTR2: the prefix is broken.
+        assert_eq!(
+            caps(4, true, &[Instructions, RefCycles]).fixed_counters(),
+            1
+        );
+        let c = caps(4, true, &[Instructions, CoreCycles]);
+        assert_eq!(c.cpuid_0xa()[3], 2 | 48 << 5);
+        assert_eq!(c.cpuid_0xa()[1], 0b111_1100);
+    }
+
+    #[test]
+    fn cpuid_exact_backend() {
+        // An exact single-step backend: instructions and branches only.
+        let c = caps(2, false, &[Instructions, Branches]);
+        assert_eq!(
+            c.cpuid_0xa(),
+            [2 | 2 << 8 | 48 << 16 | 7 << 24, 0b101_1101, 0, 1 | 48 << 5]
+        );
+    }
+
+    #[test]
+    fn cpuid_nothing_countable() {
+        let c = caps(1, false, &[]);
+        assert_eq!(
+            c.cpuid_0xa(),
+            [2 | 1 << 8 | 48 << 16 | 7 << 24, 0x7F, 0, 48 << 5]
+        );
+    }
+
+    #[test]
+    fn reserved_masks() {
+        let c = caps(4, true, &ArchEvent::ALL);
+        assert_eq!(c.eventsel_reserved(), 0xFFFF_FFFF_0020_0000);
+        assert_eq!(c.fixed_ctr_ctrl_reserved(), !0xBBB);
+        assert_eq!(c.global_ctrl_reserved(), !(0xF | 7 << 32));
+        assert_eq!(c.global_status_reserved(), !(0xF | 7 << 32 | 3 << 62));
+        assert_eq!(c.global_ctrl_reset(), 0xF);
+        let c = caps(8, true, &[Instructions]);
+        assert_eq!(c.fixed_ctr_ctrl_reserved(), !0xB);
+        assert_eq!(c.global_ctrl_reserved(), !(0xFF | 1 << 32));
+        assert_eq!(c.counters(), 0xFF | 1 << 32);
+        let c = caps(3, true, &[]);
+        assert_eq!(c.fixed_ctr_ctrl_reserved(), u64::MAX);
+    }
+
+    #[test]
+    fn perf_capabilities_fw_write() {
+        assert_eq!(caps(4, true, &[]).perf_capabilities(), 1 << 13);
+        assert_eq!(caps(4, false, &[]).perf_capabilities(), 0);
+    }
+
+    #[test]
+    fn msr_ranges_exact() {
+        let r = |b: u32, n: u32| MsrRange {
+            base: MsrIndex(b),
+            count: n,
+        };
+        assert_eq!(
+            caps(4, true, &ArchEvent::ALL).msr_ranges(),
+            vec![
+                r(0xC1, 4),
+                r(0x186, 4),
+                r(0x309, 3),
+                r(0x345, 1),
+                r(0x38D, 4),
+                r(0x4C1, 4)
+            ]
+        );
+        assert_eq!(
+            caps(2, false, &[]).msr_ranges(),
+            vec![r(0xC1, 2), r(0x186, 2), r(0x345, 1), r(0x38D, 4)]
+        );
+    }
+
+    #[test]
+    fn pmcs_iterates_existing() {
+        let c = caps(2, true, &[Instructions, CoreCycles]);
+        let v: Vec<_> = c.pmcs().map(|p| p.bit()).collect();
+        assert_eq!(v, vec![0, 1, 32, 33]);
+        assert!(c.has(PmcIdx::fixed(1).unwrap()));
+        assert!(!c.has(PmcIdx::fixed(2).unwrap()));
+        assert!(!c.has(PmcIdx::gp(2).unwrap()));
+    }
+}

@@ -1,0 +1,122 @@
+//! The counting model: a virtual counter's value is `saved + (raw - raw_start)` while its
+//! host event runs; stopping, reading or writing folds the delta into `saved`. Also the
+//! primitives that open, close, start and stop a counter's host event.
+
+use crate::backend::{CountSource, HostEventConfig};
+use crate::overflow::{accumulate, period_to_overflow};
+use crate::pmc::{HostEvent, PmcIdx};
+use crate::pmu::Pmu;
+
+impl<B: CountSource> Pmu<B> {
+    /// Folds a running counter's new counts into `saved`, noting a wrap past 2^48.
+    fn fold(&mut self, idx: PmcIdx) {
+        let raw = self.host.read(idx);
+        let pmc = &mut self.pmcs[idx.slot()];
+        let (value, wrapped) = accumulate(pmc.saved, raw.wrapping_sub(pmc.raw_start));
+        pmc.saved = value;
+        pmc.raw_start = raw;
+        if wrapped {
+            self.overflowed(idx);
+        }
+    }
+
+    /// Folds counter `idx` if its host event runs.
+    pub(crate) fn fold_if_running(&mut self, idx: PmcIdx) {
+        if self.pmcs[idx.slot()].running() {
+            self.fold(idx);
+        }
+    }
+
+    /// Guest-visible value of counter `idx` (already masked to the width).
+    pub(crate) fn read_counter(&mut self, idx: PmcIdx) -> u64 {
+        self.fold_if_running(idx);
+        self.pmcs[idx.slot()].saved
+    }
+
+    /// Sets counter `idx` to `value` (already widened/masked). A running counter restarts
+    /// from `value` and is re-armed at once; a stopped one is re-armed when it starts.
+    pub(crate) fn write_counter(&mut self, idx: PmcIdx, value: u64) {
+        let running = self.pmcs[idx.slot()].running();
+        if running {
+            self.fold(idx);
+        }
+        let pmc = &mut self.pmcs[idx.slot()];
+        pmc.saved = value;
+        pmc.needs_arm = true;
+        if running {
+            self.arm(idx);
+        }
+    }
+
+    /// Asks for a notification when counter `idx` would wrap past 2^48.
+    pub(crate) fn arm(&mut self, idx: PmcIdx) {
+        let pmc = &mut self.pmcs[idx.slot()];
+        pmc.needs_arm = false;
+        let after = period_to_overflow(pmc.saved);
+        self.host.arm_overflow(idx, Some(after));
+    }
+
+    /// Creates counter `idx`'s host event, disabled. On failure the counter has none and
+    /// counts nothing until a later reconcile (next write to it, or `sched_in`) retries.
+    pub(crate) fn open_event(&mut self, idx: PmcIdx, config: HostEventConfig) {
+        match self.host.open(idx, &config) {
+            Ok(()) => {
+                let pmc = &mut self.pmcs[idx.slot()];
+                pmc.host = Some(HostEvent {
+                    config,
+                    enabled: false,
+                    idle_since: None,
+                });
+                pmc.raw_start = 0;
+                pmc.needs_arm = true;
+                self.open_mask |= idx.mask();
+                self.stats.events_created += 1;
+            }
+            Err(_) => self.stats.open_failures += 1,
+        }
+    }
+
+    /// Folds and closes counter `idx`'s host event, if any.
+    pub(crate) fn close_event(&mut self, idx: PmcIdx) {
+        self.fold_if_running(idx);
+        self.discard_event(idx);
+    }
+
+    /// Closes counter `idx`'s host event, if any, without reading it.
+    pub(crate) fn discard_event(&mut self, idx: PmcIdx) {
+        if self.pmcs[idx.slot()].host.take().is_some() {
+            self.host.close(idx);
+            self.open_mask &= !idx.mask();
+            self.stats.events_closed += 1;
+        }
+    }
+
+    /// Enables counter `idx`'s host event if it is open and stopped, arming it first if
+    /// its notification is stale.
+    pub(crate) fn start_event(&mut self, idx: PmcIdx) {
+        let pmc = &self.pmcs[idx.slot()];
+        if !matches!(pmc.host, Some(HostEvent { enabled: false, .. })) {
+            return;
+        }
+        if pmc.needs_arm {
+            self.arm(idx);
+        }
+        self.host.enable(idx);
+        if let Some(h) = &mut self.pmcs[idx.slot()].host {
+            h.enabled = true;
+        }
+    }
+
+    /// Disables counter `idx`'s host event if it runs, then folds its final count.
+    pub(crate) fn stop_event(&mut self, idx: PmcIdx) {
+        if !self.pmcs[idx.slot()].running() {
+            return;
+        }
+        // Disable before reading so no count slips in between.
+        self.host.disable(idx);
+        self.fold(idx);
+        if let Some(h) = &mut self.pmcs[idx.slot()].host {
+            h.enabled = false;
+        }
+    }
+}

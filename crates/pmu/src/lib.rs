@@ -1,0 +1,56 @@
+//! perfvm's virtual PMU: a pure model of Intel architectural performance monitoring
+//! version 2 (Intel SDM Vol. 3B, "Architectural Performance Monitoring").
+//!
+//! The model owns every guest-visible PMU register and decides every rule (reserved bits,
+//! widths, gating, overflow status). It never touches KVM, file descriptors or threads:
+//! the outside world is reached only through [`CountSource`], which the VMM implements
+//! (host `perf_event_open`, exact single-step) and which tests replace with `MockSource`
+//! (feature `mock`).
+//!
+//! A guest #GP is an ordinary value, [`MsrAccess::Fault`], never a Rust error; Rust errors
+//! ([`ConfigError`], [`BackendError`], [`RestoreError`]) are for the VMM.
+//!
+//! ```
+//! use pmu::{Initiator, MsrAccess, MsrIndex, MockSource, Pmu, PmuConfig};
+//!
+//! let mut pmu = Pmu::new(PmuConfig::default(), MockSource::new()).unwrap();
+//! // Count instructions retired (0xC0/0x00) in ring 0 on PMC0.
+//! let sel = 0xC0 | 1 << 17 | 1 << 22;
+//! assert_eq!(pmu.set_msr(MsrIndex::perfevtsel(0), sel, Initiator::Guest), MsrAccess::Ok(()));
+//! pmu.backend_mut().advance(pmu::PmcIdx::gp(0).unwrap(), 1000);
+//! assert_eq!(pmu.get_msr(MsrIndex::pmc(0), Initiator::Guest), MsrAccess::Ok(1000));
+//! // The ANY bit (21) is reserved in version 2.
+//! assert!(pmu.set_msr(MsrIndex::perfevtsel(0), sel | 1 << 21, Initiator::Guest).is_fault());
+//! ```
+
+mod backend;
+mod caps;
+mod counting;
+mod error;
+mod event;
+mod eventsel;
+mod host;
+mod intel;
+#[cfg(any(test, feature = "mock"))]
+mod mock;
+mod msr;
+mod overflow;
+mod pmc;
+mod pmu;
+mod policy;
+mod state;
+mod stats;
+
+pub use backend::{CountSource, HostEventConfig};
+pub use caps::{PmuCaps, ARCH_EVENT_VECTOR_LEN, PMU_VERSION};
+pub use error::{BackendError, ConfigError, RestoreError};
+pub use event::{ArchEvent, EventSet, FIXED_EVENTS};
+pub use eventsel::{EventSel, FixedCtrl};
+#[cfg(any(test, feature = "mock"))]
+pub use mock::{MockCall, MockEvent, MockSource};
+pub use msr::{Initiator, MsrAccess, MsrIndex, MsrRange, PmuMsr};
+pub use pmc::{PmcIdx, RdpmcIdx, COUNTER_MASK, COUNTER_WIDTH, MAX_FIXED_COUNTERS, MAX_GP_COUNTERS};
+pub use pmu::{Pmu, PmuConfig};
+pub use policy::{Policy, DEFAULT_RELEASE_AFTER_NS};
+pub use state::{PmuState, STATE_FORMAT};
+pub use stats::{BackendCalls, PmuStats};

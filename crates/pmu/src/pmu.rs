@@ -1,0 +1,317 @@
+//! [`Pmu`]: the virtual PMU of one vCPU. Owns the vendor-neutral global registers
+//! (GLOBAL_CTRL/STATUS/OVF_CTRL) and hands the rest to `intel.rs` (KVM's two-tier dispatch).
+
+use crate::backend::CountSource;
+use crate::backend::HostEventConfig;
+use crate::caps::PmuCaps;
+use crate::error::ConfigError;
+use crate::eventsel::{EventSel, FixedCtrl};
+use crate::host::HostDriver;
+use crate::intel::{self, IntelReg};
+use crate::msr::{Initiator, MsrAccess, MsrIndex, MsrRange, PmuMsr};
+use crate::pmc::{Pmc, PmcIdx, RdpmcIdx, SLOTS};
+use crate::policy::Policy;
+use crate::stats::PmuStats;
+
+/// How to build a [`Pmu`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PmuConfig {
+    /// General-purpose counters, 1..=8 (default 4).
+    pub gp_counters: u8,
+    /// Advertise PERF_CAPABILITIES.FW_WRITE and the IA32_A_PMCx aliases (default true).
+    pub full_width_writes: bool,
+    /// Host event management policy (default [`Policy::default`]).
+    pub policy: Policy,
+}
+
+impl Default for PmuConfig {
+    fn default() -> Self {
+        PmuConfig {
+            gp_counters: 4,
+            full_width_writes: true,
+            policy: Policy::default(),
+        }
+    }
+}
+
+/// A virtual Intel architectural PMU (version 2) driving a [`CountSource`].
+///
+/// Generic over the backend so the VMM keeps typed access to it ([`Pmu::backend_mut`]);
+/// [`CountSource`] is object-safe, so `Pmu<Box<dyn CountSource>>` works too.
+///
+/// Host events are reprogrammed eagerly inside the MSR write that changes them; nothing is
+/// deferred to VM entry, so an idle PMU costs nothing there ([`Pmu::is_active`]).
+#[derive(Debug)]
+pub struct Pmu<B: CountSource> {
+    pub(crate) caps: PmuCaps,
+    pub(crate) policy: Policy,
+    pub(crate) host: HostDriver<B>,
+    pub(crate) pmcs: [Pmc; SLOTS],
+    pub(crate) fixed_ctr_ctrl: u64,
+    pub(crate) global_ctrl: u64,
+    pub(crate) global_status: u64,
+    /// Per-counter local enables (EVENTSEL.EN, fixed OS|USR) in GLOBAL_CTRL layout.
+    pub(crate) local_enables: u64,
+    /// Counters with an open host event, GLOBAL_CTRL layout.
+    pub(crate) open_mask: u64,
+    pub(crate) scheduled_in: bool,
+    /// vCPU run time at the last [`Pmu::tick`].
+    pub(crate) now_ns: u64,
+    /// An overflow of a PMI-enabled counter was seen and not yet reported.
+    pub(crate) pmi_pending: bool,
+    pub(crate) stats: PmuStats,
+}
+
+impl<B: CountSource> Pmu<B> {
+    /// Builds a PMU in its reset state, asking `backend` once which events it counts.
+    pub fn new(config: PmuConfig, backend: B) -> Result<Self, ConfigError> {
+        let caps = PmuCaps::probe(config.gp_counters, config.full_width_writes, &backend)?;
+        Ok(Pmu {
+            caps,
+            policy: config.policy,
+            host: HostDriver::new(backend),
+            pmcs: [Pmc::default(); SLOTS],
+            fixed_ctr_ctrl: 0,
+            global_ctrl: caps.global_ctrl_reset(),
+            global_status: 0,
+            local_enables: 0,
+            open_mask: 0,
+            scheduled_in: true,
+            now_ns: 0,
+            pmi_pending: false,
+            stats: PmuStats::default(),
+        })
+    }
+
+    /// What this PMU exposes (CPUID 0xA, PERF_CAPABILITIES, masks).
+    pub fn caps(&self) -> &PmuCaps {
+        &self.caps
+    }
+    /// The host event policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.host.backend
+    }
+    /// The backend, mutably (e.g. for the VMM to service its fds, or tests to feed counts).
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.host.backend
+    }
+    /// Consumes the PMU, returning the backend with its host events still open.
+    pub fn into_backend(self) -> B {
+        self.host.backend
+    }
+    /// Telemetry so far.
+    pub fn stats(&self) -> PmuStats {
+        PmuStats {
+            backend_calls: self.host.calls,
+            ..self.stats.clone()
+        }
+    }
+    /// The MSRs the VMM must route to this model: exactly this PMU's MSRs.
+    pub fn msr_ranges(&self) -> Vec<MsrRange> {
+        self.caps.msr_ranges()
+    }
+    /// True iff some counter is enabled (locally and globally) or some host event is open.
+    /// No backend call: the VMM may skip all PMU work on entries/exits while it is false.
+    pub fn is_active(&self) -> bool {
+        self.global_ctrl & self.local_enables != 0 || self.open_mask != 0
+    }
+    /// Whether the vCPU is scheduled in ([`Pmu::sched_out`] / [`Pmu::sched_in`]).
+    pub fn is_scheduled_in(&self) -> bool {
+        self.scheduled_in
+    }
+    /// An overflow of a PMI-enabled counter was seen (e.g. while folding on an MSR access)
+    /// and [`Pmu::collect_overflows`] has not reported it yet. No backend call.
+    pub fn pmi_pending(&self) -> bool {
+        self.pmi_pending
+    }
+
+    /// RDMSR of `msr`. Returns [`MsrAccess::Fault`] for MSRs this PMU does not have.
+    pub fn get_msr(&mut self, msr: MsrIndex, who: Initiator) -> MsrAccess<u64> {
+        *self.stats.msr_reads.entry(msr.0).or_default() += 1;
+        let r = self.read_reg(msr);
+        self.account(r, who)
+    }
+
+    /// WRMSR of `value` to `msr`. Returns [`MsrAccess::Fault`] for absent MSRs, reserved
+    /// bits, read-only registers (guest) and values a counter cannot hold.
+    pub fn set_msr(&mut self, msr: MsrIndex, value: u64, who: Initiator) -> MsrAccess {
+        *self.stats.msr_writes.entry(msr.0).or_default() += 1;
+        let r = self.write_reg(msr, value, who);
+        self.account(r, who)
+    }
+
+    /// RDPMC with `ecx`: the counter's value, low 32 bits only for a fast read (`ECX[31]`);
+    /// #GP if ECX names no counter of this PMU. CR4.PCE/CPL checks are the VMM's (our guests
+    /// run at CPL 0).
+    pub fn rdpmc(&mut self, ecx: RdpmcIdx) -> MsrAccess<u64> {
+        self.stats.rdpmc += 1;
+        let r = intel::rdpmc_to_pmc(&self.caps, ecx).map(|idx| {
+            let v = self.read_counter(idx);
+            if ecx.is_fast() {
+                v & 0xFFFF_FFFF
+            } else {
+                v
+            }
+        });
+        self.account(r, Initiator::Guest)
+    }
+
+    /// SDM reset: counters, EVENTSELs, FIXED_CTR_CTRL and GLOBAL_STATUS zero, GLOBAL_CTRL
+    /// with the GP enables set; every host event is closed. Statistics are kept.
+    pub fn reset(&mut self) {
+        for idx in PmcIdx::iter_mask(self.open_mask) {
+            self.discard_event(idx);
+        }
+        self.pmcs = [Pmc::default(); SLOTS];
+        self.fixed_ctr_ctrl = 0;
+        self.global_ctrl = self.caps.global_ctrl_reset();
+        self.global_status = 0;
+        self.local_enables = 0;
+        self.pmi_pending = false;
+    }
+
+    fn account<T>(&mut self, r: Option<T>, who: Initiator) -> MsrAccess<T> {
+        if r.is_none() {
+            match who {
+                Initiator::Guest => self.stats.faults += 1,
+                Initiator::Host => self.stats.host_rejects += 1,
+            }
+        }
+        r.into()
+    }
+
+    fn read_reg(&mut self, msr: MsrIndex) -> Option<u64> {
+        Some(match PmuMsr::decode(msr)? {
+            PmuMsr::GlobalStatus => self.global_status,
+            PmuMsr::GlobalCtrl => self.global_ctrl,
+            // OVF_CTRL only acts on writes; it reads as 0 (KVM).
+            PmuMsr::GlobalOvfCtrl => 0,
+            m => match intel::decode(&self.caps, m)? {
+                IntelReg::Counter(idx, _) => self.read_counter(idx),
+                IntelReg::EventSel(idx) => self.pmcs[idx.slot()].eventsel,
+                IntelReg::FixedCtrCtrl => self.fixed_ctr_ctrl,
+                IntelReg::PerfCapabilities => self.caps.perf_capabilities(),
+            },
+        })
+    }
+
+    fn write_reg(&mut self, msr: MsrIndex, data: u64, who: Initiator) -> Option<()> {
+        let guest = who == Initiator::Guest;
+        match PmuMsr::decode(msr)? {
+            PmuMsr::GlobalStatus => {
+                // Read-only to the guest; the VMM restores it (KVM: host_initiated only).
+                if guest || data & self.caps.global_status_reserved() != 0 {
+                    return None;
+                }
+                self.global_status = data;
+            }
+            PmuMsr::GlobalCtrl => {
+                if data & self.caps.global_ctrl_reserved() != 0 {
+                    return None;
+                }
+                self.write_global_ctrl(data);
+            }
+            PmuMsr::GlobalOvfCtrl => {
+                // Shares STATUS's reserved bits. A host write is accepted but clears nothing,
+                // as in KVM: restore sets GLOBAL_STATUS directly and must not be undone.
+                if data & self.caps.global_status_reserved() != 0 {
+                    return None;
+                }
+                if guest {
+                    self.global_status &= !data;
+                }
+            }
+            m => match intel::decode(&self.caps, m)? {
+                IntelReg::Counter(idx, rule) => {
+                    let v = intel::counter_write_value(rule, data, who)?;
+                    self.write_counter(idx, v);
+                }
+                IntelReg::EventSel(idx) => {
+                    if data & self.caps.eventsel_reserved() != 0 {
+                        return None;
+                    }
+                    self.write_eventsel(idx, data);
+                }
+                IntelReg::FixedCtrCtrl => {
+                    if data & self.caps.fixed_ctr_ctrl_reserved() != 0 {
+                        return None;
+                    }
+                    self.write_fixed_ctr_ctrl(data);
+                }
+                // Read-only to the guest; the host may only confirm the configured value.
+                IntelReg::PerfCapabilities => {
+                    if guest || data != self.caps.perf_capabilities() {
+                        return None;
+                    }
+                }
+            },
+        }
+        Some(())
+    }
+
+    fn write_eventsel(&mut self, idx: PmcIdx, data: u64) {
+        let pmc = &mut self.pmcs[idx.slot()];
+        // Rewriting the same value changes nothing: no backend call (KVM, old and new).
+        if pmc.eventsel == data {
+            return;
+        }
+        pmc.eventsel = data;
+        self.set_local_enable(idx, EventSel(data).enabled());
+        self.reconcile(idx, true);
+    }
+
+    fn write_fixed_ctr_ctrl(&mut self, data: u64) {
+        let old = std::mem::replace(&mut self.fixed_ctr_ctrl, data);
+        // Only counters whose 4-bit field changed are touched (KVM reprogram_fixed_counters).
+        for j in 0..self.caps.fixed_counters() {
+            let (was, now) = (FixedCtrl::of(old, j), FixedCtrl::of(data, j));
+            if was != now {
+                let idx = PmcIdx::fixed(j).expect("fixed counter within caps");
+                self.set_local_enable(idx, now.enabled());
+                self.reconcile(idx, true);
+            }
+        }
+    }
+
+    fn write_global_ctrl(&mut self, data: u64) {
+        // Only flipped enables are reprogrammed (KVM global_ctrl_changed / reprogram_counters).
+        let diff = std::mem::replace(&mut self.global_ctrl, data) ^ data;
+        for idx in PmcIdx::iter_mask(diff) {
+            self.reconcile(idx, true);
+        }
+    }
+
+    fn set_local_enable(&mut self, idx: PmcIdx, on: bool) {
+        if on {
+            self.local_enables |= idx.mask();
+        } else {
+            self.local_enables &= !idx.mask();
+        }
+    }
+
+    /// Counter `idx` counts per the guest registers: SDM "each enable bit in GLOBAL_CTRL is
+    /// AND'ed with the enable bits ... in IA32_PERFEVTSELx or FIXED_CTR_CTRL".
+    pub(crate) fn counting(&self, idx: PmcIdx) -> bool {
+        self.global_ctrl & self.local_enables & idx.mask() != 0
+    }
+
+    /// The host event counter `idx` needs now, or `None` when it must count nothing.
+    pub(crate) fn desired_config(&self, idx: PmcIdx) -> Option<HostEventConfig> {
+        if !self.counting(idx) {
+            return None;
+        }
+        if idx.is_fixed() {
+            let j = idx.number();
+            Some(intel::fixed_config(
+                j,
+                FixedCtrl::of(self.fixed_ctr_ctrl, j),
+            ))
+        } else {
+            intel::gp_config(&self.caps, EventSel(self.pmcs[idx.slot()].eventsel))
+        }
+    }
+}

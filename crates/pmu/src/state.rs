@@ -1,0 +1,106 @@
+//! Save/restore of the guest-visible PMU state.
+
+use crate::backend::CountSource;
+use crate::error::RestoreError;
+use crate::msr::{Initiator, MsrIndex};
+use crate::pmc::{PmcIdx, COUNTER_MASK};
+use crate::pmu::Pmu;
+use serde::{Deserialize, Serialize};
+
+/// Format number written into [`PmuState::format`].
+pub const STATE_FORMAT: u32 = 1;
+
+/// Snapshot of every guest-visible PMU register. Configuration (counter counts, full-width
+/// writes, policy) is not part of it: restore into a PMU built with the same config.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PmuState {
+    /// [`STATE_FORMAT`].
+    pub format: u32,
+    /// IA32_PMCx values.
+    pub pmc: Vec<u64>,
+    /// IA32_PERFEVTSELx values.
+    pub eventsel: Vec<u64>,
+    /// IA32_FIXED_CTRj values.
+    pub fixed_ctr: Vec<u64>,
+    /// IA32_FIXED_CTR_CTRL.
+    pub fixed_ctr_ctrl: u64,
+    /// IA32_PERF_GLOBAL_CTRL.
+    pub global_ctrl: u64,
+    /// IA32_PERF_GLOBAL_STATUS.
+    pub global_status: u64,
+}
+
+impl<B: CountSource> Pmu<B> {
+    /// Snapshots the guest-visible state (folds running counters; no other side effect).
+    pub fn save(&mut self) -> PmuState {
+        let gp: Vec<PmcIdx> = self.caps.pmcs().filter(|p| !p.is_fixed()).collect();
+        let fixed: Vec<PmcIdx> = self.caps.pmcs().filter(|p| p.is_fixed()).collect();
+        PmuState {
+            format: STATE_FORMAT,
+            pmc: gp.iter().map(|&p| self.read_counter(p)).collect(),
+            eventsel: gp.iter().map(|&p| self.pmcs[p.slot()].eventsel).collect(),
+            fixed_ctr: fixed.iter().map(|&p| self.read_counter(p)).collect(),
+            fixed_ctr_ctrl: self.fixed_ctr_ctrl,
+            global_ctrl: self.global_ctrl,
+            global_status: self.global_status,
+        }
+    }
+
+    /// Resets the PMU, then loads `state` through host-initiated MSR writes (so every value
+    /// passes the same checks as on real MSRs), GLOBAL_CTRL last so counting starts only
+    /// once everything is in place. On error the PMU is left reset.
+    pub fn restore(&mut self, state: &PmuState) -> Result<(), RestoreError> {
+        if state.format != STATE_FORMAT {
+            return Err(RestoreError::Format(state.format));
+        }
+        let (gp, fixed) = (self.caps.gp_counters(), self.caps.fixed_counters());
+        if state.pmc.len() != usize::from(gp)
+            || state.eventsel.len() != usize::from(gp)
+            || state.fixed_ctr.len() != usize::from(fixed)
+        {
+            return Err(RestoreError::Shape {
+                found_gp: state.pmc.len().max(state.eventsel.len()),
+                found_fixed: state.fixed_ctr.len(),
+                gp,
+                fixed,
+            });
+        }
+        self.reset();
+        let r = self.load(state);
+        if r.is_err() {
+            self.reset();
+        }
+        r
+    }
+
+    fn load(&mut self, s: &PmuState) -> Result<(), RestoreError> {
+        self.host_write(MsrIndex::IA32_PERF_GLOBAL_CTRL, 0)?;
+        for (i, &v) in (0u8..).zip(&s.eventsel) {
+            self.host_write(MsrIndex::perfevtsel(i), v)?;
+        }
+        // Host writes to legacy PMCs are not sign-extended but would be truncated: refuse
+        // values wider than a counter instead of silently losing bits.
+        for (i, &v) in (0u8..).zip(&s.pmc) {
+            self.host_write_counter(MsrIndex::pmc(i), v)?;
+        }
+        for (j, &v) in (0u8..).zip(&s.fixed_ctr) {
+            self.host_write_counter(MsrIndex::fixed_ctr(j), v)?;
+        }
+        self.host_write(MsrIndex::IA32_FIXED_CTR_CTRL, s.fixed_ctr_ctrl)?;
+        self.host_write(MsrIndex::IA32_PERF_GLOBAL_STATUS, s.global_status)?;
+        self.host_write(MsrIndex::IA32_PERF_GLOBAL_CTRL, s.global_ctrl)
+    }
+
+    fn host_write_counter(&mut self, msr: MsrIndex, value: u64) -> Result<(), RestoreError> {
+        if value & !COUNTER_MASK != 0 {
+            return Err(RestoreError::Rejected { msr: msr.0, value });
+        }
+        self.host_write(msr, value)
+    }
+
+    fn host_write(&mut self, msr: MsrIndex, value: u64) -> Result<(), RestoreError> {
+        self.set_msr(msr, value, Initiator::Host)
+            .ok()
+            .ok_or(RestoreError::Rejected { msr: msr.0, value })
+    }
+}
