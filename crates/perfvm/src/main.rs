@@ -1,0 +1,49 @@
+//! The `perfvm` command line.
+
+mod cli;
+mod guests;
+mod run;
+
+use clap::Parser;
+use std::time::Instant;
+
+/// A failure reported as one line on stderr with an exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Failure {
+    /// Bad input from the user (flags, guest file): exit code 2.
+    pub fn usage(message: impl Into<String>) -> Self {
+        Failure { code: 2, message: message.into() }
+    }
+}
+
+fn main() {
+    let started = Instant::now();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help / --version.
+            let _ = e.print();
+            std::process::exit(0);
+        }
+        Err(e) => {
+            let first = e.to_string().lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_owned();
+            eprintln!("perfvm: {first} (see perfvm --help)");
+            std::process::exit(2);
+        }
+    };
+    let result = match cli.command {
+        cli::Command::Run(args) => run::run(args, started),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(f) => {
+            eprintln!("perfvm: {}", f.message);
+            std::process::exit(f.code);
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! `perfvm run`: boot a guest, mirror its console, exit with its status.
+
+use crate::cli::{BackendArg, OnOff, PmuArgs, PolicyArg, RunArgs, VmArgs};
+use crate::guests;
+use crate::Failure;
+use serde_json::json;
+use std::time::{Duration, Instant};
+use vmm::vm::{BackendKind, PmuSettings};
+use vmm::{RunReport, Vm, VmConfig};
+
+/// The PMU options as VM settings.
+pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
+    if args.pmu == OnOff::Off {
+        return Ok(None);
+    }
+    if !(1..=pmu::MAX_GP_COUNTERS).contains(&args.counters) {
+        return Err(Failure::usage(format!("--counters must be between 1 and {}", pmu::MAX_GP_COUNTERS)));
+    }
+    if !(args.release_after_ms >= 0.0 && args.release_after_ms.is_finite()) {
+        return Err(Failure::usage("--release-after-ms must be a non-negative number"));
+    }
+    let policy = match args.policy {
+        PolicyArg::Reuse => pmu::Policy::Reuse { release_after_ns: (args.release_after_ms * 1e6) as u64 },
+        PolicyArg::Legacy => pmu::Policy::Legacy,
+    };
+    let backend = match args.backend {
+        BackendArg::Perf => BackendKind::Perf,
+        BackendArg::Exact => BackendKind::Exact,
+    };
+    Ok(Some(PmuSettings { backend, policy, gp_counters: args.counters, max_host_events: args.max_host_events }))
+}
+
+/// Turn the shared VM options into a VM configuration.
+pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failure> {
+    let timeout = match args.timeout {
+        Some(t) if !(t > 0.0 && t.is_finite()) => return Err(Failure::usage("--timeout must be a positive number of seconds")),
+        Some(t) => Some(Duration::from_secs_f64(t)),
+        None => None,
+    };
+    Ok(VmConfig {
+        kernel: guests::resolve(&args.guest),
+        kernel_arg0: args.guest.clone(),
+        mem_mib: args.mem,
+        vcpus: args.vcpus,
+        cmdline: args.cmdline.clone(),
+        timeout,
+        capture_console,
+        pmu: pmu_settings(&args.pmu)?,
+    })
+}
+
+/// Build and run a VM; setup errors are the user's (exit 2).
+pub fn boot(config: &VmConfig, started: Instant) -> Result<RunReport, Failure> {
+    let vm = Vm::build(config).map_err(|e| {
+        let mut msg = e.to_string();
+        if matches!(e, vmm::VmError::GuestFile { .. }) {
+            msg.push_str(&format!(" (built-in guests: {})", guests::builtin_guests().join(", ")));
+        }
+        Failure::usage(msg)
+    })?;
+    Ok(vm.run(started))
+}
+
+pub fn run(args: RunArgs, started: Instant) -> Result<i32, Failure> {
+    let config = vm_config(&args.vm, args.json)?;
+    let report = boot(&config, started)?;
+    let code = report.end.exit_code();
+    if args.json {
+        let doc = json!({
+            "guest": args.vm.guest,
+            "end": report.end,
+            "exit_code": code,
+            "message": report.end.message(),
+            "stats": report.stats,
+            "console": String::from_utf8_lossy(&report.console.captured()),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+    } else {
+        if let Some(msg) = report.end.message() {
+            eprintln!("perfvm: {msg}");
+        }
+        if args.stats {
+            eprint!("{}", report.stats.render());
+        }
+    }
+    Ok(code)
+}

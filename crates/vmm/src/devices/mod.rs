@@ -1,0 +1,147 @@
+//! Port-IO devices and the bus that routes guest IN/OUT to them.
+
+mod debug_exit;
+mod fw_cfg;
+mod serial;
+mod shutdown;
+
+pub use debug_exit::DebugExit;
+pub use fw_cfg::FwCfg;
+pub use serial::{Console, SerialPort};
+pub use shutdown::ShutdownPort;
+
+use std::collections::BTreeMap;
+
+/// What a device asks of the VM after an access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceAction {
+    Continue,
+    /// The guest asked to end the VM with this status.
+    Exit(i32),
+}
+
+/// Port ranges of the fixed devices.
+pub const SERIAL_PORTS: std::ops::RangeInclusive<u16> = 0x3f8..=0x3ff;
+pub const DEBUG_EXIT_PORT: u16 = 0xf4;
+pub const FW_CFG_SELECTOR: u16 = 0x510;
+pub const FW_CFG_DATA: u16 = 0x511;
+pub const SHUTDOWN_PORT: u16 = 0x8900;
+
+/// All port-IO devices of a VM. Ports nobody claims read as all-ones and drop writes,
+/// as on a PC with nothing decoding them; they are counted for `--stats`.
+#[derive(Debug)]
+pub struct PioBus {
+    pub serial: SerialPort,
+    pub fw_cfg: FwCfg,
+    debug_exit: DebugExit,
+    shutdown: ShutdownPort,
+    /// Accesses to unclaimed ports, by port.
+    pub unclaimed: BTreeMap<u16, u64>,
+}
+
+impl PioBus {
+    pub fn new(serial: SerialPort, fw_cfg: FwCfg) -> Self {
+        PioBus {
+            serial,
+            fw_cfg,
+            debug_exit: DebugExit,
+            shutdown: ShutdownPort::default(),
+            unclaimed: BTreeMap::new(),
+        }
+    }
+
+    /// Guest IN: fill `data`.
+    pub fn read(&mut self, port: u16, data: &mut [u8]) {
+        match port {
+            p if SERIAL_PORTS.contains(&p) => {
+                data.fill(0);
+                data[0] = self.serial.read((p - SERIAL_PORTS.start()) as u8);
+            }
+            FW_CFG_DATA => self.fw_cfg.read_data(data),
+            _ => {
+                *self.unclaimed.entry(port).or_default() += 1;
+                data.fill(0xff);
+            }
+        }
+    }
+
+    /// Guest OUT of `data`.
+    pub fn write(&mut self, port: u16, data: &[u8]) -> DeviceAction {
+        match port {
+            p if SERIAL_PORTS.contains(&p) => {
+                self.serial.write((p - SERIAL_PORTS.start()) as u8, data[0]);
+                DeviceAction::Continue
+            }
+            DEBUG_EXIT_PORT => self.debug_exit.write(data),
+            FW_CFG_SELECTOR => {
+                self.fw_cfg.select(data);
+                DeviceAction::Continue
+            }
+            FW_CFG_DATA => DeviceAction::Continue,
+            SHUTDOWN_PORT => self.shutdown.write(data),
+            _ => {
+                *self.unclaimed.entry(port).or_default() += 1;
+                DeviceAction::Continue
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bus() -> PioBus {
+        PioBus::new(SerialPort::new(Console::capture()), FwCfg::new(2, 256 << 20))
+    }
+
+    #[test]
+    fn unclaimed_ports_read_ones_and_are_counted() {
+        let mut bus = bus();
+        let mut data = [0u8; 2];
+        bus.read(0x21, &mut data);
+        assert_eq!(data, [0xff, 0xff]);
+        assert_eq!(bus.write(0x21, &[0xff]), DeviceAction::Continue);
+        assert_eq!(bus.write(0xa1, &[0xff]), DeviceAction::Continue);
+        assert_eq!(bus.unclaimed.get(&0x21), Some(&2));
+        assert_eq!(bus.unclaimed.get(&0xa1), Some(&1));
+    }
+
+    #[test]
+    fn debug_exit_status_is_qemu_compatible() {
+        let mut bus = bus();
+        assert_eq!(bus.write(DEBUG_EXIT_PORT, &[0]), DeviceAction::Exit(1));
+        assert_eq!(bus.write(DEBUG_EXIT_PORT, &[5]), DeviceAction::Exit(11));
+        assert_eq!(bus.write(DEBUG_EXIT_PORT, &[0x10, 0, 0, 0]), DeviceAction::Exit(33));
+    }
+
+    #[test]
+    fn serial_prints_and_reports_transmitter_empty() {
+        let mut bus = bus();
+        let mut lsr = [0u8];
+        bus.read(0x3fd, &mut lsr);
+        assert_ne!(lsr[0] & 0x20, 0, "THR empty must be set");
+        for b in b"hi\n" {
+            bus.write(0x3f8, &[*b]);
+        }
+        // Divisor latch: DLAB on, write divisor, DLAB off — nothing printed.
+        bus.write(0x3fb, &[0x80]);
+        bus.write(0x3f8, &[0x01]);
+        bus.write(0x3f9, &[0x00]);
+        bus.write(0x3fb, &[0x03]);
+        assert_eq!(bus.serial.console().captured(), b"hi\n");
+    }
+
+    #[test]
+    fn shutdown_port_needs_whole_word() {
+        let mut bus = bus();
+        for b in b"Shutdow" {
+            assert_eq!(bus.write(SHUTDOWN_PORT, &[*b]), DeviceAction::Continue);
+        }
+        assert_eq!(bus.write(SHUTDOWN_PORT, b"n"), DeviceAction::Exit(0));
+        for b in b"ShutXShutdow" {
+            assert_eq!(bus.write(SHUTDOWN_PORT, &[*b]), DeviceAction::Continue);
+        }
+        assert_eq!(bus.write(SHUTDOWN_PORT, b"n"), DeviceAction::Exit(0));
+    }
+}

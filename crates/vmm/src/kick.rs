@@ -1,0 +1,74 @@
+//! Signals that take a vCPU thread out of KVM_RUN: a handler sets `immediate_exit` in the
+//! thread's kvm_run, so a signal that lands just before KVM_RUN is not lost (Firecracker's
+//! way). Two signals: the kick (stop the VM) and the PMU overflow signal of host perf events,
+//! which also raises a thread-local flag the run loop checks before each entry.
+
+use kvm_bindings::kvm_run;
+use std::cell::Cell;
+use std::sync::Once;
+
+thread_local! {
+    static KVM_RUN: Cell<*mut kvm_run> = const { Cell::new(std::ptr::null_mut()) };
+    static PMU_SIGNALED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The signal host perf events raise on overflow (F_SETSIG).
+pub fn pmu_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 2
+}
+
+/// Whether a PMU overflow signal arrived on this thread since the last call.
+pub fn take_pmu_signal() -> bool {
+    PMU_SIGNALED.with(|c| c.replace(false))
+}
+
+/// The signal used to kick vCPU threads.
+pub fn kick_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 1
+}
+
+extern "C" fn on_kick(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // Only async-signal-safe work: const-initialised thread-locals and a byte store.
+    if signal == pmu_signal() {
+        PMU_SIGNALED.with(|c| c.set(true));
+    }
+    let run = KVM_RUN.with(Cell::get);
+    if !run.is_null() {
+        // SAFETY: the pointer was registered by this thread and stays valid while its vCPU
+        // (which owns the kvm_run mapping) is alive; `unregister` clears it before drop.
+        unsafe { std::ptr::write_volatile(&mut (*run).immediate_exit, 1) };
+    }
+}
+
+/// Install the process-wide handlers (once).
+pub fn install_handler() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for signal in [kick_signal(), pmu_signal()] {
+            // SAFETY: a zeroed sigaction with a valid handler and an empty mask is well formed.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_kick as *const () as usize;
+                sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut sa.sa_mask);
+                libc::sigaction(signal, &sa, std::ptr::null_mut());
+            }
+        }
+    });
+}
+
+/// Register the calling thread's kvm_run as the kick target.
+pub fn register(run: *mut kvm_run) {
+    KVM_RUN.with(|c| c.set(run));
+}
+
+/// Forget the calling thread's kvm_run (before the vCPU is dropped).
+pub fn unregister() {
+    KVM_RUN.with(|c| c.set(std::ptr::null_mut()));
+}
+
+/// Kick a thread (by pthread id). Harmless if it is not in KVM_RUN.
+pub fn kick(thread: libc::pthread_t) {
+    // SAFETY: pthread_kill on a joinable thread id of ours with a handled signal.
+    unsafe { libc::pthread_kill(thread, kick_signal()) };
+}

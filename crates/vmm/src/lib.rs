@@ -1,0 +1,20 @@
+//! perfvm's KVM plumbing: guest memory, boot, loaders, devices, vCPU run loop.
+
+pub mod backends;
+pub mod boot;
+pub mod cpuid;
+pub mod devices;
+pub mod exit;
+pub mod kick;
+pub mod kvm;
+pub mod layout;
+pub mod loader;
+pub mod pmi;
+pub mod pmu_report;
+pub mod stats;
+pub mod vcpu;
+pub mod vm;
+pub mod vpmu;
+
+pub use exit::VmEnd;
+pub use vm::{RunReport, Vm, VmConfig, VmError};

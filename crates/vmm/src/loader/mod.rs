@@ -1,0 +1,102 @@
+//! Kernel image loading: validate an ELF's loadable segments against guest memory and
+//! decide how the kernel is entered (64-bit direct boot or multiboot v1).
+
+mod elf;
+mod multiboot;
+
+pub use elf::{parse_segments, Segment};
+pub use multiboot::{find_header, MultibootHeader, MULTIBOOT_BOOTLOADER_MAGIC};
+
+use crate::layout::{BOOT_AREA_END, BOOT_AREA_START};
+use thiserror::Error;
+
+/// Why a guest image cannot be loaded. Each message is one line for the CLI.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum LoadError {
+    #[error("not an ELF file")]
+    NotElf,
+    #[error("unsupported ELF: {0}")]
+    Unsupported(String),
+    #[error("truncated ELF: {0}")]
+    Truncated(String),
+    #[error("ELF has no loadable segments")]
+    NoSegments,
+    #[error("segment {index} [{start:#x}, {end:#x}) does not fit in guest memory ({mem_mib} MiB)")]
+    OutOfMemory { index: usize, start: u64, end: u64, mem_mib: u64 },
+    #[error("segment {index} [{start:#x}, {end:#x}) overlaps the VMM boot area [{:#x}, {:#x})", BOOT_AREA_START, BOOT_AREA_END)]
+    BootArea { index: usize, start: u64, end: u64 },
+    #[error("segments {0} and {1} overlap")]
+    Overlap(usize, usize),
+    #[error("entry point {0:#x} is outside the loaded segments")]
+    EntryOutside(u64),
+    #[error("32-bit ELF without a valid multiboot header: {0}")]
+    Multiboot(String),
+}
+
+/// How the vCPUs enter the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BootProtocol {
+    /// 64-bit long mode at the entry, perfvm boot info in RSI.
+    Direct64,
+    /// 32-bit protected mode per multiboot v1, info in EBX.
+    Multiboot,
+}
+
+/// A validated kernel image, ready to copy into guest memory.
+#[derive(Debug)]
+pub struct KernelImage {
+    pub protocol: BootProtocol,
+    pub entry: u64,
+    pub segments: Vec<Segment>,
+    /// Highest guest-physical address used by the image (exclusive).
+    pub end: u64,
+}
+
+/// Parse and validate `bytes` as a kernel for a guest with `mem_size` bytes of RAM.
+pub fn load_kernel(bytes: &[u8], mem_size: u64) -> Result<KernelImage, LoadError> {
+    let parsed = parse_segments(bytes)?;
+    let protocol = if parsed.is_64bit {
+        BootProtocol::Direct64
+    } else {
+        let header = find_header(bytes).map_err(LoadError::Multiboot)?;
+        if header.flags & multiboot::FLAG_AOUT_KLUDGE != 0 {
+            return Err(LoadError::Multiboot("a.out kludge (flag 16) is not supported".into()));
+        }
+        BootProtocol::Multiboot
+    };
+    let segments = parsed.segments;
+    if segments.is_empty() {
+        return Err(LoadError::NoSegments);
+    }
+    validate_placement(&segments, mem_size)?;
+    if !segments.iter().any(|s| s.contains(parsed.entry)) {
+        return Err(LoadError::EntryOutside(parsed.entry));
+    }
+    let end = segments.iter().map(Segment::end).max().unwrap_or(0);
+    Ok(KernelImage { protocol, entry: parsed.entry, segments, end })
+}
+
+/// Every segment inside RAM, outside the boot area, and no two overlapping.
+fn validate_placement(segments: &[Segment], mem_size: u64) -> Result<(), LoadError> {
+    for (index, s) in segments.iter().enumerate() {
+        let (start, end) = (s.paddr, s.end());
+        if end > mem_size || end < start {
+            return Err(LoadError::OutOfMemory { index, start, end, mem_mib: mem_size >> 20 });
+        }
+        if start < BOOT_AREA_END && end > BOOT_AREA_START {
+            return Err(LoadError::BootArea { index, start, end });
+        }
+    }
+    let mut order: Vec<usize> = (0..segments.len()).collect();
+    order.sort_by_key(|&i| segments[i].paddr);
+    for pair in order.windows(2) {
+        let (a, b) = (&segments[pair[0]], &segments[pair[1]]);
+        if a.end() > b.paddr {
+            return Err(LoadError::Overlap(pair[0].min(pair[1]), pair[0].max(pair[1])));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,134 @@
+//! The vPMU part of `--stats` / `--json`: backend, policy, CPUID, and telemetry summed over
+//! the vCPUs (host events created / reused / released / closed, PMU MSR exits, PMIs,
+//! backend syscalls, VMM time).
+
+use crate::backends::perf_sys;
+use crate::vm::{BackendKind, PmuSettings};
+use crate::vpmu::{Backend, VcpuPmu, VpmuStats};
+use pmu::{Policy, PmuStats};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PmuReport {
+    pub backend: BackendKind,
+    /// What the backend counts with on this host.
+    pub backend_detail: String,
+    pub policy: String,
+    pub gp_counters: u8,
+    pub fixed_counters: u8,
+    pub cpuid_0xa: [u32; 4],
+    pub model: PmuStats,
+    pub vmm: VpmuStats,
+    /// perf_event_open/ioctl/read/fcntl/close calls made by the process for PMU events.
+    pub host_syscalls: u64,
+    #[serde(skip)]
+    syscalls_at_start: u64,
+}
+
+impl PmuReport {
+    pub fn new(settings: &PmuSettings, pmu: &VcpuPmu) -> Self {
+        let backend_detail = match pmu.pmu.backend() {
+            Backend::Perf(p) => p.mode().describe(),
+            Backend::Exact(_) => "single-step: exact instructions and branches; cycles = model clock, 1 per retired instruction".into(),
+        };
+        let policy = match settings.policy {
+            Policy::Reuse { release_after_ns } => format!("reuse (lazy release after {:.3} ms of vCPU run time)", release_after_ns as f64 / 1e6),
+            Policy::Legacy => "legacy (re-create host events on every write)".into(),
+        };
+        let caps = pmu.pmu.caps();
+        PmuReport {
+            backend: settings.backend,
+            backend_detail,
+            policy,
+            gp_counters: caps.gp_counters(),
+            fixed_counters: caps.fixed_counters(),
+            cpuid_0xa: caps.cpuid_0xa(),
+            model: PmuStats::default(),
+            vmm: VpmuStats::default(),
+            host_syscalls: 0,
+            syscalls_at_start: perf_sys::syscalls(),
+        }
+    }
+
+    pub fn add_vcpu(&mut self, pmu: &VcpuPmu) {
+        add_model_stats(&mut self.model, &pmu.model_stats());
+        let v = &pmu.stats;
+        let t = &mut self.vmm;
+        t.msr_exits += v.msr_exits;
+        t.pmis_delivered += v.pmis_delivered;
+        t.pmis_masked += v.pmis_masked;
+        t.handle_ns += v.handle_ns;
+        t.steps += v.steps;
+        t.rdpmc_emulated += v.rdpmc_emulated;
+    }
+
+    pub fn finish(&mut self) {
+        self.host_syscalls = perf_sys::syscalls() - self.syscalls_at_start;
+    }
+
+    pub fn render(&self) -> String {
+        let m = &self.model;
+        let mut out = format!(
+            "\n vPMU: {:?} backend — {}\n       policy {}, {} GP + {} fixed counters, CPUID.0AH = {:08x} {:08x} {:08x} {:08x}\n\n",
+            self.backend, self.backend_detail, self.policy, self.gp_counters, self.fixed_counters,
+            self.cpuid_0xa[0], self.cpuid_0xa[1], self.cpuid_0xa[2], self.cpuid_0xa[3]
+        );
+        let rows: [(&str, u64); 10] = [
+            ("host events created", m.events_created),
+            ("host events reused", m.events_reused),
+            ("lazily released", m.events_lazily_released),
+            ("host events closed", m.events_closed),
+            ("open failures", m.open_failures),
+            ("PMU MSR exits", self.vmm.msr_exits),
+            ("overflows", m.overflows),
+            ("PMIs delivered", self.vmm.pmis_delivered),
+            ("PMIs masked", self.vmm.pmis_masked),
+            ("backend syscalls", self.host_syscalls),
+        ];
+        for (name, n) in rows {
+            out.push_str(&format!("  {name:<22} {n:>12}\n"));
+        }
+        out.push_str(&format!("  {:<22} {:>9.3} ms\n", "VMM time in PMU", self.vmm.handle_ns as f64 / 1e6));
+        if self.vmm.steps > 0 {
+            out.push_str(&format!("  {:<22} {:>12}\n", "single-steps", self.vmm.steps));
+        }
+        if !m.msr_writes.is_empty() || !m.msr_reads.is_empty() {
+            out.push_str("\n  PMU MSR accesses       reads     writes\n");
+            let mut msrs: Vec<u32> = m.msr_reads.keys().chain(m.msr_writes.keys()).copied().collect();
+            msrs.sort_unstable();
+            msrs.dedup();
+            for msr in msrs {
+                let r = m.msr_reads.get(&msr).copied().unwrap_or(0);
+                let w = m.msr_writes.get(&msr).copied().unwrap_or(0);
+                out.push_str(&format!("  {msr:#08x}        {r:>10} {w:>10}\n"));
+            }
+        }
+        out
+    }
+}
+
+fn add_model_stats(total: &mut PmuStats, s: &PmuStats) {
+    total.events_created += s.events_created;
+    total.open_failures += s.open_failures;
+    total.events_reused += s.events_reused;
+    total.events_lazily_released += s.events_lazily_released;
+    total.events_closed += s.events_closed;
+    total.overflows += s.overflows;
+    total.pmis_requested += s.pmis_requested;
+    total.rdpmc += s.rdpmc;
+    total.faults += s.faults;
+    total.host_rejects += s.host_rejects;
+    let (b, c) = (&mut total.backend_calls, &s.backend_calls);
+    b.open += c.open;
+    b.close += c.close;
+    b.enable += c.enable;
+    b.disable += c.disable;
+    b.read += c.read;
+    b.arm_overflow += c.arm_overflow;
+    for (msr, n) in &s.msr_reads {
+        *total.msr_reads.entry(*msr).or_default() += n;
+    }
+    for (msr, n) in &s.msr_writes {
+        *total.msr_writes.entry(*msr).or_default() += n;
+    }
+}

@@ -1,0 +1,86 @@
+//! Run statistics: VM exits by reason with counts and VMM handling time.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Count and handling time of one exit reason.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct ExitCount {
+    pub count: u64,
+    /// Time the VMM spent handling these exits (not time in the guest).
+    pub handle_ns: u64,
+}
+
+/// Per-vCPU statistics, merged into [`VmStats`] at the end of a run.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct VcpuStats {
+    pub exits: BTreeMap<&'static str, ExitCount>,
+    /// Time spent inside KVM_RUN.
+    pub run_ns: u64,
+    pub entries: u64,
+}
+
+impl VcpuStats {
+    pub fn record(&mut self, reason: &'static str, handled_in: Duration) {
+        let e = self.exits.entry(reason).or_default();
+        e.count += 1;
+        e.handle_ns += handled_in.as_nanos() as u64;
+    }
+}
+
+/// Whole-VM statistics.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct VmStats {
+    pub wall_ns: u64,
+    /// From the start of `perfvm run` to the guest's first console byte.
+    pub first_console_byte_ns: Option<u64>,
+    pub exits: BTreeMap<&'static str, ExitCount>,
+    pub total_exits: u64,
+    pub run_ns: u64,
+    pub entries: u64,
+    /// Accesses to ports no device claims, by port (hex string for JSON keys).
+    pub unclaimed_ports: BTreeMap<String, u64>,
+    pub console_bytes_dropped: u64,
+    /// The virtual PMU's report, when the VM has one.
+    pub pmu: Option<crate::pmu_report::PmuReport>,
+}
+
+impl VmStats {
+    pub fn merge_vcpu(&mut self, v: &VcpuStats) {
+        for (reason, c) in &v.exits {
+            let e = self.exits.entry(reason).or_default();
+            e.count += c.count;
+            e.handle_ns += c.handle_ns;
+            self.total_exits += c.count;
+        }
+        self.run_ns += v.run_ns;
+        self.entries += v.entries;
+    }
+
+    /// Human-readable table, as `--stats` prints it.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let secs = self.wall_ns as f64 / 1e9;
+        out.push_str(&format!("\n VM statistics ({:.6} s wall, {:.6} s in KVM_RUN, {} entries)\n\n", secs, self.run_ns as f64 / 1e9, self.entries));
+        out.push_str(&format!("  {:<16} {:>12} {:>14} {:>12}\n", "exit reason", "count", "handle time", "avg"));
+        for (reason, c) in &self.exits {
+            let avg = if c.count > 0 { c.handle_ns / c.count } else { 0 };
+            out.push_str(&format!("  {:<16} {:>12} {:>11.3} ms {:>9} ns\n", reason, c.count, c.handle_ns as f64 / 1e6, avg));
+        }
+        out.push_str(&format!("  {:<16} {:>12}\n", "total", self.total_exits));
+        if let Some(ns) = self.first_console_byte_ns {
+            out.push_str(&format!("\n  first console byte after {:.3} ms\n", ns as f64 / 1e6));
+        }
+        if let Some(pmu) = &self.pmu {
+            out.push_str(&pmu.render());
+        }
+        if !self.unclaimed_ports.is_empty() {
+            out.push_str("\n  unclaimed ports (reads all-ones, writes dropped):\n");
+            for (port, n) in &self.unclaimed_ports {
+                out.push_str(&format!("    {port:<8} {n:>10}\n"));
+            }
+        }
+        out
+    }
+}

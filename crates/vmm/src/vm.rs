@@ -1,0 +1,321 @@
+//! Building a VM from a configuration and running it to its end. The one place that wires
+//! KVM, memory, loader, devices and vCPU threads together.
+
+use crate::boot::{self, BootParams};
+use crate::devices::{Console, FwCfg, PioBus, SerialPort};
+use crate::exit::VmEnd;
+use crate::kick;
+use crate::kvm::{open_kvm, KvmError};
+use crate::layout::{MAX_MEM_MIB, MAX_VCPUS, MIN_MEM_MIB};
+use crate::loader::{load_kernel, BootProtocol, KernelImage, LoadError};
+use crate::backends::exact::ExactSource;
+use crate::backends::perf::{EventBudget, PerfMode, PerfSource};
+use crate::stats::VmStats;
+use crate::vcpu::{Shared, Vcpu};
+use crate::vpmu::{Backend, VcpuPmu};
+use crate::pmu_report::PmuReport;
+use kvm_bindings::{kvm_enable_cap, KVM_CAP_X86_USER_SPACE_MSR, KVM_MSR_EXIT_REASON_FILTER};
+use kvm_ioctls::{MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags};
+use pmu::{Pmu, PmuConfig, Policy};
+use serde::Serialize;
+use kvm_bindings::{kvm_mp_state, kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES, KVM_MP_STATE_RUNNABLE};
+use kvm_ioctls::{Kvm, VcpuFd, VmFd};
+use std::os::unix::thread::JoinHandleExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+/// Everything needed to build and run a VM.
+#[derive(Debug, Clone)]
+pub struct VmConfig {
+    /// Path of the kernel ELF.
+    pub kernel: PathBuf,
+    /// The kernel's name as the user gave it: the first word of the guest command line.
+    pub kernel_arg0: String,
+    pub mem_mib: u64,
+    pub vcpus: u32,
+    pub cmdline: String,
+    pub timeout: Option<Duration>,
+    /// Keep console output in memory instead of printing it.
+    pub capture_console: bool,
+    /// The virtual PMU, or None for a VM without one (CPUID 0xA reports version 0).
+    pub pmu: Option<PmuSettings>,
+}
+
+/// Which backend counts for the virtual counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// Host perf_event_open (hardware events, or a software clock without a host PMU).
+    Perf,
+    /// Single-stepping: exact instruction and branch counts.
+    Exact,
+}
+
+/// How the virtual PMU is built.
+#[derive(Debug, Clone, Copy)]
+pub struct PmuSettings {
+    pub backend: BackendKind,
+    pub policy: Policy,
+    pub gp_counters: u8,
+    /// Most host events the whole VM may hold open; None = counters x vCPUs.
+    pub max_host_events: Option<usize>,
+}
+
+impl Default for PmuSettings {
+    fn default() -> Self {
+        PmuSettings { backend: BackendKind::Perf, policy: Policy::default(), gp_counters: 4, max_host_events: None }
+    }
+}
+
+impl Default for VmConfig {
+    fn default() -> Self {
+        VmConfig {
+            kernel: PathBuf::new(),
+            kernel_arg0: String::new(),
+            mem_mib: 256,
+            vcpus: 1,
+            cmdline: String::new(),
+            timeout: None,
+            capture_console: false,
+            pmu: Some(PmuSettings::default()),
+        }
+    }
+}
+
+/// Why a VM could not be built. All are the user's input or the host, reported in one line.
+#[derive(Debug, Error)]
+pub enum VmError {
+    #[error(transparent)]
+    Kvm(#[from] KvmError),
+    #[error("guest file {path}: {reason}")]
+    GuestFile { path: String, reason: String },
+    #[error("guest file {path}: {source}")]
+    Load { path: String, source: LoadError },
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("VM setup failed: {0}")]
+    Setup(String),
+    #[error("virtual PMU: {0}")]
+    Pmu(#[from] pmu::ConfigError),
+}
+
+fn setup<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -> VmError {
+    move |e| VmError::Setup(format!("{what}: {e}"))
+}
+
+/// The result of a run.
+#[derive(Debug)]
+pub struct RunReport {
+    pub end: VmEnd,
+    pub stats: VmStats,
+    pub console: Console,
+}
+
+/// Check the configuration and the guest image without touching KVM.
+pub fn prepare(config: &VmConfig) -> Result<(KernelImage, Vec<u8>), VmError> {
+    if !(1..=MAX_VCPUS).contains(&config.vcpus) {
+        return Err(VmError::Config(format!("--vcpus must be between 1 and {MAX_VCPUS}")));
+    }
+    if !(MIN_MEM_MIB..=MAX_MEM_MIB).contains(&config.mem_mib) {
+        return Err(VmError::Config(format!("--mem must be between {MIN_MEM_MIB} and {MAX_MEM_MIB} MiB")));
+    }
+    let path = config.kernel.display().to_string();
+    let bytes = std::fs::read(&config.kernel).map_err(|e| VmError::GuestFile {
+        path: path.clone(),
+        reason: match e.kind() {
+            std::io::ErrorKind::NotFound => "no such file".into(),
+            _ => e.to_string(),
+        },
+    })?;
+    let image = load_kernel(&bytes, config.mem_mib << 20).map_err(|source| VmError::Load { path, source })?;
+    Ok((image, bytes))
+}
+
+/// A built VM, ready to run.
+#[derive(Debug)]
+pub struct Vm {
+    _kvm: Kvm,
+    _vm: Arc<VmFd>,
+    _mem: GuestMemoryMmap,
+    pmu_report: Option<PmuReport>,
+    vcpus: Vec<Vcpu>,
+    shared: Arc<Shared>,
+    ends: mpsc::Receiver<VmEnd>,
+    console: Console,
+    timeout: Option<Duration>,
+}
+
+impl Vm {
+    /// Build the VM: KVM objects, memory, image, boot data, devices, vCPUs.
+    pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
+        let (image, bytes) = prepare(config)?;
+        let kvm = open_kvm()?;
+        let vm = kvm.create_vm().map_err(setup("KVM_CREATE_VM"))?;
+        let mem_size = config.mem_mib << 20;
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), mem_size as usize)]).map_err(setup("guest memory"))?;
+        for (slot, region) in mem.iter().enumerate() {
+            let host = mem.get_host_address(region.start_addr()).map_err(setup("guest memory"))?;
+            let region = kvm_userspace_memory_region {
+                slot: slot as u32,
+                guest_phys_addr: region.start_addr().0,
+                memory_size: region.len(),
+                userspace_addr: host as u64,
+                flags: 0,
+            };
+            // SAFETY: the region maps memory owned by `mem`, which outlives the VM fd (both in Vm).
+            unsafe { vm.set_user_memory_region(region) }.map_err(setup("KVM_SET_USER_MEMORY_REGION"))?;
+        }
+        vm.set_tss_address(0xfffb_d000).map_err(setup("KVM_SET_TSS_ADDR"))?;
+        vm.create_irq_chip().map_err(setup("KVM_CREATE_IRQCHIP"))?;
+        boot::load_image(&mem, &image, &bytes).map_err(setup("loading the kernel"))?;
+
+        let cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES).map_err(setup("KVM_GET_SUPPORTED_CPUID"))?;
+        let mut fds = Vec::new();
+        for index in 0..config.vcpus {
+            fds.push(vm.create_vcpu(u64::from(index)).map_err(setup("KVM_CREATE_VCPU"))?);
+        }
+        let tsc_khz = fds[0].get_tsc_khz().map(u64::from).unwrap_or(0);
+        let long_mode = image.protocol == BootProtocol::Direct64;
+        let mut pmus = match &config.pmu {
+            Some(settings) => build_pmus(settings, config.vcpus, tsc_khz, long_mode)?,
+            None => Vec::new(),
+        };
+        if let Some(first) = pmus.first() {
+            route_pmu_msrs(&vm, first)?;
+        }
+        for (index, fd) in fds.iter().enumerate() {
+            let caps = pmus.get(index).map(|p| *p.pmu.caps());
+            setup_vcpu(fd, &cpuid, index as u32, &image, caps.as_ref())?;
+        }
+        let pmu_report = pmus.first().map(|p| PmuReport::new(config.pmu.as_ref().unwrap(), p));
+        let cmdline = if config.cmdline.is_empty() {
+            config.kernel_arg0.clone()
+        } else {
+            format!("{} {}", config.kernel_arg0, config.cmdline)
+        };
+        let params = BootParams { mem_size, cmdline, nr_vcpus: config.vcpus, tsc_khz };
+        boot::write_boot_data(&mem, image.protocol, &params).map_err(setup("writing boot data"))?;
+
+        let console = if config.capture_console { Console::capture() } else { Console::stdout() };
+        let bus = PioBus::new(SerialPort::new(console.clone()), FwCfg::new(config.vcpus as u16, mem_size));
+        let (tx, ends) = mpsc::channel();
+        let shared = Arc::new(Shared { bus: Mutex::new(bus), stop: AtomicBool::new(false), ends: Mutex::new(tx) });
+        let vm = Arc::new(vm);
+        let mut pmus = pmus.drain(..).map(Some).collect::<Vec<_>>();
+        pmus.resize_with(fds.len(), || None);
+        let vcpus = fds
+            .into_iter()
+            .zip(pmus)
+            .enumerate()
+            .map(|(i, (fd, pmu))| Vcpu {
+                index: i as u32,
+                fd,
+                shared: shared.clone(),
+                stats: Default::default(),
+                vm: vm.clone(),
+                mem: mem.clone(),
+                pmu,
+            })
+            .collect();
+        Ok(Vm { _kvm: kvm, _vm: vm, _mem: mem, pmu_report, vcpus, shared, ends, console, timeout: config.timeout })
+    }
+
+    /// Run every vCPU on its own thread until the VM ends, then stop and join them all.
+    pub fn run(mut self, started: Instant) -> RunReport {
+        kick::install_handler();
+        let mut threads = Vec::new();
+        for vcpu in self.vcpus.drain(..) {
+            let name = format!("vcpu{}", vcpu.index);
+            let handle = thread::Builder::new().name(name).spawn(move || vcpu.run()).expect("spawning a vCPU thread");
+            threads.push(handle);
+        }
+        let end = match self.timeout {
+            Some(t) => self.ends.recv_timeout(t).unwrap_or_else(|_| VmEnd::timeout(t)),
+            None => self.ends.recv().unwrap_or(VmEnd::Failed { vcpu: 0, reason: "all vCPUs exited".into() }),
+        };
+        self.shared.stop.store(true, Ordering::SeqCst);
+        // Kick until every thread has left KVM_RUN (a halted vCPU blocks there).
+        while threads.iter().any(|t| !t.is_finished()) {
+            for t in threads.iter().filter(|t| !t.is_finished()) {
+                kick::kick(t.as_pthread_t());
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        let mut stats = VmStats::default();
+        let mut pmu_report = self.pmu_report.take();
+        for t in threads {
+            let result = t.join().expect("vCPU thread panicked");
+            stats.merge_vcpu(&result.stats);
+            if let (Some(report), Some(pmu)) = (pmu_report.as_mut(), result.pmu.as_ref()) {
+                report.add_vcpu(pmu);
+            }
+        }
+        if let Some(report) = pmu_report.as_mut() {
+            report.finish();
+        }
+        stats.pmu = pmu_report;
+        stats.wall_ns = started.elapsed().as_nanos() as u64;
+        stats.first_console_byte_ns = self.console.first_byte().map(|t| (t - started).as_nanos() as u64);
+        let bus = self.shared.bus.lock().unwrap();
+        stats.unclaimed_ports = bus.unclaimed.iter().map(|(p, n)| (format!("{p:#x}"), *n)).collect();
+        stats.console_bytes_dropped = self.console.dropped();
+        drop(bus);
+        RunReport { end, stats, console: self.console }
+    }
+}
+
+/// One PMU per vCPU, sharing a per-VM cap on host events.
+fn build_pmus(settings: &PmuSettings, vcpus: u32, tsc_khz: u64, long_mode: bool) -> Result<Vec<VcpuPmu>, VmError> {
+    let per_vcpu = usize::from(settings.gp_counters) + usize::from(pmu::MAX_FIXED_COUNTERS);
+    let budget = EventBudget::new(settings.max_host_events.unwrap_or(per_vcpu * vcpus as usize));
+    let mode = PerfMode::detect(tsc_khz);
+    let config = PmuConfig { gp_counters: settings.gp_counters, policy: settings.policy, ..Default::default() };
+    (0..vcpus)
+        .map(|_| {
+            let backend = match settings.backend {
+                BackendKind::Perf => Backend::Perf(PerfSource::new(mode, budget.clone())),
+                BackendKind::Exact => Backend::Exact(ExactSource::new()),
+            };
+            Ok(VcpuPmu::new(Pmu::new(config, backend)?, long_mode))
+        })
+        .collect()
+}
+
+/// Send exactly the PMU's MSRs to user space (KVM MSR filter: a clear bit denies KVM's own
+/// handling, and with KVM_MSR_EXIT_REASON_FILTER a denied access exits to us).
+fn route_pmu_msrs(vm: &VmFd, pmu: &VcpuPmu) -> Result<(), VmError> {
+    let mut cap = kvm_enable_cap { cap: KVM_CAP_X86_USER_SPACE_MSR, ..Default::default() };
+    cap.args[0] = u64::from(KVM_MSR_EXIT_REASON_FILTER);
+    vm.enable_cap(&cap).map_err(setup("KVM_CAP_X86_USER_SPACE_MSR"))?;
+    let ranges = pmu.pmu.msr_ranges();
+    let bitmaps: Vec<Vec<u8>> = ranges.iter().map(|r| vec![0u8; r.count.div_ceil(8) as usize]).collect();
+    let filter: Vec<MsrFilterRange> = ranges
+        .iter()
+        .zip(&bitmaps)
+        .map(|(r, bitmap)| MsrFilterRange { flags: MsrFilterRangeFlags::READ | MsrFilterRangeFlags::WRITE, base: r.base.0, msr_count: r.count, bitmap })
+        .collect();
+    vm.set_msr_filter(MsrFilterDefaultAction::ALLOW, &filter).map_err(setup("KVM_X86_SET_MSR_FILTER"))?;
+    Ok(())
+}
+
+/// Give vCPU `index` its CPUID and entry state.
+fn setup_vcpu(fd: &VcpuFd, supported: &CpuId, index: u32, image: &KernelImage, pmu: Option<&pmu::PmuCaps>) -> Result<(), VmError> {
+    let cpuid = crate::cpuid::for_vcpu(supported, index, pmu);
+    fd.set_cpuid2(&cpuid).map_err(setup("KVM_SET_CPUID2"))?;
+    let mut sregs = fd.get_sregs().map_err(setup("KVM_GET_SREGS"))?;
+    boot::setup_sregs(&mut sregs, image.protocol);
+    fd.set_sregs(&sregs).map_err(setup("KVM_SET_SREGS"))?;
+    fd.set_regs(&boot::entry_regs(image.protocol, image.entry, index)).map_err(setup("KVM_SET_REGS"))?;
+    let fpu = kvm_bindings::kvm_fpu { fcw: 0x37f, mxcsr: 0x1f80, ..Default::default() };
+    fd.set_fpu(&fpu).map_err(setup("KVM_SET_FPU"))?;
+    // Direct boot starts every vCPU at the entry; multiboot APs wait for INIT/SIPI.
+    if image.protocol == BootProtocol::Direct64 && index > 0 {
+        fd.set_mp_state(kvm_mp_state { mp_state: KVM_MP_STATE_RUNNABLE }).map_err(setup("KVM_SET_MP_STATE"))?;
+    }
+    Ok(())
+}

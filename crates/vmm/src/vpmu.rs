@@ -1,0 +1,242 @@
+//! The vPMU of one vCPU, as the run loop sees it: MSR exits go to the PMU model, backend
+//! overflows become PMIs through LVTPC, and in exact mode every single-step retires one
+//! instruction into the exact backend. One straight path:
+//! MSR exit -> pmu model -> backend -> overflow -> PMI into the guest.
+
+use crate::backends::decode::{classify, InsnClass, MAX_INSN_LEN};
+use crate::backends::exact::ExactSource;
+use crate::backends::perf::PerfSource;
+use crate::kick;
+use crate::pmi::{self, PmiOutcome};
+use kvm_bindings::{kvm_guest_debug, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP};
+use kvm_ioctls::{VcpuFd, VmFd};
+use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, Initiator, MsrAccess, MsrIndex, PmcIdx, Pmu, PmuStats, RdpmcIdx};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::time::Instant;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+/// The backend of a vCPU's PMU.
+#[derive(Debug)]
+pub enum Backend {
+    Perf(PerfSource),
+    Exact(ExactSource),
+}
+
+impl Backend {
+    fn source(&mut self) -> &mut dyn CountSource {
+        match self {
+            Backend::Perf(p) => p,
+            Backend::Exact(e) => e,
+        }
+    }
+}
+
+impl CountSource for Backend {
+    fn supports(&self, event: ArchEvent) -> bool {
+        match self {
+            Backend::Perf(p) => p.supports(event),
+            Backend::Exact(e) => e.supports(event),
+        }
+    }
+    fn open(&mut self, pmc: PmcIdx, config: &HostEventConfig) -> Result<(), BackendError> {
+        self.source().open(pmc, config)
+    }
+    fn close(&mut self, pmc: PmcIdx) {
+        self.source().close(pmc)
+    }
+    fn enable(&mut self, pmc: PmcIdx) {
+        self.source().enable(pmc)
+    }
+    fn disable(&mut self, pmc: PmcIdx) {
+        self.source().disable(pmc)
+    }
+    fn read(&mut self, pmc: PmcIdx) -> u64 {
+        self.source().read(pmc)
+    }
+    fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
+        self.source().arm_overflow(pmc, after)
+    }
+}
+
+/// VMM-side vPMU telemetry of one vCPU (the model keeps its own, [`PmuStats`]).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct VpmuStats {
+    pub msr_exits: u64,
+    pub pmis_delivered: u64,
+    /// PMIs not sent because the guest's LVTPC was masked.
+    pub pmis_masked: u64,
+    /// Time spent in the VMM on PMU MSR exits and overflow handling.
+    pub handle_ns: u64,
+    /// Instructions single-stepped by the exact backend.
+    pub steps: u64,
+    pub rdpmc_emulated: u64,
+}
+
+/// A vCPU's PMU plus the run-loop state around it.
+#[derive(Debug)]
+pub struct VcpuPmu {
+    pub pmu: Pmu<Backend>,
+    pub stats: VpmuStats,
+    long_mode: bool,
+    stepping: bool,
+    /// Class of the instruction at RIP, i.e. the one the next single-step retires.
+    next_class: InsnClass,
+    /// Guest-virtual page -> guest-physical page of code seen while stepping.
+    code_pages: HashMap<u64, u64>,
+}
+
+impl VcpuPmu {
+    pub fn new(pmu: Pmu<Backend>, long_mode: bool) -> Self {
+        VcpuPmu { pmu, stats: VpmuStats::default(), long_mode, stepping: false, next_class: InsnClass::Other, code_pages: HashMap::new() }
+    }
+
+    /// Guest RDMSR of a PMU MSR: the value, or None for #GP.
+    pub fn rdmsr(&mut self, index: u32) -> Option<u64> {
+        let t = Instant::now();
+        self.stats.msr_exits += 1;
+        let r = self.pmu.get_msr(MsrIndex(index), Initiator::Guest).ok();
+        self.stats.handle_ns += t.elapsed().as_nanos() as u64;
+        r
+    }
+
+    /// Guest WRMSR of a PMU MSR: false for #GP.
+    pub fn wrmsr(&mut self, index: u32, value: u64) -> bool {
+        let t = Instant::now();
+        self.stats.msr_exits += 1;
+        let ok = self.pmu.set_msr(MsrIndex(index), value, Initiator::Guest).is_ok();
+        self.stats.handle_ns += t.elapsed().as_nanos() as u64;
+        ok
+    }
+
+    /// Before each entry: turn pending overflows into a PMI, follow the exact backend's
+    /// stepping needs, and let the reuse policy release idle events. Free while idle.
+    pub fn before_entry(&mut self, vm: &VmFd, vcpu: &VcpuFd, mem: &GuestMemoryMmap, run_ns: u64) {
+        let signaled = kick::take_pmu_signal();
+        let exact_overflow = match self.pmu.backend_mut() {
+            Backend::Exact(e) => e.take_overflow(),
+            Backend::Perf(_) => false,
+        };
+        if signaled || exact_overflow || self.pmu.pmi_pending() {
+            let t = Instant::now();
+            if self.pmu.collect_overflows() {
+                self.deliver_pmi(vm, vcpu);
+            }
+            self.stats.handle_ns += t.elapsed().as_nanos() as u64;
+        }
+        if let Backend::Exact(e) = self.pmu.backend() {
+            let wanted = e.stepping_needed();
+            if wanted != self.stepping {
+                self.set_stepping(vcpu, mem, wanted);
+            }
+        }
+        if self.pmu.is_active() {
+            self.pmu.tick(run_ns);
+        }
+    }
+
+    fn deliver_pmi(&mut self, vm: &VmFd, vcpu: &VcpuFd) {
+        match pmi::deliver(vm, vcpu) {
+            Ok(PmiOutcome::Masked) => self.stats.pmis_masked += 1,
+            Ok(_) => self.stats.pmis_delivered += 1,
+            Err(_) => self.stats.pmis_masked += 1,
+        }
+    }
+
+    fn set_stepping(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, on: bool) {
+        let control = if on { KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP } else { 0 };
+        let dbg = kvm_guest_debug { control, ..Default::default() };
+        if vcpu.set_guest_debug(&dbg).is_err() {
+            return;
+        }
+        self.stepping = on;
+        if on {
+            self.code_pages.clear();
+            if let Ok(regs) = vcpu.get_regs() {
+                self.peek(vcpu, mem, regs.rip);
+            }
+        }
+    }
+
+    /// A single-step completed at `pc`: retire the instruction that ran, look at the next
+    /// one, and emulate it now if it is RDPMC (KVM would #GP it).
+    pub fn on_step(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64) {
+        if !self.stepping {
+            return;
+        }
+        self.retire(self.next_class);
+        let mut pc = pc;
+        loop {
+            let bytes = self.peek(vcpu, mem, pc);
+            if self.next_class != InsnClass::Rdpmc {
+                return;
+            }
+            match self.emulate_rdpmc(vcpu, &bytes) {
+                Some(next) => pc = next,
+                None => return, // let the guest execute it and take the #GP
+            }
+        }
+    }
+
+    fn retire(&mut self, class: InsnClass) {
+        self.stats.steps += 1;
+        if let Backend::Exact(e) = self.pmu.backend_mut() {
+            e.retire(class);
+        }
+    }
+
+    /// Read and classify the instruction at guest-virtual `pc`.
+    fn peek(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64) -> [u8; MAX_INSN_LEN] {
+        let mut bytes = [0u8; MAX_INSN_LEN];
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            let va = pc.wrapping_add(i as u64);
+            let Some(page) = self.translate(vcpu, va & !0xfff) else { break };
+            match mem.read_obj::<u8>(GuestAddress(page | (va & 0xfff))) {
+                Ok(b) => *byte = b,
+                Err(_) => break,
+            }
+        }
+        self.next_class = classify(&bytes, self.long_mode);
+        bytes
+    }
+
+    fn translate(&mut self, vcpu: &VcpuFd, page: u64) -> Option<u64> {
+        if let Some(&pa) = self.code_pages.get(&page) {
+            return Some(pa);
+        }
+        let t = vcpu.translate_gva(page).ok()?;
+        if t.valid == 0 {
+            return None;
+        }
+        self.code_pages.insert(page, t.physical_address & !0xfff);
+        Some(t.physical_address & !0xfff)
+    }
+
+    /// Emulate RDPMC at RIP: EDX:EAX = counter ECX, RIP past it. Returns the new RIP, or
+    /// None if the access must #GP (the guest then faults on the real instruction).
+    fn emulate_rdpmc(&mut self, vcpu: &VcpuFd, bytes: &[u8]) -> Option<u64> {
+        let mut regs = vcpu.get_regs().ok()?;
+        let value = match self.pmu.rdpmc(RdpmcIdx(regs.rcx as u32)) {
+            MsrAccess::Ok(v) => v,
+            MsrAccess::Fault => return None,
+        };
+        let len = bytes.iter().position(|&b| b == 0x0f)? as u64 + 2;
+        regs.rax = value & 0xffff_ffff;
+        regs.rdx = value >> 32;
+        regs.rip += len;
+        vcpu.set_regs(&regs).ok()?;
+        self.stats.rdpmc_emulated += 1;
+        // RDPMC itself retires after reading the counter, as on hardware.
+        self.retire(InsnClass::Other);
+        Some(regs.rip)
+    }
+
+    /// The vCPU stops: fold running counters so the final counts are complete.
+    pub fn finish(&mut self) {
+        self.pmu.sched_out();
+    }
+
+    pub fn model_stats(&self) -> PmuStats {
+        self.pmu.stats()
+    }
+}

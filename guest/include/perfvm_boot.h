@@ -1,0 +1,46 @@
+/*
+ * The perfvm direct-boot protocol: the contract between the VMM (crates/vmm/src/boot.rs)
+ * and guest kernels built from guest/. Keep both sides in step.
+ *
+ * Every vCPU starts in 64-bit long mode at the ELF entry point with:
+ *   RDI = vCPU index (0 = bootstrap processor, APIC ID == index)
+ *   RSI = guest-physical address of struct perfvm_boot_info (PERFVM_BOOT_INFO_ADDR)
+ *   RSP = 0 (the guest picks its own per-vCPU stack), RFLAGS = 0x2 (interrupts off)
+ *   CS = 0x08 (64-bit code), DS/ES/SS/FS/GS = 0x10 (flat data), GDT at PERFVM_GDT_ADDR.
+ * Paging: identity map of the first 4 GiB with 2 MiB pages (covers RAM and the LAPIC
+ * at 0xFEE00000). CR0.PE|PG, CR4.PAE, EFER.LME|LMA|NXE set.
+ * Low memory below 0x100000 is RAM; the kernel image must not use 0x1000-0xFFFF.
+ */
+#ifndef PERFVM_BOOT_H
+#define PERFVM_BOOT_H
+
+#define PERFVM_GDT_ADDR        0x1000
+#define PERFVM_PML4_ADDR       0x2000
+#define PERFVM_BOOT_INFO_ADDR  0x9000
+#define PERFVM_CMDLINE_ADDR    0x9800
+#define PERFVM_CMDLINE_MAX     2048
+#define PERFVM_BOOT_MAGIC      0x4d564650u /* "PFVM" little-endian */
+#define PERFVM_BOOT_VERSION    1
+#define PERFVM_MAX_VCPUS       8
+
+#ifndef __ASSEMBLER__
+#include <stdint.h>
+struct perfvm_boot_info {
+	uint32_t magic;       /* PERFVM_BOOT_MAGIC */
+	uint32_t version;     /* PERFVM_BOOT_VERSION */
+	uint64_t mem_size;    /* bytes of RAM from guest-physical 0 */
+	uint64_t cmdline;     /* guest-physical address of the NUL-terminated command line */
+	uint32_t cmdline_len; /* bytes, without the NUL */
+	uint32_t nr_vcpus;    /* vCPUs started at the entry point */
+	uint64_t tsc_khz;     /* guest TSC frequency, 0 if unknown */
+};
+#endif
+
+/* Ports the VMM implements (QEMU-compatible where QEMU has one). */
+#define PERFVM_PORT_SERIAL     0x3f8  /* 16550 UART, 0x3f8-0x3ff */
+#define PERFVM_PORT_DEBUG_EXIT 0xf4   /* write v: VM ends with status (v << 1) | 1 */
+#define PERFVM_PORT_FW_CFG_SEL 0x510  /* 16-bit selector */
+#define PERFVM_PORT_FW_CFG_DAT 0x511  /* data bytes, little-endian */
+#define PERFVM_PORT_SHUTDOWN   0x8900 /* "Shutdown" byte by byte: VM ends with status 0 */
+
+#endif
