@@ -31,7 +31,7 @@ pub struct VmArgs {
     #[arg(long, default_value = "")]
     pub cmdline: String,
     /// Stop the guest after this many seconds.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub timeout: Option<f64>,
     #[command(flatten)]
     pub pmu: PmuArgs,

@@ -60,6 +60,9 @@ impl PmuReport {
         t.handle_ns += v.handle_ns;
         t.steps += v.steps;
         t.rdpmc_emulated += v.rdpmc_emulated;
+        for (op, time) in &v.ops {
+            t.ops.entry(*op).or_default().merge(time);
+        }
     }
 
     pub fn finish(&mut self) {

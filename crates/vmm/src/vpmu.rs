@@ -59,9 +59,79 @@ impl CountSource for Backend {
     }
 }
 
+/// Guest PMU operations whose VMM-side cost the bench compares (seed 000's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PmuOp {
+    EventselWrite,
+    FixedCtrlWrite,
+    GlobalCtrlEnable,
+    GlobalCtrlDisable,
+    CounterRead,
+    CounterWrite,
+    StatusRead,
+    OvfCtrlWrite,
+    PmiDelivery,
+    Other,
+}
+
+impl PmuOp {
+    fn of_write(index: u32, value: u64) -> PmuOp {
+        match pmu::PmuMsr::decode(MsrIndex(index)) {
+            Some(pmu::PmuMsr::EventSel(_)) => PmuOp::EventselWrite,
+            Some(pmu::PmuMsr::FixedCtrCtrl) => PmuOp::FixedCtrlWrite,
+            Some(pmu::PmuMsr::GlobalCtrl) if value == 0 => PmuOp::GlobalCtrlDisable,
+            Some(pmu::PmuMsr::GlobalCtrl) => PmuOp::GlobalCtrlEnable,
+            Some(pmu::PmuMsr::Pmc(_) | pmu::PmuMsr::FullWidthPmc(_) | pmu::PmuMsr::FixedCtr(_)) => PmuOp::CounterWrite,
+            Some(pmu::PmuMsr::GlobalOvfCtrl) => PmuOp::OvfCtrlWrite,
+            _ => PmuOp::Other,
+        }
+    }
+
+    fn of_read(index: u32) -> PmuOp {
+        match pmu::PmuMsr::decode(MsrIndex(index)) {
+            Some(pmu::PmuMsr::Pmc(_) | pmu::PmuMsr::FullWidthPmc(_) | pmu::PmuMsr::FixedCtr(_)) => PmuOp::CounterRead,
+            Some(pmu::PmuMsr::GlobalStatus) => PmuOp::StatusRead,
+            _ => PmuOp::Other,
+        }
+    }
+}
+
+/// Count, total and worst VMM time of one kind of operation.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct OpTime {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+impl OpTime {
+    pub fn add(&mut self, ns: u64) {
+        self.count += 1;
+        self.total_ns += ns;
+        self.max_ns = self.max_ns.max(ns);
+    }
+
+    pub fn merge(&mut self, other: &OpTime) {
+        self.count += other.count;
+        self.total_ns += other.total_ns;
+        self.max_ns = self.max_ns.max(other.max_ns);
+    }
+
+    pub fn mean_ns(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.total_ns as f64 / self.count as f64
+        }
+    }
+}
+
 /// VMM-side vPMU telemetry of one vCPU (the model keeps its own, [`PmuStats`]).
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct VpmuStats {
+    /// VMM time per guest PMU operation.
+    pub ops: std::collections::BTreeMap<PmuOp, OpTime>,
     pub msr_exits: u64,
     pub pmis_delivered: u64,
     /// PMIs not sent because the guest's LVTPC was masked.
@@ -94,19 +164,26 @@ impl VcpuPmu {
     /// Guest RDMSR of a PMU MSR: the value, or None for #GP.
     pub fn rdmsr(&mut self, index: u32) -> Option<u64> {
         let t = Instant::now();
-        self.stats.msr_exits += 1;
         let r = self.pmu.get_msr(MsrIndex(index), Initiator::Guest).ok();
-        self.stats.handle_ns += t.elapsed().as_nanos() as u64;
+        self.account(PmuOp::of_read(index), t);
         r
     }
 
     /// Guest WRMSR of a PMU MSR: false for #GP.
     pub fn wrmsr(&mut self, index: u32, value: u64) -> bool {
         let t = Instant::now();
-        self.stats.msr_exits += 1;
         let ok = self.pmu.set_msr(MsrIndex(index), value, Initiator::Guest).is_ok();
-        self.stats.handle_ns += t.elapsed().as_nanos() as u64;
+        self.account(PmuOp::of_write(index, value), t);
         ok
+    }
+
+    fn account(&mut self, op: PmuOp, started: Instant) {
+        let ns = started.elapsed().as_nanos() as u64;
+        if op != PmuOp::PmiDelivery {
+            self.stats.msr_exits += 1;
+        }
+        self.stats.handle_ns += ns;
+        self.stats.ops.entry(op).or_default().add(ns);
     }
 
     /// Before each entry: turn pending overflows into a PMI, follow the exact backend's
@@ -121,8 +198,10 @@ impl VcpuPmu {
             let t = Instant::now();
             if self.pmu.collect_overflows() {
                 self.deliver_pmi(vm, vcpu);
+                self.account(PmuOp::PmiDelivery, t);
+            } else {
+                self.stats.handle_ns += t.elapsed().as_nanos() as u64;
             }
-            self.stats.handle_ns += t.elapsed().as_nanos() as u64;
         }
         if let Backend::Exact(e) = self.pmu.backend() {
             let wanted = e.stepping_needed();

@@ -21,6 +21,8 @@ struct ExactCounter {
     deadline: Option<u64>,
     /// Condition of the previous step, for edge detection.
     last_condition: bool,
+    /// Enabled by the instruction now in flight (a WRMSR): that one does not count.
+    skip_inflight: bool,
 }
 
 impl ExactCounter {
@@ -89,6 +91,9 @@ impl ExactSource {
             let bit = mask.trailing_zeros() as usize;
             mask &= mask - 1;
             let c = self.counters[bit].as_mut().expect("enabled implies open");
+            if std::mem::take(&mut c.skip_inflight) {
+                continue;
+            }
             let n = c.step(class);
             if n == 0 {
                 continue;
@@ -116,7 +121,7 @@ impl CountSource for ExactSource {
         if !self.supports(config.event) {
             return Err(BackendError::Unsupported);
         }
-        let counter = ExactCounter { config: *config, enabled: false, count: 0, deadline: None, last_condition: false };
+        let counter = ExactCounter { config: *config, enabled: false, count: 0, deadline: None, last_condition: false, skip_inflight: false };
         self.counters[pmc.bit() as usize] = Some(counter);
         Ok(())
     }
@@ -126,8 +131,12 @@ impl CountSource for ExactSource {
         self.enabled_mask &= !pmc.mask();
     }
 
+    /// Enabling happens while the guest's enabling WRMSR is in flight: counting starts
+    /// with the instruction after it, so a measured region holds exactly its instructions.
     fn enable(&mut self, pmc: PmcIdx) {
-        self.slot(pmc).enabled = true;
+        let c = self.slot(pmc);
+        c.enabled = true;
+        c.skip_inflight = true;
         self.enabled_mask |= pmc.mask();
     }
 
@@ -164,6 +173,7 @@ mod tests {
         src.enable(p0);
         src.enable(p1);
         assert!(src.stepping_needed());
+        src.retire(InsnClass::Branch); // the enabling instruction itself
         for class in [InsnClass::Other, InsnClass::Branch, InsnClass::Other, InsnClass::Branch] {
             src.retire(class);
         }
@@ -179,6 +189,7 @@ mod tests {
         let p = PmcIdx::fixed(0).unwrap();
         src.open(p, &config(ArchEvent::Instructions)).unwrap();
         src.enable(p);
+        src.retire(InsnClass::Other); // the enabling instruction
         src.arm_overflow(p, Some(3));
         src.retire(InsnClass::Other);
         src.retire(InsnClass::Other);
@@ -206,6 +217,7 @@ mod tests {
         // Cycles in which fewer than 1 branch retired (cmask=1, inv).
         src.open(p, &HostEventConfig { cmask: 1, inv: true, ..config(ArchEvent::Branches) }).unwrap();
         src.enable(p);
+        src.retire(InsnClass::Other);
         for class in [InsnClass::Other, InsnClass::Branch, InsnClass::Other, InsnClass::Other] {
             src.retire(class);
         }
@@ -214,6 +226,7 @@ mod tests {
         let q = PmcIdx::gp(1).unwrap();
         src.open(q, &HostEventConfig { cmask: 1, edge: true, ..config(ArchEvent::Branches) }).unwrap();
         src.enable(q);
+        src.retire(InsnClass::Other);
         for class in [InsnClass::Branch, InsnClass::Branch, InsnClass::Other, InsnClass::Branch] {
             src.retire(class);
         }

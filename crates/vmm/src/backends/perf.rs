@@ -140,7 +140,9 @@ impl PerfSource {
                 }
             }
             PerfMode::SoftwareClock { .. } => {
-                if !matches!(config.event, ArchEvent::CoreCycles | ArchEvent::RefCycles) {
+                // A clock cannot tell privilege levels apart; perfvm guests run at CPL0, so
+                // a counter without OS counts nothing (no event) rather than wrong time.
+                if !matches!(config.event, ArchEvent::CoreCycles | ArchEvent::RefCycles) || !config.os {
                     return None;
                 }
                 attr.type_ = PERF_TYPE_SOFTWARE;

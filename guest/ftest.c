@@ -1,0 +1,157 @@
+/*
+ * ftest: the workload of the Intel vPMU paper's profiling experiment. main loops calling
+ * foo, bar, qux and random() -> random_r(), with retired-instruction shares tuned to about
+ * qux 37%, foo 15%, bar 15%, main 12%, random 10%, random_r 10% (measure with
+ * `make ftest-profile`; the numbers are in README.md). `ftest N` runs N times as long.
+ *
+ * The same source builds as a host program (FTEST_HOST) so callgrind can count it.
+ */
+#ifndef FTEST_HOST
+#include "kit.h"
+#endif
+#include <stdint.h>
+
+#define NOINLINE __attribute__((noinline))
+
+/* Round counts live in writable globals so gcc cannot fold or unroll the loops. */
+unsigned foo_rounds = 2, bar_rounds = 4, qux_rounds = 6;
+unsigned long base_iterations = 4500;
+
+/* glibc's TYPE_3 additive feedback generator: x[i] = x[i-3] + x[i-31], output >> 1. */
+#define DEG 31
+#define SEP 3
+struct random_data {
+	int32_t *fptr, *rptr, *state, *end_ptr;
+	int rand_type;
+};
+static int32_t rand_state[DEG];
+static struct random_data unsafe_state = {
+	&rand_state[SEP], &rand_state[0], rand_state, &rand_state[DEG], 3,
+};
+static int random_lock;
+unsigned long random_waiters;
+
+NOINLINE int random_r(struct random_data *buf, int32_t *result)
+{
+	if (buf == 0 || result == 0)
+		return -1;
+	int32_t *state = buf->state;
+	if (buf->rand_type == 0) { /* TYPE_0: plain LCG, as in glibc */
+		int32_t val = ((state[0] * 1103515245U) + 12345U) & 0x7fffffff;
+		state[0] = val;
+		*result = val;
+		return 0;
+	}
+	int32_t *fptr = buf->fptr, *rptr = buf->rptr, *end_ptr = buf->end_ptr;
+	uint32_t val = *fptr += (uint32_t)*rptr;
+	*result = val >> 1; /* drop the least random bit */
+	++fptr;
+	if (fptr >= end_ptr) {
+		fptr = state;
+		++rptr;
+	} else {
+		++rptr;
+		if (rptr >= end_ptr)
+			rptr = state;
+	}
+	buf->fptr = fptr;
+	buf->rptr = rptr;
+	return 0;
+}
+
+/* Like glibc's random(): take the generator lock (lock cmpxchg), step the shared state,
+ * release the lock and check for waiters (glibc would futex-wake them; we have none). */
+NOINLINE long random(void)
+{
+	int32_t retval;
+	int unlocked = 0;
+	while (!__atomic_compare_exchange_n(&random_lock, &unlocked, 1, 0, __ATOMIC_ACQUIRE,
+					    __ATOMIC_RELAXED))
+		unlocked = 0;
+	random_r(&unsafe_state, &retval);
+	if (__atomic_exchange_n(&random_lock, 0, __ATOMIC_RELEASE) > 1)
+		random_waiters++;
+	return retval;
+}
+
+/* glibc's srandom_r: Park-Miller fill, then discard 10*DEG outputs. */
+static NOINLINE void srandom_seed(uint32_t seed)
+{
+	int32_t word = seed ? (int32_t)seed : 1;
+	rand_state[0] = word;
+	for (int i = 1; i < DEG; i++) {
+		long hi = word / 127773, lo = word % 127773;
+		word = (int32_t)(16807 * lo - 2836 * hi);
+		if (word < 0)
+			word += 2147483647;
+		rand_state[i] = word;
+	}
+	unsafe_state.fptr = &rand_state[SEP];
+	unsafe_state.rptr = &rand_state[0];
+	for (int i = 0; i < 10 * DEG; i++) {
+		int32_t discard;
+		random_r(&unsafe_state, &discard);
+	}
+}
+
+/* xorshift rounds */
+NOINLINE uint32_t foo(uint32_t x)
+{
+	for (unsigned i = 0; i < foo_rounds; i++) {
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+	}
+	return x ^ (x >> 9);
+}
+
+/* multiply-rotate hash rounds */
+NOINLINE uint32_t bar(uint32_t x)
+{
+	for (unsigned i = 0; i < bar_rounds; i++) {
+		x *= 0x9e3779b1u;
+		x = (x << 15) | (x >> 17);
+		x += i;
+	}
+	return x + (x >> 11);
+}
+
+/* the hot spot: a small table-driven mixing loop */
+static uint32_t qux_table[16] = {
+	0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0,
+	0x082efa98, 0xec4e6c89, 0x452821e6, 0x38d01377, 0xbe5466cf, 0x34e90c6c,
+	0xc0ac29b7, 0xc97c50dd, 0x3f84d5b5, 0xb5470917,
+};
+
+NOINLINE uint32_t qux(uint32_t x)
+{
+	uint32_t acc = x;
+	for (unsigned i = 0; i < qux_rounds; i++) {
+		uint32_t t = qux_table[(acc + i) & 15];
+		acc = (acc ^ t) + (t >> 3);
+		qux_table[i & 15] ^= acc & 0xff;
+	}
+	return acc;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned long n = base_iterations;
+	if (argc > 1)
+		n *= strtoul(argv[1], 0, 0);
+	srandom_seed(1);
+	uint32_t sum = 0x811c9dc5u;
+	for (unsigned long i = 0; i < n; i++) {
+		uint32_t r = (uint32_t)random();
+		uint32_t a = foo(r);
+		uint32_t b = bar(r ^ a);
+		uint32_t c = qux(a + b);
+		/* main's own share: FNV-style folding of the results */
+		sum = (sum ^ a) * 0x01000193u;
+		sum = (sum ^ (b >> 3)) * 0x01000193u;
+		sum += c ^ (uint32_t)i;
+		sum ^= (sum >> 11) + (r & 0xffff);
+	}
+	printf("ftest: iterations=%lu checksum=%08x\n", n, sum);
+	return 0;
+}

@@ -1,0 +1,94 @@
+/* Inline wrappers for the privileged and port-IO instructions the kit and guests use. */
+#ifndef KIT_X86_H
+#define KIT_X86_H
+#include <stdint.h>
+
+static inline uint64_t rdmsr(uint32_t msr)
+{
+	uint32_t lo, hi;
+	asm volatile("rdmsr" : "=a"(lo), "=d"(hi) : "c"(msr));
+	return lo | (uint64_t)hi << 32;
+}
+
+static inline void wrmsr(uint32_t msr, uint64_t val)
+{
+	asm volatile("wrmsr" : : "c"(msr), "a"((uint32_t)val), "d"((uint32_t)(val >> 32)) : "memory");
+}
+
+/* Raw rdpmc: #GP if the counter index is bad or CR4.PCE/CPL forbid it (see rdpmc_safe). */
+static inline uint64_t rdpmc(uint32_t counter)
+{
+	uint32_t lo, hi;
+	asm volatile("rdpmc" : "=a"(lo), "=d"(hi) : "c"(counter));
+	return lo | (uint64_t)hi << 32;
+}
+
+struct cpuid_regs { uint32_t eax, ebx, ecx, edx; };
+
+static inline struct cpuid_regs cpuid_count(uint32_t leaf, uint32_t subleaf)
+{
+	struct cpuid_regs r;
+	asm volatile("cpuid" : "=a"(r.eax), "=b"(r.ebx), "=c"(r.ecx), "=d"(r.edx) : "a"(leaf), "c"(subleaf));
+	return r;
+}
+
+static inline struct cpuid_regs cpuid(uint32_t leaf) { return cpuid_count(leaf, 0); }
+
+static inline uint64_t rdtsc(void)
+{
+	uint32_t lo, hi;
+	asm volatile("rdtsc" : "=a"(lo), "=d"(hi));
+	return lo | (uint64_t)hi << 32;
+}
+
+static inline void outb(uint16_t port, uint8_t v) { asm volatile("outb %0, %1" : : "a"(v), "Nd"(port)); }
+static inline void outw(uint16_t port, uint16_t v) { asm volatile("outw %0, %1" : : "a"(v), "Nd"(port)); }
+static inline void outl(uint16_t port, uint32_t v) { asm volatile("outl %0, %1" : : "a"(v), "Nd"(port)); }
+
+static inline uint8_t inb(uint16_t port)
+{
+	uint8_t v;
+	asm volatile("inb %1, %0" : "=a"(v) : "Nd"(port));
+	return v;
+}
+
+static inline uint16_t inw(uint16_t port)
+{
+	uint16_t v;
+	asm volatile("inw %1, %0" : "=a"(v) : "Nd"(port));
+	return v;
+}
+
+static inline uint32_t inl(uint16_t port)
+{
+	uint32_t v;
+	asm volatile("inl %1, %0" : "=a"(v) : "Nd"(port));
+	return v;
+}
+
+static inline void hlt(void) { asm volatile("hlt" : : : "memory"); }
+static inline void cli(void) { asm volatile("cli" : : : "memory"); }
+static inline void sti(void) { asm volatile("sti" : : : "memory"); }
+/* sti takes effect after the next instruction, so no interrupt slips in before hlt. */
+static inline void safe_halt(void) { asm volatile("sti; hlt" : : : "memory"); }
+static inline void pause(void) { asm volatile("pause" : : : "memory"); }
+static inline void barrier(void) { asm volatile("" : : : "memory"); }
+
+static inline uint64_t read_rflags(void)
+{
+	uint64_t f;
+	asm volatile("pushfq; popq %0" : "=r"(f));
+	return f;
+}
+
+#define DEFINE_READ_CR(n) \
+	static inline uint64_t read_cr##n(void) { uint64_t v; asm volatile("mov %%cr" #n ", %0" : "=r"(v)); return v; }
+DEFINE_READ_CR(0)
+DEFINE_READ_CR(2)
+DEFINE_READ_CR(3)
+DEFINE_READ_CR(4)
+#undef DEFINE_READ_CR
+
+static inline void write_cr4(uint64_t v) { asm volatile("mov %0, %%cr4" : : "r"(v) : "memory"); }
+
+#endif

@@ -1,0 +1,76 @@
+/* kit_start: per-vCPU C entry. vCPU 0 sets up the shared state and runs main(argc, argv);
+ * the others wait for that and run ap_main(idx). */
+#include "kit.h"
+
+struct perfvm_boot_info *boot_info;
+unsigned nr_vcpus = 1;
+uint64_t mem_size;
+uint64_t tsc_khz;
+
+#define MAX_ARGS 64
+static char cmdline[PERFVM_CMDLINE_MAX];
+static char *argv[MAX_ARGS + 1];
+static volatile int kit_ready;
+
+__attribute__((weak)) void ap_main(unsigned idx)
+{
+	(void)idx;
+	for (;;) {
+		cli();
+		hlt();
+	}
+}
+
+/* Split the command line in place on blanks; argv[0] is the guest's name, as in QEMU. */
+static int parse_cmdline(const char *src, uint32_t len)
+{
+	int argc = 0;
+	if (len >= sizeof(cmdline))
+		len = sizeof(cmdline) - 1;
+	memcpy(cmdline, src, len);
+	cmdline[len] = 0;
+	for (char *p = cmdline; *p && argc < MAX_ARGS;) {
+		while (*p == ' ' || *p == '\t')
+			*p++ = 0;
+		if (!*p)
+			break;
+		argv[argc++] = p;
+		while (*p && *p != ' ' && *p != '\t')
+			p++;
+	}
+	argv[argc] = 0;
+	return argc;
+}
+
+void kit_start(unsigned idx, struct perfvm_boot_info *bi) __attribute__((noreturn));
+void kit_start(unsigned idx, struct perfvm_boot_info *bi)
+{
+	if (idx != 0) {
+		while (!__atomic_load_n(&kit_ready, __ATOMIC_ACQUIRE))
+			pause();
+		idt_load();
+		ap_main(idx);
+		for (;;) {
+			cli();
+			hlt();
+		}
+	}
+
+	serial_init();
+	idt_init();
+	idt_load();
+	int argc = 0;
+	if (bi && bi->magic == PERFVM_BOOT_MAGIC) {
+		boot_info = bi;
+		nr_vcpus = bi->nr_vcpus ? bi->nr_vcpus : 1;
+		mem_size = bi->mem_size;
+		tsc_khz = bi->tsc_khz;
+		if (bi->cmdline)
+			argc = parse_cmdline((const char *)(uintptr_t)bi->cmdline, bi->cmdline_len);
+	} else {
+		printf("kit: bad boot info at %p (magic %x), using defaults\n", (void *)bi,
+		       bi ? bi->magic : 0);
+	}
+	__atomic_store_n(&kit_ready, 1, __ATOMIC_RELEASE);
+	exit(main(argc, argv));
+}

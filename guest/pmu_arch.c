@@ -1,0 +1,445 @@
+/*
+ * pmu_arch: conformance of the virtual PMU to Intel architectural perfmon v2, checked from
+ * inside the guest (in the manner of kvm-unit-tests x86/pmu.c). Counts are exact only when
+ * the command line says "exact" (perfvm --backend exact); elsewhere they are ranges.
+ * Events the PMU does not advertise (CPUID.0AH:EBX) are skipped with a reason.
+ */
+#include "kit.h"
+#include "pmu.h"
+
+#define LOOP_N 1000u
+/* Between the enabling and disabling WRMSR of measure(): 2n + 4 instructions, n branches. */
+#define LOOP_INSNS(n) (2ull * (n) + 4)
+
+static struct pmu_caps caps;
+static int exact;
+
+/* Enable `mask` in GLOBAL_CTRL, run a known loop, disable; the WRMSRs are not counted. */
+static void measure(uint64_t mask, uint32_t n)
+{
+	uint32_t ecx = MSR_IA32_PERF_GLOBAL_CTRL, eax = (uint32_t)mask, edx = (uint32_t)(mask >> 32);
+	asm volatile("wrmsr\n\t"
+		     "mov %[n], %%esi\n\t"
+		     "1: dec %%esi\n\t"
+		     "jnz 1b\n\t"
+		     "mov $0x38f, %%ecx\n\t"
+		     "xor %%eax, %%eax\n\t"
+		     "xor %%edx, %%edx\n\t"
+		     "wrmsr\n\t"
+		     : "+c"(ecx), "+a"(eax), "+d"(edx)
+		     : [n] "r"(n)
+		     : "esi", "memory");
+}
+
+static int counts(enum arch_event ev)
+{
+	return pmu_event_available(&caps, ev);
+}
+
+/* Expected count of `ev` over measure(n) in exact mode (cycles are a 1-per-instruction clock). */
+static uint64_t exact_count(enum arch_event ev, uint32_t n)
+{
+	return ev == EV_BRANCHES ? n : LOOP_INSNS(n);
+}
+
+static void check_count(const char *what, enum arch_event ev, uint64_t got)
+{
+	if (exact)
+		report(got == exact_count(ev, LOOP_N), "%s %s = %llu (expect %llu)", what, arch_events[ev].name,
+		       (unsigned long long)got, (unsigned long long)exact_count(ev, LOOP_N));
+	else
+		report(got > 0 && got < (1ull << 47), "%s %s = %llu (in range)", what, arch_events[ev].name,
+		       (unsigned long long)got);
+}
+
+static void check_cpuid(void)
+{
+	report_prefix_push("cpuid");
+	report(caps.version == 2, "architectural perfmon version %u", caps.version);
+	report(caps.gp_counters >= 1 && caps.gp_counters <= 8, "%u GP counters", caps.gp_counters);
+	report(caps.gp_width == 48, "GP counter width %u", caps.gp_width);
+	report(caps.ebx_len == 7, "event vector length %u", caps.ebx_len);
+	report(caps.fixed_counters == 0 || caps.fixed_width == 48, "%u fixed counters, width %u",
+	       caps.fixed_counters, caps.fixed_width);
+	for (int ev = 0; ev < NR_ARCH_EVENTS; ev++)
+		report_info("%-16s %s", arch_events[ev].name, counts(ev) ? "available" : "not available");
+	report(!!(cpuid(1).ecx & CPUID_1_ECX_PDCM) == !!caps.perf_capabilities,
+	       "PDCM consistent with PERF_CAPABILITIES %#llx", (unsigned long long)caps.perf_capabilities);
+	report_prefix_pop();
+}
+
+static enum arch_event const measured_events[] = { EV_INSTRUCTIONS, EV_BRANCHES, EV_CYCLES };
+
+static void check_gp_counters(void)
+{
+	report_prefix_push("gp");
+	for (unsigned k = 0; k < sizeof(measured_events) / sizeof(measured_events[0]); k++) {
+		enum arch_event ev = measured_events[k];
+		if (!counts(ev)) {
+			report_skip("%s: not available on this backend", arch_events[ev].name);
+			continue;
+		}
+		for (unsigned i = 0; i < caps.gp_counters; i++) {
+			char what[16];
+			pmu_reset(&caps);
+			wrmsr(MSR_IA32_PERFEVTSEL0 + i, evtsel(ev, EVTSEL_OS | EVTSEL_EN));
+			measure(1ull << i, LOOP_N);
+			snprintf(what, sizeof(what), "PMC%u", i);
+			check_count(what, ev, rdmsr(MSR_IA32_PMC0 + i));
+		}
+	}
+	report_prefix_pop();
+}
+
+static void check_fixed_counters(void)
+{
+	static enum arch_event const fixed_event[] = { EV_INSTRUCTIONS, EV_CYCLES, EV_REF_CYCLES };
+	report_prefix_push("fixed");
+	if (!caps.fixed_counters)
+		report_skip("no fixed counters advertised (backend cannot count instructions)");
+	for (unsigned j = 0; j < caps.fixed_counters; j++) {
+		char what[16];
+		pmu_reset(&caps);
+		wrmsr(MSR_IA32_FIXED_CTR_CTRL, FIXED_CTRL(j, FIXED_OS));
+		measure(GLOBAL_FIXED(j), LOOP_N);
+		snprintf(what, sizeof(what), "FIXED%u", j);
+		check_count(what, fixed_event[j], rdmsr(MSR_IA32_FIXED_CTR0 + j));
+	}
+	report_prefix_pop();
+}
+
+static void check_all_at_once(void)
+{
+	enum arch_event ev = counts(EV_INSTRUCTIONS) ? EV_INSTRUCTIONS : EV_CYCLES;
+	uint64_t mask = 0, ctrl = 0;
+	int ok = 1;
+	report_prefix_push("all-at-once");
+	if (!counts(ev)) {
+		report_skip("neither instructions nor cycles available");
+		report_prefix_pop();
+		return;
+	}
+	pmu_reset(&caps);
+	for (unsigned i = 0; i < caps.gp_counters; i++) {
+		wrmsr(MSR_IA32_PERFEVTSEL0 + i, evtsel(ev, EVTSEL_OS | EVTSEL_EN));
+		mask |= 1ull << i;
+	}
+	for (unsigned j = 0; j < caps.fixed_counters; j++) {
+		ctrl |= FIXED_CTRL(j, FIXED_OS);
+		mask |= GLOBAL_FIXED(j);
+	}
+	if (caps.fixed_counters)
+		wrmsr(MSR_IA32_FIXED_CTR_CTRL, ctrl);
+	measure(mask, LOOP_N);
+	for (unsigned i = 0; i < caps.gp_counters; i++) {
+		uint64_t v = rdmsr(MSR_IA32_PMC0 + i);
+		ok &= exact ? v == exact_count(ev, LOOP_N) : v > 0;
+	}
+	for (unsigned j = 0; j < caps.fixed_counters; j++) {
+		uint64_t v = rdmsr(MSR_IA32_FIXED_CTR0 + j);
+		ok &= exact ? v == LOOP_INSNS(LOOP_N) : v > 0;
+	}
+	report(ok, "%u GP + %u fixed counters together", caps.gp_counters, caps.fixed_counters);
+	report_prefix_pop();
+}
+
+static void check_gating(void)
+{
+	enum arch_event ev = counts(EV_INSTRUCTIONS) ? EV_INSTRUCTIONS : EV_CYCLES;
+	report_prefix_push("gating");
+	pmu_reset(&caps);
+	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS | EVTSEL_EN));
+	measure(0, LOOP_N);
+	report(rdmsr(MSR_IA32_PMC0) == 0, "EN set, GLOBAL_CTRL clear: no count");
+	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS));
+	measure(1, LOOP_N);
+	report(rdmsr(MSR_IA32_PMC0) == 0, "GLOBAL_CTRL set, EN clear: no count");
+	if (caps.fixed_counters) {
+		wrmsr(MSR_IA32_FIXED_CTR_CTRL, 0);
+		measure(GLOBAL_FIXED(0), LOOP_N);
+		report(rdmsr(MSR_IA32_FIXED_CTR0) == 0, "fixed ctrl clear: no count");
+	}
+	/* A running counter stops when its GLOBAL_CTRL bit clears, and keeps its value. */
+	if (counts(ev)) {
+		wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS | EVTSEL_EN));
+		measure(1, LOOP_N);
+		uint64_t a = rdmsr(MSR_IA32_PMC0);
+		measure(0, LOOP_N);
+		report(a > 0 && rdmsr(MSR_IA32_PMC0) == a, "value kept while stopped (%llu)", (unsigned long long)a);
+	}
+	report_prefix_pop();
+}
+
+static void check_os_usr(void)
+{
+	enum arch_event ev = counts(EV_INSTRUCTIONS) ? EV_INSTRUCTIONS : EV_CYCLES;
+	report_prefix_push("os/usr");
+	if (!counts(ev)) {
+		report_skip("nothing to count");
+		report_prefix_pop();
+		return;
+	}
+	pmu_reset(&caps);
+	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_USR | EVTSEL_EN));
+	measure(1, LOOP_N);
+	report(rdmsr(MSR_IA32_PMC0) == 0, "USR only: nothing counted at CPL0");
+	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS | EVTSEL_EN));
+	measure(1, LOOP_N);
+	report(rdmsr(MSR_IA32_PMC0) > 0, "OS only: counted at CPL0");
+	report_prefix_pop();
+}
+
+static void check_write_width(void)
+{
+	report_prefix_push("width");
+	pmu_reset(&caps);
+	wrmsr(MSR_IA32_PMC0, 0x80000000ull);
+	report(rdmsr(MSR_IA32_PMC0) == 0xffff80000000ull, "legacy write sign-extends bit 31");
+	wrmsr(MSR_IA32_PMC0, 0x123456789ull);
+	report(rdmsr(MSR_IA32_PMC0) == 0x23456789ull, "legacy write keeps 32 bits");
+	if (caps.perf_capabilities & PERF_CAP_FW_WRITE) {
+		wrmsr(MSR_IA32_A_PMC0, 0x123456789ull);
+		report(rdmsr(MSR_IA32_PMC0) == 0x123456789ull, "full-width write keeps 48 bits");
+		report(rdmsr(MSR_IA32_A_PMC0) == 0x123456789ull, "full-width alias reads the same");
+		report(wrmsr_safe(MSR_IA32_A_PMC0, 1ull << 48) < 0, "full-width write past 48 bits: #GP");
+	} else {
+		report_skip("full-width writes not advertised");
+	}
+	if (caps.fixed_counters) {
+		wrmsr(MSR_IA32_FIXED_CTR0, 0xfff123456789ull);
+		report(rdmsr(MSR_IA32_FIXED_CTR0) == 0xfff123456789ull, "fixed counter write keeps 48 bits");
+		wrmsr(MSR_IA32_FIXED_CTR0, 0x1fff123456789ull);
+		report(rdmsr(MSR_IA32_FIXED_CTR0) == 0xfff123456789ull, "fixed counter write drops bits above 48");
+	}
+	pmu_reset(&caps);
+	report_prefix_pop();
+}
+
+static void check_reserved(void)
+{
+	uint64_t v;
+	report_prefix_push("#GP");
+	report(wrmsr_safe(MSR_IA32_PERFEVTSEL0, EVTSEL_ANY) < 0, "EVENTSEL ANY bit (reserved in v2)");
+	report(wrmsr_safe(MSR_IA32_PERFEVTSEL0, 1ull << 32) < 0, "EVENTSEL bit 32");
+	report(wrmsr_safe(MSR_IA32_PERF_GLOBAL_STATUS, 1) < 0, "GLOBAL_STATUS write");
+	report(wrmsr_safe(MSR_IA32_PERF_GLOBAL_OVF_CTRL, 1ull << 31) < 0, "OVF_CTRL bit 31");
+	report(wrmsr_safe(MSR_IA32_PERF_GLOBAL_CTRL, 1ull << (32 + caps.fixed_counters)) < 0,
+	       "GLOBAL_CTRL bit of an absent fixed counter");
+	if (caps.gp_counters < 8) {
+		report(wrmsr_safe(MSR_IA32_PERF_GLOBAL_CTRL, 1ull << caps.gp_counters) < 0,
+		       "GLOBAL_CTRL bit of an absent GP counter");
+		report(rdmsr_safe(MSR_IA32_PMC0 + caps.gp_counters, &v) < 0, "read of absent PMC%u", caps.gp_counters);
+		report(wrmsr_safe(MSR_IA32_PERFEVTSEL0 + caps.gp_counters, 0) < 0, "write of absent EVENTSEL%u",
+		       caps.gp_counters);
+	}
+	report(rdmsr_safe(MSR_IA32_FIXED_CTR0 + caps.fixed_counters, &v) < 0, "read of absent FIXED_CTR%u",
+	       caps.fixed_counters);
+	if (caps.fixed_counters) {
+		report(wrmsr_safe(MSR_IA32_FIXED_CTR_CTRL, FIXED_ANY) < 0, "FIXED_CTR_CTRL ANY bit");
+		if (caps.fixed_counters < 3)
+			report(wrmsr_safe(MSR_IA32_FIXED_CTR_CTRL, FIXED_CTRL(caps.fixed_counters, FIXED_OS)) < 0,
+			       "FIXED_CTR_CTRL field of an absent counter");
+	} else {
+		report(wrmsr_safe(MSR_IA32_FIXED_CTR_CTRL, FIXED_CTRL(0, FIXED_OS)) < 0,
+		       "FIXED_CTR_CTRL with no fixed counters");
+	}
+	report(wrmsr_safe(MSR_IA32_PERF_CAPABILITIES, 0) < 0, "PERF_CAPABILITIES is read-only");
+	report(rdpmc_safe(caps.gp_counters, &v) < 0, "RDPMC of an absent counter");
+	report_prefix_pop();
+}
+
+/* Enable `mask` in GLOBAL_CTRL and RDPMC `counter` right after: one instruction between. */
+static uint64_t rdpmc_after_enable(uint64_t mask, uint32_t counter)
+{
+	uint32_t ecx = MSR_IA32_PERF_GLOBAL_CTRL, eax = (uint32_t)mask, edx = (uint32_t)(mask >> 32);
+	asm volatile("wrmsr\n\t"
+		     "mov %[ctr], %%ecx\n\t"
+		     "rdpmc\n\t"
+		     : "+c"(ecx), "+a"(eax), "+d"(edx)
+		     : [ctr] "r"(counter)
+		     : "memory");
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	return (uint64_t)edx << 32 | eax;
+}
+
+/*
+ * RDPMC is handled inside KVM on this host and #GPs; the exact backend emulates it while it
+ * single-steps, i.e. while a counter counts (self-monitoring reads running counters).
+ */
+static void check_rdpmc(void)
+{
+	uint64_t v;
+	report_prefix_push("rdpmc");
+	pmu_reset(&caps);
+	if (!exact) {
+		wrmsr(MSR_IA32_PMC0, 0x12345);
+		report(rdpmc_safe(0, &v) < 0, "RDPMC #GPs outside exact mode (KVM handles it; read counters with RDMSR)");
+		pmu_reset(&caps);
+		report_prefix_pop();
+		return;
+	}
+	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(EV_INSTRUCTIONS, EVTSEL_OS | EVTSEL_EN));
+	wrmsr(MSR_IA32_PMC0, 0x12345);
+	v = rdpmc_after_enable(1, 0);
+	report(v == 0x12346, "RDPMC 0 of a running counter = %#llx (expect 0x12346)", (unsigned long long)v);
+	wrmsr(MSR_IA32_A_PMC0, 0x123400000005ull);
+	v = rdpmc_after_enable(1, 0x80000000u);
+	report(v == 0x6, "fast RDPMC 0 returns the low 32 bits = %#llx", (unsigned long long)v);
+	if (caps.fixed_counters) {
+		wrmsr(MSR_IA32_FIXED_CTR_CTRL, FIXED_CTRL(0, FIXED_OS));
+		wrmsr(MSR_IA32_FIXED_CTR0, 0xabcdef123ull);
+		v = rdpmc_after_enable(GLOBAL_FIXED(0), 1u << 30);
+		report(v == 0xabcdef124ull, "RDPMC fixed 0 = %#llx (expect 0xabcdef124)", (unsigned long long)v);
+	}
+	pmu_reset(&caps);
+	report_prefix_pop();
+}
+
+/* What the PMI handlers saw. */
+static volatile unsigned pmis;
+static volatile uint64_t pmi_status, pmi_lvtpc, pmi_rip;
+
+void nmi_handler(struct trap_frame *f)
+{
+	pmi_status = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
+	pmi_lvtpc = lapic_get_lvtpc();
+	pmi_rip = f->rip;
+	pmis++;
+}
+
+static void pmi_vector_handler(struct trap_frame *f)
+{
+	nmi_handler(f);
+}
+
+/* Preset PMC0 to -period with INT, enable, and spin until a PMI arrives (bounded). */
+static void check_overflow(const char *how, uint32_t lvtpc)
+{
+	enum arch_event ev = counts(EV_INSTRUCTIONS) ? EV_INSTRUCTIONS : EV_CYCLES;
+	uint64_t period = ev == EV_INSTRUCTIONS ? 500 : (tsc_khz ? tsc_khz : 1000000); /* ~1 ms of cycles */
+	report_prefix_push(how);
+	if (!counts(ev)) {
+		report_skip("nothing to count");
+		report_prefix_pop();
+		return;
+	}
+	pmu_reset(&caps);
+	lapic_set_lvtpc(lvtpc);
+	pmis = 0;
+	pmi_status = 0;
+	wrmsr(MSR_IA32_PMC0, (-period) & 0xffffffffull); /* sign-extends to 48 bits */
+	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS | EVTSEL_INT | EVTSEL_EN));
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
+	for (unsigned long spin = 0; spin < 2000000 && !pmis; spin++)
+		barrier();
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	report(pmis == 1, "one PMI delivered (%u)", pmis);
+	report(pmi_status & 1, "GLOBAL_STATUS bit 0 set in the handler (%#llx)", (unsigned long long)pmi_status);
+	report(pmi_lvtpc & LVT_MASKED, "LVTPC masked when the PMI arrived (%#llx)", (unsigned long long)pmi_lvtpc);
+	report(rdmsr(MSR_IA32_PMC0) < period * 1000, "counter wrapped (%llu)", (unsigned long long)rdmsr(MSR_IA32_PMC0));
+	wrmsr(MSR_IA32_PERF_GLOBAL_OVF_CTRL, 1);
+	report(!(rdmsr(MSR_IA32_PERF_GLOBAL_STATUS) & 1), "OVF_CTRL clears the status bit");
+	pmu_reset(&caps);
+	lapic_set_lvtpc(LVT_MASKED);
+	report_prefix_pop();
+}
+
+extern char pmi_loop_top[], pmi_loop_jnz[];
+
+/* Enable PMC0 and run a short loop with labelled instructions (emitted once: noinline). */
+static __attribute__((noinline)) void pmi_rip_region(void)
+{
+	uint32_t ecx = MSR_IA32_PERF_GLOBAL_CTRL, eax = 1, edx = 0;
+	/* Instructions after the enabling WRMSR: mov(1) dec(2) jnz(3) dec(4) ... */
+	asm volatile("wrmsr\n\t"
+		     "mov $20, %%esi\n\t"
+		     ".globl pmi_loop_top\n"
+		     "pmi_loop_top: dec %%esi\n\t"
+		     ".globl pmi_loop_jnz\n"
+		     "pmi_loop_jnz: jnz pmi_loop_top\n\t"
+		     "xor %%eax, %%eax\n\t"
+		     "wrmsr\n\t"
+		     : "+c"(ecx), "+a"(eax), "+d"(edx) : : "esi", "memory");
+}
+
+/* Exact mode: a PMI after k instructions lands on the next instruction boundary exactly. */
+static void check_pmi_exact_rip(void)
+{
+	static const struct { uint64_t k; const char *where; } cases[] = { { 7, "loop top" }, { 8, "jnz" } };
+	report_prefix_push("pmi-rip");
+	if (!exact) {
+		report_skip("exact PMI placement needs the exact backend");
+		report_prefix_pop();
+		return;
+	}
+	for (unsigned c = 0; c < 2; c++) {
+		pmu_reset(&caps);
+		lapic_set_lvtpc(LVT_NMI);
+		pmis = 0;
+		wrmsr(MSR_IA32_PMC0, (-cases[c].k) & 0xffffffffull);
+		wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(EV_INSTRUCTIONS, EVTSEL_OS | EVTSEL_INT | EVTSEL_EN));
+		pmi_rip_region();
+		const char *expect = c == 0 ? pmi_loop_top : pmi_loop_jnz;
+		report(pmis == 1 && pmi_rip == (uint64_t)expect, "PMI after %llu instructions at %s (rip %#llx, expect %p)",
+		       (unsigned long long)cases[c].k, cases[c].where, (unsigned long long)pmi_rip, expect);
+	}
+	pmu_reset(&caps);
+	lapic_set_lvtpc(LVT_MASKED);
+	report_prefix_pop();
+}
+
+static void check_running_write(void)
+{
+	enum arch_event ev = counts(EV_INSTRUCTIONS) ? EV_INSTRUCTIONS : EV_CYCLES;
+	report_prefix_push("running-write");
+	if (!counts(ev)) {
+		report_skip("nothing to count");
+		report_prefix_pop();
+		return;
+	}
+	pmu_reset(&caps);
+	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS | EVTSEL_EN));
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
+	wrmsr(MSR_IA32_PMC0, 1000000);
+	measure(1, LOOP_N);
+	uint64_t v = rdmsr(MSR_IA32_PMC0);
+	if (exact)
+		/* 2 instructions after the write (the GLOBAL_CTRL wrmsr's setup) precede measure(). */
+		report(v >= 1000000 + LOOP_INSNS(LOOP_N) && v < 1000000 + LOOP_INSNS(LOOP_N) + 64,
+		       "counting continues from the written value (%llu)", (unsigned long long)v);
+	else
+		report(v > 1000000, "counting continues from the written value (%llu)", (unsigned long long)v);
+	pmu_reset(&caps);
+	report_prefix_pop();
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "exact"))
+			exact = 1;
+	pmu_probe(&caps);
+	if (caps.version < 2) {
+		report_skip("no architectural PMU (CPUID.0AH version %u)", caps.version);
+		return report_summary();
+	}
+	lapic_enable();
+	set_irq_handler(0xf0, pmi_vector_handler);
+	printf("pmu_arch: %s counts\n", exact ? "exact" : "ranged");
+	check_cpuid();
+	check_gp_counters();
+	check_fixed_counters();
+	check_all_at_once();
+	check_gating();
+	check_os_usr();
+	check_write_width();
+	check_reserved();
+	check_rdpmc();
+	check_overflow("overflow-nmi", LVT_NMI);
+	sti();
+	check_overflow("overflow-vector", 0xf0);
+	cli();
+	check_pmi_exact_rip();
+	check_running_write();
+	return report_summary();
+}

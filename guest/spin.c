@@ -1,0 +1,10 @@
+/* spin: never ends on its own, with interrupts off (for the VMM's --timeout). */
+#include "kit.h"
+
+int main(int argc, char **argv)
+{
+	puts("spinning");
+	cli();
+	for (;;)
+		pause();
+}

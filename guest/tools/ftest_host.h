@@ -1,0 +1,5 @@
+/* Host shim for `make ftest-profile`: ftest.c is built as an ordinary Linux program, so
+ * it takes printf/strtoul from the host libc instead of the kit. Declared by hand because
+ * the libc headers would also declare random()/random_r(), which ftest defines itself. */
+int printf(const char *fmt, ...);
+unsigned long strtoul(const char *s, char **end, int base);
