@@ -14,6 +14,23 @@ pub struct Cli {
 pub enum Command {
     /// Boot a guest kernel and run it to its end.
     Run(RunArgs),
+    /// Reproduce the seed documents' measurements, legacy vs ours in one run.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Suites to run (default: all).
+    pub suites: Vec<String>,
+    /// Fewer repetitions and smaller guests.
+    #[arg(long)]
+    pub quick: bool,
+    /// Repetitions per configuration.
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+    /// Print results as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options shared by every command that boots a guest.

@@ -1,6 +1,8 @@
 //! The `perfvm` command line.
 
+mod bench;
 mod cli;
+mod format;
 mod guests;
 mod run;
 
@@ -38,6 +40,7 @@ fn main() {
     };
     let result = match cli.command {
         cli::Command::Run(args) => run::run(args, started),
+        cli::Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,0 +1,87 @@
+//! `perfvm bench`: the seed documents' tables, reproduced as ratios inside one run. Each
+//! suite boots its guests in this process, legacy and ours alternately, several times, and
+//! reports medians with their spread.
+
+mod pmu_ops;
+mod stats;
+
+use crate::cli::BenchArgs;
+use crate::guests;
+use crate::Failure;
+use serde_json::{json, Value};
+use std::time::Instant;
+use vmm::vm::PmuSettings;
+use vmm::{RunReport, Vm, VmConfig};
+
+
+/// The suites, in the order `perfvm bench` runs them.
+pub const SUITES: &[&str] = &["pmu-ops"];
+
+/// Boot `guest` with `cmdline` and the given PMU, console captured; the run must succeed.
+pub fn run_guest(guest: &str, cmdline: &str, pmu: Option<PmuSettings>) -> Result<RunReport, Failure> {
+    let config = VmConfig {
+        kernel: guests::resolve(guest),
+        kernel_arg0: guest.to_owned(),
+        cmdline: cmdline.to_owned(),
+        capture_console: true,
+        timeout: Some(std::time::Duration::from_secs(600)),
+        pmu,
+        ..Default::default()
+    };
+    let vm = Vm::build(&config).map_err(|e| Failure::usage(e.to_string()))?;
+    let report = vm.run(Instant::now());
+    if report.end.exit_code() != 0 {
+        let console = String::from_utf8_lossy(&report.console.captured()).into_owned();
+        return Err(Failure { code: 1, message: format!("bench guest {guest} failed ({:?}): {console}", report.end) });
+    }
+    Ok(report)
+}
+
+/// Console text of a run.
+pub fn console(report: &RunReport) -> String {
+    String::from_utf8_lossy(&report.console.captured()).into_owned()
+}
+
+/// `key=value` from a console line starting with `prefix`.
+pub fn console_value(report: &RunReport, prefix: &str, key: &str) -> Option<f64> {
+    let text = console(report);
+    let line = text.lines().find(|l| l.starts_with(prefix))?;
+    line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{key}="))?.parse().ok())
+}
+
+pub fn run(args: BenchArgs) -> Result<i32, Failure> {
+    let suites: Vec<String> = if args.suites.is_empty() { SUITES.iter().map(|s| s.to_string()).collect() } else { args.suites.clone() };
+    for s in &suites {
+        if !SUITES.contains(&s.as_str()) {
+            return Err(Failure::usage(format!("unknown bench suite '{s}' (available: {})", SUITES.join(", "))));
+        }
+    }
+    let reps = if args.quick { 2 } else { args.reps };
+    let mut results = serde_json::Map::new();
+    results.insert("machine".into(), machine());
+    for suite in &suites {
+        let (text, value): (String, Value) = match suite.as_str() {
+            "pmu-ops" => pmu_ops::run(reps, args.quick)?,
+            _ => unreachable!(),
+        };
+        if !args.json {
+            println!("{text}");
+        }
+        results.insert(suite.clone(), value);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&Value::Object(results)).expect("JSON"));
+    }
+    Ok(0)
+}
+
+/// Where the numbers come from.
+fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
+    let module = if std::path::Path::new("/sys/module/kvm_pvm").exists() { "kvm_pvm" } else { "kvm" };
+    json!({ "cpu": cpu, "kernel": kernel, "kvm_module": module, "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) })
+}

@@ -1,0 +1,62 @@
+//! Medians and spread of repeated measurements.
+
+use serde::Serialize;
+
+/// Median with min and max of a set of measurements.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Summary {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub n: usize,
+}
+
+impl Summary {
+    pub fn of(values: &[f64]) -> Summary {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return Summary { median: f64::NAN, min: f64::NAN, max: f64::NAN, n: 0 };
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        let mid = v.len() / 2;
+        let median = if v.len() % 2 == 1 { v[mid] } else { (v[mid - 1] + v[mid]) / 2.0 };
+        Summary { median, min: v[0], max: v[v.len() - 1], n: v.len() }
+    }
+
+}
+
+/// Engineering-friendly number formatting with thousands separators.
+pub fn fmt(x: f64) -> String {
+    if !x.is_finite() {
+        return "n/a".into();
+    }
+    if x.abs() >= 100.0 {
+        crate::format::thousands(x.round() as u64)
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// a / b as "12.3x".
+pub fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 && a.is_finite() {
+        format!("{:.1}x", a / b)
+    } else {
+        "n/a".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_spread() {
+        let s = Summary::of(&[5.0, 1.0, 3.0]);
+        assert_eq!((s.median, s.min, s.max, s.n), (3.0, 1.0, 5.0, 3));
+        assert_eq!(Summary::of(&[1.0, 2.0, 3.0, 10.0]).median, 2.5);
+        assert_eq!(Summary::of(&[]).n, 0);
+        assert_eq!(ratio(10.0, 4.0), "2.5x");
+        assert_eq!(ratio(1.0, 0.0), "n/a");
+    }
+}
