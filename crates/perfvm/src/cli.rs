@@ -14,8 +14,77 @@ pub struct Cli {
 pub enum Command {
     /// Boot a guest kernel and run it to its end.
     Run(RunArgs),
+    /// Count events of a guest workload, as `perf stat` does.
+    Stat(StatArgs),
+    /// Sample a guest workload, as `perf record` does.
+    Record(RecordArgs),
+    /// Show a recorded profile, as `perf report` does.
+    Report(ReportArgs),
     /// Reproduce the seed documents' measurements, legacy vs ours in one run.
     Bench(BenchArgs),
+}
+
+/// `-F` when neither `-c` nor `-F` is given (samples per second of guest cycles).
+pub const DEFAULT_RECORD_FREQ: u64 = 250;
+
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    /// Events to count, comma-separated (cycles, instructions, ref-cycles, cache-references,
+    /// cache-misses, branches, branch-misses, or rUUEE).
+    #[arg(short = 'e', long = "event", default_value = "cycles,instructions,branches,branch-misses")]
+    pub events: String,
+    /// Count per guest task too (counters saved and restored on every guest context switch).
+    #[arg(short = 'p', long = "per-task")]
+    pub per_task: bool,
+    /// Print counts, statistics and console as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Also print VM exit and vPMU statistics.
+    #[arg(long = "stats")]
+    pub vm_stats: bool,
+    #[command(flatten)]
+    pub vm: VmArgs,
+    /// Arguments of the guest workload.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Event to sample.
+    #[arg(short = 'e', long = "event", default_value = "cycles")]
+    pub event: String,
+    /// Sample every PERIOD events.
+    #[arg(short = 'c', long = "count")]
+    pub count: Option<u64>,
+    /// Sample FREQ times per second of guest cycles (cycles events on the perf backend;
+    /// default 250 when neither -c nor -F is given).
+    #[arg(short = 'F', long = "freq")]
+    pub freq: Option<u64>,
+    /// Output file (JSON); collapsed stacks go to FILE.folded.
+    #[arg(short = 'o', long = "output", default_value = "perfvm.data.json")]
+    pub output: String,
+    /// Exact backend: attribute every retired instruction instead of sampling (the reference).
+    #[arg(long)]
+    pub reference: bool,
+    #[command(flatten)]
+    pub vm: VmArgs,
+    /// Arguments of the guest workload.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Record file to read.
+    #[arg(short = 'i', long = "input", default_value = "perfvm.data.json")]
+    pub input: String,
+    /// Also write a flamegraph SVG.
+    #[arg(long, value_name = "OUT.svg")]
+    pub flamegraph: Option<String>,
+    /// Show two record files side by side with their total variation distance.
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    pub compare: Option<Vec<String>>,
 }
 
 #[derive(Debug, Args)]

@@ -2,9 +2,15 @@
 
 mod bench;
 mod cli;
+mod events;
 mod format;
 mod guests;
+mod profile;
+mod record;
+mod report;
 mod run;
+mod stat;
+mod symbols;
 
 use clap::Parser;
 use std::time::Instant;
@@ -40,6 +46,9 @@ fn main() {
     };
     let result = match cli.command {
         cli::Command::Run(args) => run::run(args, started),
+        cli::Command::Stat(args) => stat::run(args, started),
+        cli::Command::Record(args) => record::run(args, started),
+        cli::Command::Report(args) => report::run(args),
         cli::Command::Bench(args) => bench::run(args),
     };
     match result {

@@ -27,7 +27,7 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
         BackendArg::Perf => BackendKind::Perf,
         BackendArg::Exact => BackendKind::Exact,
     };
-    Ok(Some(PmuSettings { backend, policy, gp_counters: args.counters, max_host_events: args.max_host_events }))
+    Ok(Some(PmuSettings { backend, policy, gp_counters: args.counters, max_host_events: args.max_host_events, trace_rips: false }))
 }
 
 /// Turn the shared VM options into a VM configuration.
@@ -46,6 +46,7 @@ pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failu
         timeout,
         capture_console,
         pmu: pmu_settings(&args.pmu)?,
+        ..Default::default()
     })
 }
 

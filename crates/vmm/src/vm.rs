@@ -2,7 +2,7 @@
 //! KVM, memory, loader, devices and vCPU threads together.
 
 use crate::boot::{self, BootParams};
-use crate::devices::{Console, FwCfg, PioBus, SerialPort};
+use crate::devices::{AgentData, AgentPort, Console, FwCfg, PioBus, SerialPort, DEFAULT_MAX_SAMPLES};
 use crate::exit::VmEnd;
 use crate::kick;
 use crate::kvm::{open_kvm, KvmError};
@@ -44,6 +44,8 @@ pub struct VmConfig {
     pub capture_console: bool,
     /// The virtual PMU, or None for a VM without one (CPUID 0xA reports version 0).
     pub pmu: Option<PmuSettings>,
+    /// Most samples kept from the guest's perf agent; more are dropped and counted.
+    pub max_samples: usize,
 }
 
 /// Which backend counts for the virtual counters.
@@ -64,11 +66,13 @@ pub struct PmuSettings {
     pub gp_counters: u8,
     /// Most host events the whole VM may hold open; None = counters x vCPUs.
     pub max_host_events: Option<usize>,
+    /// Exact backend: record every retired instruction's RIP (the reference profile).
+    pub trace_rips: bool,
 }
 
 impl Default for PmuSettings {
     fn default() -> Self {
-        PmuSettings { backend: BackendKind::Perf, policy: Policy::default(), gp_counters: 4, max_host_events: None }
+        PmuSettings { backend: BackendKind::Perf, policy: Policy::default(), gp_counters: 4, max_host_events: None, trace_rips: false }
     }
 }
 
@@ -83,6 +87,7 @@ impl Default for VmConfig {
             timeout: None,
             capture_console: false,
             pmu: Some(PmuSettings::default()),
+            max_samples: DEFAULT_MAX_SAMPLES,
         }
     }
 }
@@ -114,6 +119,10 @@ pub struct RunReport {
     pub end: VmEnd,
     pub stats: VmStats,
     pub console: Console,
+    /// What the guest's perf agent sent.
+    pub agent: AgentData,
+    /// Exact backend with `trace_rips`: retired instructions per RIP, all vCPUs.
+    pub rip_profile: std::collections::HashMap<u64, u64>,
 }
 
 /// Check the configuration and the guest image without touching KVM.
@@ -202,7 +211,8 @@ impl Vm {
         boot::write_boot_data(&mem, image.protocol, &params).map_err(setup("writing boot data"))?;
 
         let console = if config.capture_console { Console::capture() } else { Console::stdout() };
-        let bus = PioBus::new(SerialPort::new(console.clone()), FwCfg::new(config.vcpus as u16, mem_size));
+        let mut bus = PioBus::new(SerialPort::new(console.clone()), FwCfg::new(config.vcpus as u16, mem_size));
+        bus.agent = Some(AgentPort::new(mem.clone(), config.max_samples));
         let (tx, ends) = mpsc::channel();
         let shared = Arc::new(Shared { bus: Mutex::new(bus), stop: AtomicBool::new(false), ends: Mutex::new(tx) });
         let vm = Arc::new(vm);
@@ -248,9 +258,13 @@ impl Vm {
         }
         let mut stats = VmStats::default();
         let mut pmu_report = self.pmu_report.take();
+        let mut rip_profile = std::collections::HashMap::new();
         for t in threads {
-            let result = t.join().expect("vCPU thread panicked");
+            let mut result = t.join().expect("vCPU thread panicked");
             stats.merge_vcpu(&result.stats);
+            for (rip, n) in result.pmu.as_mut().and_then(|p| p.rip_profile.take()).unwrap_or_default() {
+                *rip_profile.entry(rip).or_default() += n;
+            }
             if let (Some(report), Some(pmu)) = (pmu_report.as_mut(), result.pmu.as_ref()) {
                 report.add_vcpu(pmu);
             }
@@ -261,11 +275,12 @@ impl Vm {
         stats.pmu = pmu_report;
         stats.wall_ns = started.elapsed().as_nanos() as u64;
         stats.first_console_byte_ns = self.console.first_byte().map(|t| (t - started).as_nanos() as u64);
-        let bus = self.shared.bus.lock().unwrap();
+        let mut bus = self.shared.bus.lock().unwrap();
         stats.unclaimed_ports = bus.unclaimed.iter().map(|(p, n)| (format!("{p:#x}"), *n)).collect();
         stats.console_bytes_dropped = self.console.dropped();
+        let agent = bus.agent.as_mut().map(|a| std::mem::take(&mut a.data)).unwrap_or_default();
         drop(bus);
-        RunReport { end, stats, console: self.console }
+        RunReport { end, stats, console: self.console, agent, rip_profile }
     }
 }
 
@@ -281,7 +296,11 @@ fn build_pmus(settings: &PmuSettings, vcpus: u32, tsc_khz: u64, long_mode: bool)
                 BackendKind::Perf => Backend::Perf(PerfSource::new(mode, budget.clone())),
                 BackendKind::Exact => Backend::Exact(ExactSource::new()),
             };
-            Ok(VcpuPmu::new(Pmu::new(config, backend)?, long_mode))
+            let mut vpmu = VcpuPmu::new(Pmu::new(config.clone(), backend)?, long_mode);
+            if settings.trace_rips && settings.backend == BackendKind::Exact {
+                vpmu.rip_profile = Some(Default::default());
+            }
+            Ok(vpmu)
         })
         .collect()
 }

@@ -154,11 +154,24 @@ pub struct VcpuPmu {
     next_class: InsnClass,
     /// Guest-virtual page -> guest-physical page of code seen while stepping.
     code_pages: HashMap<u64, u64>,
+    /// RIP of the instruction the next single-step retires.
+    next_rip: u64,
+    /// Exact mode with tracing: retired instructions per RIP (the reference profile).
+    pub rip_profile: Option<HashMap<u64, u64>>,
 }
 
 impl VcpuPmu {
     pub fn new(pmu: Pmu<Backend>, long_mode: bool) -> Self {
-        VcpuPmu { pmu, stats: VpmuStats::default(), long_mode, stepping: false, next_class: InsnClass::Other, code_pages: HashMap::new() }
+        VcpuPmu {
+            pmu,
+            stats: VpmuStats::default(),
+            long_mode,
+            stepping: false,
+            next_class: InsnClass::Other,
+            code_pages: HashMap::new(),
+            next_rip: 0,
+            rip_profile: None,
+        }
     }
 
     /// Guest RDMSR of a PMU MSR: the value, or None for #GP.
@@ -243,7 +256,7 @@ impl VcpuPmu {
         if !self.stepping {
             return;
         }
-        self.retire(self.next_class);
+        self.retire(self.next_rip, self.next_class);
         let mut pc = pc;
         loop {
             let bytes = self.peek(vcpu, mem, pc);
@@ -257,8 +270,11 @@ impl VcpuPmu {
         }
     }
 
-    fn retire(&mut self, class: InsnClass) {
+    fn retire(&mut self, rip: u64, class: InsnClass) {
         self.stats.steps += 1;
+        if let Some(profile) = &mut self.rip_profile {
+            *profile.entry(rip).or_default() += 1;
+        }
         if let Backend::Exact(e) = self.pmu.backend_mut() {
             e.retire(class);
         }
@@ -276,6 +292,7 @@ impl VcpuPmu {
             }
         }
         self.next_class = classify(&bytes, self.long_mode);
+        self.next_rip = pc;
         bytes
     }
 
@@ -306,7 +323,7 @@ impl VcpuPmu {
         vcpu.set_regs(&regs).ok()?;
         self.stats.rdpmc_emulated += 1;
         // RDPMC itself retires after reading the counter, as on hardware.
-        self.retire(InsnClass::Other);
+        self.retire(regs.rip - len, InsnClass::Other);
         Some(regs.rip)
     }
 

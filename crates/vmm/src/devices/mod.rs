@@ -1,10 +1,12 @@
 //! Port-IO devices and the bus that routes guest IN/OUT to them.
 
+mod agent;
 mod debug_exit;
 mod fw_cfg;
 mod serial;
 mod shutdown;
 
+pub use agent::{AgentData, AgentPort, CountRecord, SampleRecord, AGENT_PORT, COUNT_FIXED, COUNT_UNSUPPORTED, DEFAULT_MAX_SAMPLES};
 pub use debug_exit::DebugExit;
 pub use fw_cfg::FwCfg;
 pub use serial::{Console, SerialPort};
@@ -33,6 +35,8 @@ pub const SHUTDOWN_PORT: u16 = 0x8900;
 pub struct PioBus {
     pub serial: SerialPort,
     pub fw_cfg: FwCfg,
+    /// The perf agent channel, when the VM has guest memory to read messages from.
+    pub agent: Option<AgentPort>,
     debug_exit: DebugExit,
     shutdown: ShutdownPort,
     /// Accesses to unclaimed ports, by port.
@@ -44,6 +48,7 @@ impl PioBus {
         PioBus {
             serial,
             fw_cfg,
+            agent: None,
             debug_exit: DebugExit,
             shutdown: ShutdownPort::default(),
             unclaimed: BTreeMap::new(),
@@ -79,6 +84,10 @@ impl PioBus {
             }
             FW_CFG_DATA => DeviceAction::Continue,
             SHUTDOWN_PORT => self.shutdown.write(data),
+            AGENT_PORT if self.agent.is_some() => {
+                self.agent.as_mut().unwrap().write(data);
+                DeviceAction::Continue
+            }
             _ => {
                 *self.unclaimed.entry(port).or_default() += 1;
                 DeviceAction::Continue

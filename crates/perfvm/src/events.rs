@@ -1,0 +1,72 @@
+//! Event names as perf spells them, and their architectural encodings (EVENTSEL[15:0]).
+
+/// (names, raw EVENTSEL[15:0]); the first name is canonical.
+const EVENTS: &[(&[&str], u16)] = &[
+    (&["cycles", "cpu-cycles"], 0x003c),
+    (&["instructions"], 0x00c0),
+    (&["ref-cycles"], 0x013c),
+    (&["cache-references"], 0x4f2e),
+    (&["cache-misses"], 0x412e),
+    (&["branches", "branch-instructions"], 0x00c4),
+    (&["branch-misses"], 0x00c5),
+];
+
+/// A named architectural event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    pub name: &'static str,
+    pub raw: u16,
+}
+
+/// Every event name `-e` accepts.
+pub fn available() -> String {
+    EVENTS.iter().map(|(names, _)| names[0]).collect::<Vec<_>>().join(", ")
+}
+
+/// Parse one event: a name, or a raw `rUUEE` as perf writes it.
+pub fn parse(spec: &str) -> Result<Event, String> {
+    let spec = spec.trim();
+    if let Some((names, raw)) = EVENTS.iter().find(|(names, _)| names.contains(&spec)) {
+        return Ok(Event { name: names[0], raw: *raw });
+    }
+    if let Some(hex) = spec.strip_prefix('r') {
+        if let Ok(raw) = u16::from_str_radix(hex, 16) {
+            return Ok(by_raw(raw));
+        }
+    }
+    Err(format!("unknown event '{spec}' (available: {}, or rUUEE)", available()))
+}
+
+/// Parse a comma-separated list.
+pub fn parse_list(list: &str) -> Result<Vec<Event>, String> {
+    let events: Vec<Event> = list.split(',').filter(|s| !s.trim().is_empty()).map(parse).collect::<Result<_, _>>()?;
+    if events.is_empty() {
+        return Err(format!("no events given (available: {})", available()));
+    }
+    Ok(events)
+}
+
+/// The event with this encoding (a raw name if it has none).
+pub fn by_raw(raw: u16) -> Event {
+    match EVENTS.iter().find(|(_, r)| *r == raw) {
+        Some((names, raw)) => Event { name: names[0], raw: *raw },
+        None => Event { name: Box::leak(format!("r{raw:04x}").into_boxed_str()), raw },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_aliases_and_raw() {
+        assert_eq!(parse("cycles").unwrap().raw, 0x003c);
+        assert_eq!(parse("cpu-cycles").unwrap().name, "cycles");
+        assert_eq!(parse("r00c0").unwrap().name, "instructions");
+        assert_eq!(parse("r1234").unwrap().name, "r1234");
+        let err = parse("bogus").unwrap_err();
+        assert!(err.contains("unknown event 'bogus'") && err.contains("branch-misses"), "{err}");
+        assert_eq!(parse_list("cycles,instructions").unwrap().len(), 2);
+        assert!(parse_list(",").is_err());
+    }
+}

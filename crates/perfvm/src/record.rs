@@ -1,0 +1,164 @@
+//! `perfvm record`: sample a guest workload through its perf agent (or, with `--reference`
+//! on the exact backend, attribute every retired instruction), symbolize, and write the
+//! profile (documented JSON) plus collapsed stacks for flamegraph tools.
+
+use crate::cli::{BackendArg, RecordArgs};
+use crate::events::{self, Event};
+use crate::profile::{Profile, ProfileRow};
+use crate::run::{boot, vm_config};
+use crate::stat::agent_cmdline;
+use crate::symbols::Symbols;
+use crate::Failure;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+/// Format tag of record files.
+pub const FORMAT: &str = "perfvm-record-1";
+
+/// What `perfvm record` writes (`-o FILE`, JSON). Documented in docs/RECORD.md.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RecordFile {
+    pub format: String,
+    pub guest: String,
+    /// Path of the guest ELF the samples were symbolized with.
+    pub elf: String,
+    pub args: Vec<String>,
+    pub event: String,
+    pub raw_event: u16,
+    /// Sampling period in event units (1 for the reference).
+    pub period: u64,
+    pub backend: String,
+    pub policy: String,
+    /// "sampled" (PMIs through the guest's perf agent) or "reference" (every retired
+    /// instruction, exact backend).
+    pub mode: String,
+    /// Samples taken (reference: instructions retired).
+    pub samples: u64,
+    pub samples_dropped: u64,
+    /// Host time of the guest workload (agent START..END marks), and of the whole VM run.
+    pub workload_ns: Option<u64>,
+    pub wall_ns: u64,
+    pub profile: Profile,
+    /// Weight per (rip, task id), for re-symbolization.
+    pub rips: Vec<(u64, u32, u64)>,
+}
+
+impl RecordFile {
+    pub fn load(path: &Path) -> Result<RecordFile, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let file: RecordFile = serde_json::from_str(&text).map_err(|e| format!("{}: not a perfvm record file: {e}", path.display()))?;
+        if file.format != FORMAT {
+            return Err(format!("{}: unsupported record format '{}'", path.display(), file.format));
+        }
+        Ok(file)
+    }
+}
+
+/// Period from `-c` / `-F`: frequency means samples per second of guest cycles.
+fn period(args: &RecordArgs, event: Event) -> Result<u64, Failure> {
+    match (args.count, args.freq) {
+        (Some(_), Some(_)) => Err(Failure::usage("give -c PERIOD or -F FREQ, not both")),
+        (Some(0), _) => Err(Failure::usage("-c PERIOD must be positive")),
+        (Some(c), None) => Ok(c),
+        (None, freq) => {
+            let freq = freq.unwrap_or(crate::cli::DEFAULT_RECORD_FREQ);
+            let is_cycles = matches!(event.raw, 0x003c | 0x013c);
+            if !is_cycles || args.vm.pmu.backend == BackendArg::Exact {
+                return Err(Failure::usage(format!("-F needs a cycles event on the perf backend; give -c PERIOD for {}", event.name)));
+            }
+            if freq == 0 {
+                return Err(Failure::usage("-F FREQ must be positive"));
+            }
+            let khz = vmm::kvm::guest_tsc_khz().map_err(|e| Failure::usage(e.to_string()))?;
+            Ok((khz * 1000 / freq).max(1))
+        }
+    }
+}
+
+pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
+    let event = events::parse(&args.event).map_err(Failure::usage)?;
+    let reference = args.reference;
+    if reference && args.vm.pmu.backend != BackendArg::Exact {
+        return Err(Failure::usage("--reference needs --backend exact"));
+    }
+    let period = if reference { 1 } else { period(&args, event)? };
+    if period >= 1 << 31 {
+        return Err(Failure::usage("-c PERIOD must be below 2^31"));
+    }
+    let mut config = vm_config(&args.vm, false)?;
+    let orders = if reference {
+        // The agent counts instructions (so the VMM single-steps) and the VMM attributes
+        // every retired instruction; no PMIs disturb the workload.
+        config.pmu.as_mut().map(|p| p.trace_rips = true);
+        "stat -e 0x00c0".to_owned()
+    } else {
+        format!("record -e {:#06x} -c {period}", event.raw)
+    };
+    config.cmdline = agent_cmdline(&orders, &args.args, &args.vm.cmdline);
+    let elf_bytes = std::fs::read(&config.kernel).unwrap_or_default();
+    let report = boot(&config, started)?;
+    let code = report.end.exit_code();
+    if let Some(msg) = report.end.message() {
+        eprintln!("perfvm: {msg}");
+    }
+    let symbols = Symbols::from_elf(&elf_bytes);
+    if symbols.is_empty() {
+        eprintln!("perfvm: {} has no function symbols; samples show as [unknown]", config.kernel.display());
+    }
+    let object = Path::new(&args.vm.guest).file_stem().and_then(|s| s.to_str()).unwrap_or("guest").to_owned();
+    let mut weights: HashMap<(u64, u32), u64> = HashMap::new();
+    if reference {
+        for (rip, n) in &report.rip_profile {
+            *weights.entry((*rip, 0)).or_default() += n;
+        }
+    } else {
+        for s in &report.agent.samples {
+            *weights.entry((s.rip, s.task)).or_default() += 1;
+        }
+    }
+    let command_of = |task: u32| if task == 0 { object.clone() } else { report.agent.tasks.get(&task).cloned().unwrap_or_else(|| format!("task-{task}")) };
+    let profile = Profile::from_rows(weights.iter().map(|(&(rip, task), &weight)| ProfileRow {
+        command: command_of(task),
+        object: object.clone(),
+        symbol: symbols.name(rip),
+        weight,
+    }));
+    let mut rips: Vec<(u64, u32, u64)> = weights.into_iter().map(|((rip, task), w)| (rip, task, w)).collect();
+    rips.sort_unstable();
+    let pmu = report.stats.pmu.as_ref();
+    let file = RecordFile {
+        format: FORMAT.into(),
+        guest: args.vm.guest.clone(),
+        elf: std::fs::canonicalize(&config.kernel).unwrap_or(config.kernel.clone()).display().to_string(),
+        args: args.args.clone(),
+        event: if reference { "instructions".into() } else { event.name.into() },
+        raw_event: if reference { 0x00c0 } else { event.raw },
+        period,
+        backend: pmu.map(|p| p.backend_detail.clone()).unwrap_or_default(),
+        policy: pmu.map(|p| p.policy.clone()).unwrap_or_default(),
+        mode: if reference { "reference" } else { "sampled" }.into(),
+        samples: profile.total(),
+        samples_dropped: report.agent.samples_dropped_guest + report.agent.samples_dropped_vmm,
+        workload_ns: report.agent.workload_ns(),
+        wall_ns: report.stats.wall_ns,
+        profile,
+        rips,
+    };
+    let json = serde_json::to_string(&file).expect("JSON");
+    std::fs::write(&args.output, &json).map_err(|e| Failure::usage(format!("cannot write {}: {e}", args.output)))?;
+    let folded = format!("{}.folded", args.output);
+    std::fs::write(&folded, file.profile.folded()).map_err(|e| Failure::usage(format!("cannot write {folded}: {e}")))?;
+    eprintln!(
+        "[ perfvm record: Captured and wrote {:.3} MB {} ({} samples{}) ]",
+        json.len() as f64 / 1e6,
+        args.output,
+        file.samples,
+        if file.samples_dropped > 0 { format!(", {} dropped", file.samples_dropped) } else { String::new() }
+    );
+    if file.samples == 0 && code == 0 {
+        eprintln!("perfvm: no samples (is the guest built with the guest kit's perf agent, and does the backend count {}?)", file.event);
+    }
+    Ok(code)
+}

@@ -1,0 +1,70 @@
+//! Symbolizing guest RIPs from the guest ELF's symbol table.
+
+use goblin::elf::{sym, Elf};
+
+/// Function symbols sorted by address.
+#[derive(Debug, Default)]
+pub struct Symbols {
+    funcs: Vec<(u64, u64, String)>, // (start, size, name)
+}
+
+impl Symbols {
+    /// Read the function symbols of an ELF (empty if it has none or cannot be parsed).
+    pub fn from_elf(bytes: &[u8]) -> Symbols {
+        let Ok(elf) = Elf::parse(bytes) else { return Symbols::default() };
+        let mut funcs: Vec<(u64, u64, String)> = elf
+            .syms
+            .iter()
+            .filter(|s| s.st_type() == sym::STT_FUNC && s.st_value != 0)
+            .filter_map(|s| Some((s.st_value, s.st_size, elf.strtab.get_at(s.st_name)?.to_owned())))
+            .collect();
+        funcs.sort();
+        funcs.dedup_by_key(|f| f.0);
+        Symbols { funcs }
+    }
+
+    /// The function containing `rip` (a zero-size symbol covers up to the next one).
+    pub fn lookup(&self, rip: u64) -> Option<&str> {
+        let i = self.funcs.partition_point(|f| f.0 <= rip).checked_sub(1)?;
+        let (start, size, name) = &self.funcs[i];
+        let end = if *size > 0 { start + size } else { self.funcs.get(i + 1).map_or(u64::MAX, |f| f.0) };
+        (rip < end).then_some(name.as_str())
+    }
+
+    /// `lookup`, or `[unknown]`.
+    pub fn name(&self, rip: u64) -> String {
+        self.lookup(rip).map_or_else(|| "[unknown]".to_owned(), str::to_owned)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.funcs.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_by_range() {
+        let s = Symbols { funcs: vec![(0x100, 0x10, "a".into()), (0x200, 0, "b".into()), (0x300, 0x8, "c".into())] };
+        assert_eq!(s.lookup(0x100), Some("a"));
+        assert_eq!(s.lookup(0x10f), Some("a"));
+        assert_eq!(s.lookup(0x110), None);
+        assert_eq!(s.lookup(0x2ff), Some("b"));
+        assert_eq!(s.lookup(0x307), Some("c"));
+        assert_eq!(s.lookup(0x308), None);
+        assert_eq!(s.lookup(0x50), None);
+    }
+
+    #[test]
+    fn reads_a_real_guest() {
+        let path = crate::guests::guest_dir().join("ftest.elf");
+        let Ok(bytes) = std::fs::read(&path) else { return };
+        let s = Symbols::from_elf(&bytes);
+        assert!(!s.is_empty());
+        for f in ["main", "foo", "bar", "qux", "random", "random_r"] {
+            assert!(s.funcs.iter().any(|(_, _, n)| n == f), "{f} missing");
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The perf agent channel (guest/include/perfvm_agent.h): the guest writes the physical
+//! address of a message with one 32-bit OUT to port 0x500; we copy the message out of guest
+//! memory at once. Samples are kept up to a bound; past it they are dropped and counted,
+//! so a guest cannot make the VMM grow without limit.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::time::Instant;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+pub const AGENT_PORT: u16 = 0x500;
+const MAGIC: u32 = 0x5447_4150;
+const HEADER_LEN: usize = 16;
+const MAX_MSG: usize = 64 * 1024;
+/// Default bound on stored samples (16 bytes each: 64 MiB).
+pub const DEFAULT_MAX_SAMPLES: usize = 4 << 20;
+
+const MSG_COUNTS: u16 = 1;
+const MSG_SAMPLES: u16 = 2;
+const MSG_MARK: u16 = 3;
+const MSG_VALUE: u16 = 4;
+const MSG_TASK: u16 = 5;
+
+/// Counted on a fixed counter.
+pub const COUNT_FIXED: u16 = 1 << 0;
+/// The PMU does not advertise the event: `<not supported>`.
+pub const COUNT_UNSUPPORTED: u16 = 1 << 1;
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct CountRecord {
+    pub event: u16,
+    pub flags: u16,
+    /// 0: the whole run; else a task id.
+    pub task: u32,
+    pub value: u64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct SampleRecord {
+    pub rip: u64,
+    pub task: u32,
+    pub event: u16,
+}
+
+/// A workload phase mark: guest TSC and host time since the VM started.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Mark {
+    pub kind: u32,
+    pub tsc: u64,
+    pub host_ns: u64,
+}
+
+/// Everything the guest's agent sent.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AgentData {
+    pub counts: Vec<CountRecord>,
+    #[serde(skip)]
+    pub samples: Vec<SampleRecord>,
+    pub samples_received: u64,
+    /// Samples dropped by the VMM (bound reached).
+    pub samples_dropped_vmm: u64,
+    /// Samples the guest reported it could not buffer.
+    pub samples_dropped_guest: u64,
+    pub marks: Vec<Mark>,
+    pub values: BTreeMap<String, u64>,
+    pub tasks: BTreeMap<u32, String>,
+    pub messages: u64,
+    pub bad_messages: u64,
+}
+
+impl AgentData {
+    /// Host time between the workload's START and END marks.
+    pub fn workload_ns(&self) -> Option<u64> {
+        let start = self.marks.iter().find(|m| m.kind == 1)?;
+        let end = self.marks.iter().rev().find(|m| m.kind == 2)?;
+        end.host_ns.checked_sub(start.host_ns)
+    }
+}
+
+/// The device.
+#[derive(Debug)]
+pub struct AgentPort {
+    mem: GuestMemoryMmap,
+    started: Instant,
+    max_samples: usize,
+    pub data: AgentData,
+}
+
+impl AgentPort {
+    pub fn new(mem: GuestMemoryMmap, max_samples: usize) -> Self {
+        AgentPort { mem, started: Instant::now(), max_samples, data: AgentData::default() }
+    }
+
+    /// An OUT to the port: `data` holds the message address.
+    pub fn write(&mut self, data: &[u8]) {
+        let mut addr = [0u8; 4];
+        let n = data.len().min(4);
+        addr[..n].copy_from_slice(&data[..n]);
+        if self.receive(u64::from(u32::from_le_bytes(addr))).is_none() {
+            self.data.bad_messages += 1;
+        }
+    }
+
+    fn receive(&mut self, addr: u64) -> Option<()> {
+        let mut header = [0u8; HEADER_LEN];
+        self.mem.read_slice(&mut header, GuestAddress(addr)).ok()?;
+        let magic = u32::from_le_bytes(header[0..4].try_into().unwrap());
+        let kind = u16::from_le_bytes(header[4..6].try_into().unwrap());
+        let len = u32::from_le_bytes(header[8..12].try_into().unwrap()) as usize;
+        if magic != MAGIC || len > MAX_MSG {
+            return None;
+        }
+        let mut payload = vec![0u8; len];
+        self.mem.read_slice(&mut payload, GuestAddress(addr + HEADER_LEN as u64)).ok()?;
+        self.parse(kind, &payload)?;
+        self.data.messages += 1;
+        Some(())
+    }
+
+    fn parse(&mut self, kind: u16, p: &[u8]) -> Option<()> {
+        let u16_at = |o: usize| p.get(o..o + 2).map(|b| u16::from_le_bytes(b.try_into().unwrap()));
+        let u32_at = |o: usize| p.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+        let u64_at = |o: usize| p.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+        let text = |b: &[u8]| String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or(&[])).into_owned();
+        match kind {
+            MSG_COUNTS => {
+                let n = u32_at(0)? as usize;
+                for i in 0..n {
+                    let o = 8 + i * 16;
+                    let record = CountRecord { event: u16_at(o)?, flags: u16_at(o + 2)?, task: u32_at(o + 4)?, value: u64_at(o + 8)? };
+                    self.data.counts.push(record);
+                }
+            }
+            MSG_SAMPLES => {
+                let n = u32_at(0)? as usize;
+                self.data.samples_dropped_guest += u64::from(u32_at(4)?);
+                for i in 0..n {
+                    let o = 8 + i * 16;
+                    let sample = SampleRecord { rip: u64_at(o)?, task: u32_at(o + 8)?, event: u16_at(o + 12)? };
+                    self.data.samples_received += 1;
+                    if self.data.samples.len() < self.max_samples {
+                        self.data.samples.push(sample);
+                    } else {
+                        self.data.samples_dropped_vmm += 1;
+                    }
+                }
+            }
+            MSG_MARK => {
+                let host_ns = self.started.elapsed().as_nanos() as u64;
+                self.data.marks.push(Mark { kind: u32_at(0)?, tsc: u64_at(8)?, host_ns });
+            }
+            MSG_VALUE => {
+                let key = text(p.get(0..48)?);
+                self.data.values.insert(key, u64_at(48)?);
+            }
+            MSG_TASK => {
+                let id = u32_at(0)?;
+                self.data.tasks.insert(id, text(p.get(4..32)?));
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(kind: u16, payload: &[u8]) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(&MAGIC.to_le_bytes());
+        m.extend_from_slice(&kind.to_le_bytes());
+        m.extend_from_slice(&0u16.to_le_bytes());
+        m.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        m.extend_from_slice(&0u32.to_le_bytes());
+        m.extend_from_slice(payload);
+        m
+    }
+
+    fn port(max_samples: usize) -> AgentPort {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
+        AgentPort::new(mem, max_samples)
+    }
+
+    fn send(port: &mut AgentPort, at: u64, msg: &[u8]) {
+        port.mem.write_slice(msg, GuestAddress(at)).unwrap();
+        port.write(&(at as u32).to_le_bytes());
+    }
+
+    #[test]
+    fn counts_samples_values_tasks() {
+        let mut p = port(10);
+        let mut counts = vec![];
+        counts.extend_from_slice(&1u32.to_le_bytes());
+        counts.extend_from_slice(&0u32.to_le_bytes());
+        counts.extend_from_slice(&0x00c0u16.to_le_bytes());
+        counts.extend_from_slice(&COUNT_FIXED.to_le_bytes());
+        counts.extend_from_slice(&0u32.to_le_bytes());
+        counts.extend_from_slice(&12345u64.to_le_bytes());
+        send(&mut p, 0x1000, &message(MSG_COUNTS, &counts));
+        assert_eq!(p.data.counts, vec![CountRecord { event: 0xc0, flags: COUNT_FIXED, task: 0, value: 12345 }]);
+
+        let mut samples = vec![];
+        samples.extend_from_slice(&2u32.to_le_bytes());
+        samples.extend_from_slice(&3u32.to_le_bytes());
+        for rip in [0x100000u64, 0x100010] {
+            samples.extend_from_slice(&rip.to_le_bytes());
+            samples.extend_from_slice(&7u32.to_le_bytes());
+            samples.extend_from_slice(&0x3cu16.to_le_bytes());
+            samples.extend_from_slice(&0u16.to_le_bytes());
+        }
+        send(&mut p, 0x2000, &message(MSG_SAMPLES, &samples));
+        assert_eq!(p.data.samples.len(), 2);
+        assert_eq!(p.data.samples[1], SampleRecord { rip: 0x100010, task: 7, event: 0x3c });
+        assert_eq!(p.data.samples_dropped_guest, 3);
+
+        let mut value = vec![0u8; 56];
+        value[..5].copy_from_slice(b"a.key");
+        value[48..].copy_from_slice(&99u64.to_le_bytes());
+        send(&mut p, 0x3000, &message(MSG_VALUE, &value));
+        assert_eq!(p.data.values.get("a.key"), Some(&99));
+
+        let mut task = vec![0u8; 32];
+        task[..4].copy_from_slice(&2u32.to_le_bytes());
+        task[4..10].copy_from_slice(b"task-b");
+        send(&mut p, 0x4000, &message(MSG_TASK, &task));
+        assert_eq!(p.data.tasks.get(&2).map(String::as_str), Some("task-b"));
+        assert_eq!((p.data.messages, p.data.bad_messages), (4, 0));
+    }
+
+    #[test]
+    fn sample_storage_is_bounded() {
+        let mut p = port(1);
+        let mut samples = vec![];
+        samples.extend_from_slice(&3u32.to_le_bytes());
+        samples.extend_from_slice(&0u32.to_le_bytes());
+        samples.extend(std::iter::repeat_n(0u8, 48));
+        send(&mut p, 0x1000, &message(MSG_SAMPLES, &samples));
+        assert_eq!((p.data.samples.len(), p.data.samples_dropped_vmm, p.data.samples_received), (1, 2, 3));
+    }
+
+    #[test]
+    fn malformed_messages_are_counted_not_fatal() {
+        let mut p = port(1);
+        send(&mut p, 0x1000, &[0u8; 16]); // bad magic
+        let mut huge = message(MSG_COUNTS, &[]);
+        huge[8..12].copy_from_slice(&(MAX_MSG as u32 + 1).to_le_bytes());
+        send(&mut p, 0x2000, &huge);
+        send(&mut p, 0x3000, &message(MSG_COUNTS, &[5, 0, 0, 0, 0, 0, 0, 0])); // 5 entries, none there
+        p.write(&0xffff_fff0u32.to_le_bytes()); // outside guest memory
+        assert_eq!(p.data.bad_messages, 4);
+    }
+}
