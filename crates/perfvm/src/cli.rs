@@ -144,6 +144,18 @@ pub struct PmuArgs {
     /// Most host perf events the VM may hold (default: counters x vCPUs, fixed included).
     #[arg(long)]
     pub max_host_events: Option<usize>,
+    /// Order of the requests before each entry: PMU/PMI then NMI (ours), or NMI first (legacy).
+    #[arg(long, value_enum, default_value_t = OrderArg::PmiFirst)]
+    pub request_order: OrderArg,
+    /// Inject an NMI into vCPU 0 every this many milliseconds (a host NMI source).
+    #[arg(long, value_name = "MS")]
+    pub nmi_every: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OrderArg {
+    PmiFirst,
+    Legacy,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,6 +1,6 @@
 //! `perfvm run`: boot a guest, mirror its console, exit with its status.
 
-use crate::cli::{BackendArg, OnOff, PmuArgs, PolicyArg, RunArgs, VmArgs};
+use crate::cli::{BackendArg, OnOff, OrderArg, PmuArgs, PolicyArg, RunArgs, VmArgs};
 use crate::guests;
 use crate::Failure;
 use serde_json::json;
@@ -46,6 +46,15 @@ pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failu
         timeout,
         capture_console,
         pmu: pmu_settings(&args.pmu)?,
+        request_order: match args.pmu.request_order {
+            OrderArg::PmiFirst => vmm::requests::RequestOrder::PmiFirst,
+            OrderArg::Legacy => vmm::requests::RequestOrder::Legacy,
+        },
+        nmi_interval: match args.pmu.nmi_every {
+            Some(ms) if !(ms > 0.0 && ms.is_finite()) => return Err(Failure::usage("--nmi-every must be a positive number of milliseconds")),
+            Some(ms) => Some(Duration::from_secs_f64(ms / 1000.0)),
+            None => None,
+        },
         ..Default::default()
     })
 }
@@ -63,7 +72,8 @@ pub fn boot(config: &VmConfig, started: Instant) -> Result<RunReport, Failure> {
 }
 
 pub fn run(args: RunArgs, started: Instant) -> Result<i32, Failure> {
-    let config = vm_config(&args.vm, args.json)?;
+    let mut config = vm_config(&args.vm, args.json)?;
+    config.count_syscalls = args.stats || args.json;
     let report = boot(&config, started)?;
     let code = report.end.exit_code();
     if args.json {

@@ -15,7 +15,7 @@ const DELIVERY_FIXED: u32 = 0;
 /// What happened to a PMI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PmiOutcome {
-    /// Injected as an NMI.
+    /// LVTPC asks for an NMI: the caller injects it in its NMI step (request order matters).
     Nmi,
     /// Sent as a fixed interrupt with this vector.
     Fixed(u8),
@@ -46,14 +46,15 @@ pub fn decode_lvtpc(lvtpc: u32) -> PmiOutcome {
     }
 }
 
-/// Deliver one PMI to `vcpu` (runs on the vCPU's own thread, between KVM_RUNs).
-pub fn deliver(vm: &VmFd, vcpu: &VcpuFd) -> std::io::Result<PmiOutcome> {
+/// Raise one PMI on `vcpu` (on the vCPU's own thread, between KVM_RUNs): mask LVTPC as
+/// hardware does and send a fixed-vector interrupt at once; an NMI is left to the caller.
+pub fn raise(vm: &VmFd, vcpu: &VcpuFd) -> std::io::Result<PmiOutcome> {
     let mut lapic = vcpu.get_lapic().map_err(std::io::Error::from)?;
     let lvtpc = reg(&lapic, APIC_LVTPC);
     let outcome = decode_lvtpc(lvtpc);
     match outcome {
         PmiOutcome::Masked => return Ok(outcome),
-        PmiOutcome::Nmi => vcpu.nmi().map_err(std::io::Error::from)?,
+        PmiOutcome::Nmi => {}
         PmiOutcome::Fixed(vector) => {
             let apic_id = reg(&lapic, APIC_ID) >> 24;
             let msi = kvm_msi { address_lo: 0xfee0_0000 | (apic_id << 12), data: u32::from(vector), ..Default::default() };

@@ -21,6 +21,7 @@ pub struct PmuReport {
     pub vmm: VpmuStats,
     /// perf_event_open/ioctl/read/fcntl/close calls made by the process for PMU events.
     pub host_syscalls: u64,
+    pub pv: crate::pv::PvStats,
     #[serde(skip)]
     syscalls_at_start: u64,
 }
@@ -46,6 +47,7 @@ impl PmuReport {
             model: PmuStats::default(),
             vmm: VpmuStats::default(),
             host_syscalls: 0,
+            pv: Default::default(),
             syscalls_at_start: perf_sys::syscalls(),
         }
     }
@@ -60,6 +62,12 @@ impl PmuReport {
         t.handle_ns += v.handle_ns;
         t.steps += v.steps;
         t.rdpmc_emulated += v.rdpmc_emulated;
+        let (p, q) = (&mut self.pv, &pmu.pv_stats);
+        p.registrations += q.registrations;
+        p.refusals += q.refusals;
+        p.doorbells += q.doorbells;
+        p.batched_writes += q.batched_writes;
+        p.publishes += q.publishes;
         for (op, time) in &v.ops {
             t.ops.entry(*op).or_default().merge(time);
         }
@@ -92,6 +100,13 @@ impl PmuReport {
             out.push_str(&format!("  {name:<22} {n:>12}\n"));
         }
         out.push_str(&format!("  {:<22} {:>9.3} ms\n", "VMM time in PMU", self.vmm.handle_ns as f64 / 1e6));
+        if self.pv.registrations + self.pv.refusals > 0 {
+            let pv = &self.pv;
+            out.push_str(&format!(
+                "  {:<22} {} accepted, {} refused, {} doorbells ({} batched writes), {} publishes\n",
+                "PV page", pv.registrations, pv.refusals, pv.doorbells, pv.batched_writes, pv.publishes
+            ));
+        }
         if self.vmm.steps > 0 {
             out.push_str(&format!("  {:<22} {:>12}\n", "single-steps", self.vmm.steps));
         }

@@ -19,6 +19,9 @@ pub struct VcpuStats {
     /// Time spent inside KVM_RUN.
     pub run_ns: u64,
     pub entries: u64,
+    pub requests: crate::requests::RequestStats,
+    /// Syscalls the vCPU thread made (raw_syscalls:sys_enter), when counted.
+    pub syscalls: Option<u64>,
 }
 
 impl VcpuStats {
@@ -39,6 +42,9 @@ pub struct VmStats {
     pub total_exits: u64,
     pub run_ns: u64,
     pub entries: u64,
+    pub requests: crate::requests::RequestStats,
+    /// Syscalls of the vCPU threads (raw_syscalls:sys_enter), when counted.
+    pub vcpu_syscalls: Option<u64>,
     /// Accesses to ports no device claims, by port (hex string for JSON keys).
     pub unclaimed_ports: BTreeMap<String, u64>,
     pub console_bytes_dropped: u64,
@@ -56,6 +62,10 @@ impl VmStats {
         }
         self.run_ns += v.run_ns;
         self.entries += v.entries;
+        self.requests.merge(&v.requests);
+        if let Some(n) = v.syscalls {
+            *self.vcpu_syscalls.get_or_insert(0) += n;
+        }
     }
 
     /// Human-readable table, as `--stats` prints it.
@@ -69,6 +79,16 @@ impl VmStats {
             out.push_str(&format!("  {:<16} {:>12} {:>11.3} ms {:>9} ns\n", reason, c.count, c.handle_ns as f64 / 1e6, avg));
         }
         out.push_str(&format!("  {:<16} {:>12}\n", "total", self.total_exits));
+        let r = &self.requests;
+        if r.pmi_nmis + r.external_nmis + r.cancelled_entries > 0 {
+            out.push_str(&format!(
+                "\n  NMIs: {} from PMIs, {} external, {} passes with both (PMI first in {}), {} cancelled entries ({:.3} per PMI)\n",
+                r.pmi_nmis, r.external_nmis, r.both_pending, r.pmi_injected_first, r.cancelled_entries, r.extra_entries_per_pmi()
+            ));
+        }
+        if let Some(n) = self.vcpu_syscalls {
+            out.push_str(&format!("  vCPU syscalls: {n} ({:.3} per KVM_RUN)\n", n as f64 / self.entries.max(1) as f64));
+        }
         if let Some(ns) = self.first_console_byte_ns {
             out.push_str(&format!("\n  first console byte after {:.3} ms\n", ns as f64 / 1e6));
         }

@@ -3,6 +3,7 @@
 use crate::devices::{DeviceAction, PioBus};
 use crate::exit::VmEnd;
 use crate::kick;
+use crate::requests::RequestOrder;
 use crate::stats::VcpuStats;
 use crate::vpmu::VcpuPmu;
 use kvm_ioctls::{VcpuExit, VcpuFd, VmFd};
@@ -32,6 +33,12 @@ impl Shared {
 /// What the loop does after an exit, decided while the kvm_run borrow is live.
 enum Next {
     Continue,
+    /// The guest asked for an NMI after this many single-steps (test port).
+    Nmi(u32),
+    PvRegister(u64),
+    PvDoorbell,
+    /// Programming changed: refresh the PV page's published counters.
+    PvPublish,
     /// A single-step finished at this RIP.
     Step(u64),
     End(VmEnd),
@@ -49,6 +56,13 @@ pub struct Vcpu {
     pub vm: Arc<VmFd>,
     pub mem: GuestMemoryMmap,
     pub pmu: Option<VcpuPmu>,
+    pub order: RequestOrder,
+    /// An NMI requested from outside the PMU (NMI port, NMI source thread).
+    pub nmi_request: Arc<AtomicBool>,
+    /// Count this thread's syscalls for the statistics.
+    pub count_syscalls: bool,
+    /// Single-steps until a requested NMI is due.
+    pub nmi_countdown: Option<u32>,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -62,10 +76,9 @@ impl Vcpu {
     /// Run until the VM ends; returns this vCPU's statistics and PMU.
     pub fn run(mut self) -> VcpuResult {
         kick::register(self.fd.get_kvm_run());
+        let syscalls = if self.count_syscalls { crate::syscount::SyscallCounter::start().ok() } else { None };
         while !self.shared.stop.load(Ordering::Acquire) {
-            if let Some(pmu) = &mut self.pmu {
-                pmu.before_entry(&self.vm, &self.fd, &self.mem, self.stats.run_ns);
-            }
+            self.process_requests();
             let entered = Instant::now();
             self.stats.entries += 1;
             let result = self.fd.run();
@@ -81,9 +94,44 @@ impl Vcpu {
                 Err(e) => ("error", Next::End(self.failed(format!("KVM_RUN: {e}")))),
             };
             let next = match next {
+                Next::PvRegister(gpa) => {
+                    if let Some(pmu) = &mut self.pmu {
+                        pmu.pv_register(&self.fd, &self.mem, gpa);
+                    }
+                    Next::Continue
+                }
+                Next::PvPublish => {
+                    if let Some(pmu) = &mut self.pmu {
+                        pmu.pv_publish(&self.fd, &self.mem);
+                    }
+                    Next::Continue
+                }
+                Next::PvDoorbell => {
+                    if let Some(pmu) = &mut self.pmu {
+                        pmu.pv_doorbell(&self.fd, &self.mem);
+                    }
+                    Next::Continue
+                }
+                Next::Nmi(after) => {
+                    let stepping = self.pmu.as_ref().is_some_and(|p| p.is_stepping());
+                    if after == 0 || !stepping {
+                        self.nmi_request.store(true, Ordering::Release);
+                    } else {
+                        // Counted from the step that retires the OUT itself.
+                        self.nmi_countdown = Some(after + 1);
+                    }
+                    Next::Continue
+                }
                 Next::Step(pc) => {
                     if let Some(pmu) = &mut self.pmu {
                         pmu.on_step(&self.fd, &self.mem, pc);
+                    }
+                    if let Some(n) = self.nmi_countdown.as_mut() {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.nmi_countdown = None;
+                            self.nmi_request.store(true, Ordering::Release);
+                        }
                     }
                     Next::Continue
                 }
@@ -96,11 +144,64 @@ impl Vcpu {
                 self.shared.end(end);
             }
         }
+        self.stats.syscalls = syscalls.map(|c| c.read());
         kick::unregister();
         if let Some(pmu) = &mut self.pmu {
             pmu.finish();
         }
         VcpuResult { stats: self.stats, pmu: self.pmu }
+    }
+
+    /// The request step before an entry, in `self.order` (see `requests`).
+    fn process_requests(&mut self) {
+        let pmu_nmi = |v: &mut Self| match &mut v.pmu {
+            Some(pmu) => pmu.service(&v.vm, &v.fd, &v.mem, v.stats.run_ns),
+            None => false,
+        };
+        match self.order {
+            RequestOrder::PmiFirst => {
+                let pmi = pmu_nmi(self);
+                let external = self.nmi_request.swap(false, Ordering::AcqRel);
+                self.inject_nmis(pmi, external);
+            }
+            RequestOrder::Legacy => {
+                let external = self.nmi_request.swap(false, Ordering::AcqRel);
+                self.inject_nmis(false, external);
+                if pmu_nmi(self) {
+                    if external {
+                        self.stats.requests.both_pending += 1;
+                    }
+                    // Found after the NMI step: the final check cancels this entry.
+                    self.cancelled_entry();
+                    self.inject_nmis(true, false);
+                }
+            }
+        }
+    }
+
+    fn inject_nmis(&mut self, pmi: bool, external: bool) {
+        let r = &mut self.stats.requests;
+        if pmi && external {
+            r.both_pending += 1;
+            r.pmi_injected_first += 1;
+        }
+        if pmi {
+            r.pmi_nmis += 1;
+            let _ = self.fd.nmi();
+        }
+        if external {
+            r.external_nmis += 1;
+            let _ = self.fd.nmi();
+        }
+    }
+
+    /// A KVM_RUN that returns before running a guest instruction.
+    fn cancelled_entry(&mut self) {
+        self.stats.requests.cancelled_entries += 1;
+        self.stats.entries += 1;
+        self.fd.set_kvm_immediate_exit(1);
+        let _ = self.fd.run();
+        self.fd.set_kvm_immediate_exit(0);
     }
 
     fn rip(&self) -> u64 {
@@ -124,6 +225,9 @@ fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu
         VcpuExit::IoOut(port, data) => match shared.bus.lock().unwrap().write(port, data) {
             DeviceAction::Continue => ("io-out", Next::Continue),
             DeviceAction::Exit(status) => ("io-out", Next::End(VmEnd::Status { status })),
+            DeviceAction::Nmi(after) => ("io-out", Next::Nmi(after)),
+            DeviceAction::PvRegister(gpa) => ("pv-register", Next::PvRegister(gpa)),
+            DeviceAction::PvDoorbell => ("pv-doorbell", Next::PvDoorbell),
         },
         VcpuExit::IoIn(port, data) => {
             shared.bus.lock().unwrap().read(port, data);
@@ -147,10 +251,15 @@ fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu
             ("msr-read", Next::Continue)
         }
         VcpuExit::X86Wrmsr(msr) => {
-            if !pmu.as_mut().is_some_and(|p| p.wrmsr(msr.index, msr.data)) {
+            let Some(p) = pmu.as_mut() else {
+                *msr.error = 1;
+                return ("msr-write", Next::Continue);
+            };
+            if !p.wrmsr(msr.index, msr.data) {
                 *msr.error = 1;
             }
-            ("msr-write", Next::Continue)
+            let next = if p.pv_publishing() { Next::PvPublish } else { Next::Continue };
+            ("msr-write", next)
         }
         VcpuExit::Debug(debug) => ("debug", Next::Step(debug.pc)),
         VcpuExit::SystemEvent(kind, _) => {

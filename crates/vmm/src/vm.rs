@@ -14,6 +14,7 @@ use crate::stats::VmStats;
 use crate::vcpu::{Shared, Vcpu};
 use crate::vpmu::{Backend, VcpuPmu};
 use crate::pmu_report::PmuReport;
+use crate::requests::RequestOrder;
 use kvm_bindings::{kvm_enable_cap, KVM_CAP_X86_USER_SPACE_MSR, KVM_MSR_EXIT_REASON_FILTER};
 use kvm_ioctls::{MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags};
 use pmu::{Pmu, PmuConfig, Policy};
@@ -46,6 +47,12 @@ pub struct VmConfig {
     pub pmu: Option<PmuSettings>,
     /// Most samples kept from the guest's perf agent; more are dropped and counted.
     pub max_samples: usize,
+    /// Order of the PMU and NMI requests before each entry.
+    pub request_order: RequestOrder,
+    /// Inject an NMI into vCPU 0 this often (a host NMI source, for the request-order bench).
+    pub nmi_interval: Option<Duration>,
+    /// Count the vCPU threads' syscalls (raw_syscalls:sys_enter) for `--stats`.
+    pub count_syscalls: bool,
 }
 
 /// Which backend counts for the virtual counters.
@@ -88,6 +95,9 @@ impl Default for VmConfig {
             capture_console: false,
             pmu: Some(PmuSettings::default()),
             max_samples: DEFAULT_MAX_SAMPLES,
+            request_order: RequestOrder::default(),
+            nmi_interval: None,
+            count_syscalls: false,
         }
     }
 }
@@ -157,6 +167,7 @@ pub struct Vm {
     ends: mpsc::Receiver<VmEnd>,
     console: Console,
     timeout: Option<Duration>,
+    nmi_interval: Option<Duration>,
 }
 
 impl Vm {
@@ -230,24 +241,55 @@ impl Vm {
                 vm: vm.clone(),
                 mem: mem.clone(),
                 pmu,
+                order: config.request_order,
+                nmi_request: Arc::new(AtomicBool::new(false)),
+                count_syscalls: config.count_syscalls,
+                nmi_countdown: None,
             })
             .collect();
-        Ok(Vm { _kvm: kvm, _vm: vm, _mem: mem, pmu_report, vcpus, shared, ends, console, timeout: config.timeout })
+        Ok(Vm { _kvm: kvm, _vm: vm, _mem: mem, pmu_report, vcpus, shared, ends, console, timeout: config.timeout, nmi_interval: config.nmi_interval })
+    }
+
+    /// Wait for the first end (or the timeout), acting as the NMI source meanwhile.
+    fn wait_for_end(&self, started: Instant, threads: &[thread::JoinHandle<crate::vcpu::VcpuResult>], nmi_target: Option<&AtomicBool>) -> VmEnd {
+        let deadline = self.timeout.map(|t| started + t);
+        loop {
+            let now = Instant::now();
+            let until_deadline = deadline.map(|d| d.saturating_duration_since(now));
+            let wait = match (self.nmi_interval, until_deadline) {
+                (Some(i), Some(d)) => i.min(d),
+                (Some(i), None) => i,
+                (None, Some(d)) => d,
+                (None, None) => Duration::from_secs(3600),
+            };
+            match self.ends.recv_timeout(wait) {
+                Ok(end) => return end,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return VmEnd::Failed { vcpu: 0, reason: "all vCPUs exited".into() },
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if let (Some(t), Some(d)) = (self.timeout, deadline) {
+                if Instant::now() >= d {
+                    return VmEnd::timeout(t);
+                }
+            }
+            if let (Some(_), Some(target)) = (self.nmi_interval, nmi_target) {
+                target.store(true, Ordering::Release);
+                kick::kick(threads[0].as_pthread_t());
+            }
+        }
     }
 
     /// Run every vCPU on its own thread until the VM ends, then stop and join them all.
     pub fn run(mut self, started: Instant) -> RunReport {
         kick::install_handler();
         let mut threads = Vec::new();
+        let nmi_target = self.vcpus.first().map(|v| v.nmi_request.clone());
         for vcpu in self.vcpus.drain(..) {
             let name = format!("vcpu{}", vcpu.index);
             let handle = thread::Builder::new().name(name).spawn(move || vcpu.run()).expect("spawning a vCPU thread");
             threads.push(handle);
         }
-        let end = match self.timeout {
-            Some(t) => self.ends.recv_timeout(t).unwrap_or_else(|_| VmEnd::timeout(t)),
-            None => self.ends.recv().unwrap_or(VmEnd::Failed { vcpu: 0, reason: "all vCPUs exited".into() }),
-        };
+        let end = self.wait_for_end(started, &threads, nmi_target.as_deref());
         self.shared.stop.store(true, Ordering::SeqCst);
         // Kick until every thread has left KVM_RUN (a halted vCPU blocks there).
         while threads.iter().any(|t| !t.is_finished()) {

@@ -8,6 +8,7 @@ use crate::backends::exact::ExactSource;
 use crate::backends::perf::PerfSource;
 use crate::kick;
 use crate::pmi::{self, PmiOutcome};
+use crate::pv;
 use kvm_bindings::{kvm_guest_debug, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP};
 use kvm_ioctls::{VcpuFd, VmFd};
 use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, Initiator, MsrAccess, MsrIndex, PmcIdx, Pmu, PmuStats, RdpmcIdx};
@@ -15,6 +16,15 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::time::Instant;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+/// The guest's TSC now (KVM_GET_MSRS of IA32_TSC).
+fn guest_tsc(vcpu: &VcpuFd) -> u64 {
+    let mut msrs = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry { index: 0x10, ..Default::default() }]).expect("one MSR");
+    match vcpu.get_msrs(&mut msrs) {
+        Ok(1) => msrs.as_slice()[0].data,
+        _ => 0,
+    }
+}
 
 /// The backend of a vCPU's PMU.
 #[derive(Debug)]
@@ -158,6 +168,9 @@ pub struct VcpuPmu {
     next_rip: u64,
     /// Exact mode with tracing: retired instructions per RIP (the reference profile).
     pub rip_profile: Option<HashMap<u64, u64>>,
+    /// The guest's paravirtual PMU page, once accepted.
+    pv: Option<pv::PvPage>,
+    pub pv_stats: pv::PvStats,
 }
 
 impl VcpuPmu {
@@ -171,6 +184,8 @@ impl VcpuPmu {
             code_pages: HashMap::new(),
             next_rip: 0,
             rip_profile: None,
+            pv: None,
+            pv_stats: pv::PvStats::default(),
         }
     }
 
@@ -199,9 +214,11 @@ impl VcpuPmu {
         self.stats.ops.entry(op).or_default().add(ns);
     }
 
-    /// Before each entry: turn pending overflows into a PMI, follow the exact backend's
-    /// stepping needs, and let the reuse policy release idle events. Free while idle.
-    pub fn before_entry(&mut self, vm: &VmFd, vcpu: &VcpuFd, mem: &GuestMemoryMmap, run_ns: u64) {
+    /// The PMU request, before an entry: turn pending overflows into a PMI, follow the exact
+    /// backend's stepping needs, and let the reuse policy release idle events. Free while
+    /// idle. Returns true when the PMI is owed as an NMI (the caller's NMI step injects it).
+    pub fn service(&mut self, vm: &VmFd, vcpu: &VcpuFd, mem: &GuestMemoryMmap, run_ns: u64) -> bool {
+        let mut nmi = false;
         let signaled = kick::take_pmu_signal();
         let exact_overflow = match self.pmu.backend_mut() {
             Backend::Exact(e) => e.take_overflow(),
@@ -210,7 +227,7 @@ impl VcpuPmu {
         if signaled || exact_overflow || self.pmu.pmi_pending() {
             let t = Instant::now();
             if self.pmu.collect_overflows() {
-                self.deliver_pmi(vm, vcpu);
+                nmi = self.raise_pmi(vm, vcpu);
                 self.account(PmuOp::PmiDelivery, t);
             } else {
                 self.stats.handle_ns += t.elapsed().as_nanos() as u64;
@@ -225,13 +242,20 @@ impl VcpuPmu {
         if self.pmu.is_active() {
             self.pmu.tick(run_ns);
         }
+        nmi
     }
 
-    fn deliver_pmi(&mut self, vm: &VmFd, vcpu: &VcpuFd) {
-        match pmi::deliver(vm, vcpu) {
-            Ok(PmiOutcome::Masked) => self.stats.pmis_masked += 1,
-            Ok(_) => self.stats.pmis_delivered += 1,
-            Err(_) => self.stats.pmis_masked += 1,
+    /// Raise a PMI through LVTPC; true if it is owed as an NMI.
+    fn raise_pmi(&mut self, vm: &VmFd, vcpu: &VcpuFd) -> bool {
+        match pmi::raise(vm, vcpu) {
+            Ok(PmiOutcome::Masked) | Err(_) => {
+                self.stats.pmis_masked += 1;
+                false
+            }
+            Ok(outcome) => {
+                self.stats.pmis_delivered += 1;
+                outcome == PmiOutcome::Nmi
+            }
         }
     }
 
@@ -248,6 +272,58 @@ impl VcpuPmu {
                 self.peek(vcpu, mem, regs.rip);
             }
         }
+    }
+
+    /// The guest offers a PV page at `gpa` (0: unregister).
+    pub fn pv_register(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, gpa: u64) {
+        if gpa == 0 {
+            self.pv = None;
+            return;
+        }
+        match pv::register(mem, gpa, true) {
+            Ok(page) => {
+                self.pv_stats.registrations += 1;
+                self.pv = Some(page);
+                self.pv_publish(vcpu, mem);
+            }
+            Err(_) => {
+                self.pv_stats.refusals += 1;
+                self.pv = None;
+            }
+        }
+    }
+
+    /// The doorbell: apply the page's batch in this one exit, then republish.
+    pub fn pv_doorbell(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
+        let Some(page) = self.pv else { return };
+        let t = Instant::now();
+        self.pv_stats.doorbells += 1;
+        self.pv_stats.batched_writes += u64::from(pv::apply_batch(mem, page, &mut self.pmu));
+        self.pv_publish(vcpu, mem);
+        self.stats.handle_ns += t.elapsed().as_nanos() as u64;
+    }
+
+    /// Publish counter values for exitless reads (only with a v2 page).
+    pub fn pv_publish(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
+        let Some(page) = self.pv.filter(|p| p.version >= 2) else { return };
+        let clock = matches!(self.pmu.backend(), Backend::Perf(p) if matches!(p.mode(), crate::backends::perf::PerfMode::SoftwareClock { .. }));
+        let rate = |e: ArchEvent| match e {
+            ArchEvent::CoreCycles | ArchEvent::RefCycles if clock => pv::Extrapolation::TscRate,
+            _ => pv::Extrapolation::NeedsExit,
+        };
+        let tsc = guest_tsc(vcpu);
+        pv::publish(mem, page, &mut self.pmu, tsc, rate);
+        self.pv_stats.publishes += 1;
+    }
+
+    /// Whether a PV page with published counters is registered.
+    pub fn pv_publishing(&self) -> bool {
+        self.pv.is_some_and(|p| p.version >= 2)
+    }
+
+    /// Whether the exact backend is single-stepping the guest.
+    pub fn is_stepping(&self) -> bool {
+        self.stepping
     }
 
     /// A single-step completed at `pc`: retire the instruction that ran, look at the next

@@ -80,25 +80,44 @@ fn counted() {
 #[derive(Debug)]
 pub struct PerfEvent {
     fd: OwnedFd,
+    /// Whether this event's syscalls count as PMU backend work (not for instrumentation).
+    tracked: bool,
 }
 
 impl PerfEvent {
     /// Open `attr` for the calling thread on any CPU.
     pub fn open(attr: &PerfEventAttr) -> io::Result<PerfEvent> {
+        Self::open_with(attr, true)
+    }
+
+    /// Open an event for instrumentation; its syscalls are not counted as PMU work.
+    pub fn open_untracked(attr: &PerfEventAttr) -> io::Result<PerfEvent> {
+        Self::open_with(attr, false)
+    }
+
+    fn open_with(attr: &PerfEventAttr, tracked: bool) -> io::Result<PerfEvent> {
         let mut attr = *attr;
         attr.size = std::mem::size_of::<PerfEventAttr>() as u32;
-        counted();
+        if tracked {
+            counted();
+        }
         // SAFETY: attr is a valid, fully initialised perf_event_attr of the size we declare.
         let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: the kernel returned a new fd that nothing else owns.
-        Ok(PerfEvent { fd: unsafe { OwnedFd::from_raw_fd(fd as i32) } })
+        Ok(PerfEvent { fd: unsafe { OwnedFd::from_raw_fd(fd as i32) }, tracked })
+    }
+
+    fn count(&self) {
+        if self.tracked {
+            counted();
+        }
     }
 
     fn ioctl(&self, request: libc::c_ulong, arg: libc::c_ulong) -> io::Result<()> {
-        counted();
+        self.count();
         // SAFETY: a perf ioctl on our own fd; PERIOD's pointer argument is handled by `set_period`.
         let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), request, arg) };
         if r < 0 {
@@ -122,7 +141,7 @@ impl PerfEvent {
 
     /// Change the sampling period (takes effect at the next overflow or enable).
     pub fn set_period(&self, period: u64) -> io::Result<()> {
-        counted();
+        self.count();
         // SAFETY: PERF_EVENT_IOC_PERIOD reads one u64 through the pointer, which is live.
         let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), IOC_PERIOD, &period as *const u64) };
         if r < 0 {
@@ -135,7 +154,7 @@ impl PerfEvent {
     /// The current count.
     pub fn read(&self) -> io::Result<u64> {
         let mut value = 0u64;
-        counted();
+        self.count();
         // SAFETY: reading 8 bytes into a u64 we own.
         let n = unsafe { libc::read(self.fd.as_raw_fd(), &mut value as *mut u64 as *mut libc::c_void, 8) };
         if n != 8 {
@@ -150,15 +169,15 @@ impl PerfEvent {
         let owner = OwnerEx { kind: F_OWNER_TID, pid: tid };
         // SAFETY: fcntl on our own fd with valid arguments.
         unsafe {
-            counted();
+            self.count();
             if libc::fcntl(fd, libc::F_SETFL, libc::O_ASYNC) < 0 {
                 return Err(io::Error::last_os_error());
             }
-            counted();
+            self.count();
             if libc::fcntl(fd, F_SETSIG, signal) < 0 {
                 return Err(io::Error::last_os_error());
             }
-            counted();
+            self.count();
             if libc::fcntl(fd, F_SETOWN_EX, &owner as *const OwnerEx) < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -173,7 +192,7 @@ impl PerfEvent {
 
 impl Drop for PerfEvent {
     fn drop(&mut self) {
-        counted(); // close(2), done by OwnedFd
+        self.count(); // close(2), done by OwnedFd
     }
 }
 

@@ -20,6 +20,13 @@ pub enum DeviceAction {
     Continue,
     /// The guest asked to end the VM with this status.
     Exit(i32),
+    /// The guest asked for an NMI on itself after this many more single-stepped
+    /// instructions (0: before its next instruction).
+    Nmi(u32),
+    /// The guest offers its paravirtual PMU page at this address (0: withdraws it).
+    PvRegister(u64),
+    /// The guest rang the PV doorbell.
+    PvDoorbell,
 }
 
 /// Port ranges of the fixed devices.
@@ -28,6 +35,9 @@ pub const DEBUG_EXIT_PORT: u16 = 0xf4;
 pub const FW_CFG_SELECTOR: u16 = 0x510;
 pub const FW_CFG_DATA: u16 = 0x511;
 pub const SHUTDOWN_PORT: u16 = 0x8900;
+/// A write of v asks the VMM to inject an NMI into the writing vCPU after v more retired
+/// instructions when single-stepping (exact backend), else at once (request-order tests).
+pub const NMI_REQUEST_PORT: u16 = 0x50c;
 
 /// All port-IO devices of a VM. Ports nobody claims read as all-ones and drop writes,
 /// as on a PC with nothing decoding them; they are counted for `--stats`.
@@ -84,6 +94,9 @@ impl PioBus {
             }
             FW_CFG_DATA => DeviceAction::Continue,
             SHUTDOWN_PORT => self.shutdown.write(data),
+            crate::pv::REGISTER_PORT => DeviceAction::PvRegister(u64::from(le_u32(data))),
+            crate::pv::DOORBELL_PORT => DeviceAction::PvDoorbell,
+            NMI_REQUEST_PORT => DeviceAction::Nmi(le_u32(data)),
             AGENT_PORT if self.agent.is_some() => {
                 self.agent.as_mut().unwrap().write(data);
                 DeviceAction::Continue
@@ -94,6 +107,14 @@ impl PioBus {
             }
         }
     }
+}
+
+/// Up to four little-endian bytes as a u32.
+fn le_u32(data: &[u8]) -> u32 {
+    let mut v = [0u8; 4];
+    let n = data.len().min(4);
+    v[..n].copy_from_slice(&data[..n]);
+    u32::from_le_bytes(v)
 }
 
 #[cfg(test)]

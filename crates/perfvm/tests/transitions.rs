@@ -1,0 +1,52 @@
+//! Transitions: PMI before NMI (seed 002) and zero PMU cost on VM entry/exit while the guest
+//! does not use the PMU (seed 001).
+
+mod common;
+use common::*;
+
+fn stats_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let o = perfvm(&all);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    serde_json::from_slice(&o.stdout).expect("JSON")
+}
+
+#[test]
+fn pmi_and_nmi_due_together_pmi_first_no_extra_entry() {
+    require_kvm!();
+    let doc = stats_json(&["nmiorder", "--backend", "exact", "--request-order", "pmi-first"]);
+    assert!(doc["console"].as_str().unwrap().contains("3 passed, 0 failed"), "{}", doc["console"]);
+    let r = &doc["stats"]["requests"];
+    assert_eq!(r["both_pending"], 1, "{r}");
+    assert_eq!(r["pmi_injected_first"], 1, "{r}");
+    assert_eq!(r["cancelled_entries"], 0, "{r}");
+}
+
+#[test]
+fn legacy_order_cancels_an_entry_per_late_pmi() {
+    require_kvm!();
+    let doc = stats_json(&["nmiorder", "--backend", "exact", "--request-order", "legacy"]);
+    assert!(doc["console"].as_str().unwrap().contains("3 passed, 0 failed"), "{}", doc["console"]);
+    let r = &doc["stats"]["requests"];
+    assert_eq!(r["pmi_injected_first"], 0, "{r}");
+    assert_eq!(r["cancelled_entries"], r["pmi_nmis"], "{r}");
+    assert!(r["cancelled_entries"].as_u64().unwrap() >= 1, "{r}");
+}
+
+#[test]
+fn idle_pmu_costs_no_syscall_per_exit() {
+    require_kvm!();
+    if let Some(reason) = vmm::syscount::unavailable_reason() {
+        common::skip("idle_pmu_costs_no_syscall_per_exit", &reason);
+        return;
+    }
+    let off = stats_json(&["portio", "--pmu", "off"]);
+    let on = stats_json(&["portio", "--pmu", "on"]);
+    let per_run = |d: &serde_json::Value| d["stats"]["vcpu_syscalls"].as_f64().unwrap() / d["stats"]["entries"].as_f64().unwrap();
+    let (a, b) = (per_run(&off), per_run(&on));
+    assert!(off["stats"]["entries"].as_u64().unwrap() > 2000);
+    assert!((a - b).abs() < 0.002, "syscalls per KVM_RUN: pmu off {a:.4}, pmu on (idle) {b:.4}");
+    assert_eq!(on["stats"]["pmu"]["host_syscalls"], 0, "no PMU syscall at all while idle");
+}

@@ -1,0 +1,234 @@
+//! The paravirtual PMU page (guest/include/perfvm_pv.h): version negotiation, batched
+//! counter programming in one exit, and pvclock-style published counters that the guest
+//! reads without an exit where the backend allows it.
+
+use pmu::{ArchEvent, CountSource, Initiator, MsrAccess, MsrIndex, Pmu};
+use serde::Serialize;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+/// Newest page version this VMM speaks; it also accepts every older one.
+pub const HOST_VERSION: u32 = 2;
+pub const REGISTER_PORT: u16 = 0x504;
+pub const DOORBELL_PORT: u16 = 0x508;
+const F_ACCEPTED: u32 = 1 << 0;
+const F_EXITLESS_READS: u32 = 1 << 1;
+const C_RUNNING: u32 = 1 << 0;
+const C_NEEDS_EXIT: u32 = 1 << 1;
+const BATCH_MAX: u32 = 32;
+const V1_SIZE: u32 = 32 + 32 * 16;
+const COUNTER_SIZE: u64 = 40;
+const V2_SIZE: u32 = V1_SIZE + 11 * COUNTER_SIZE as u32;
+const COUNTERS_OFFSET: u64 = V1_SIZE as u64;
+/// Published bound on extrapolation error: the software clock counts vCPU thread time, which
+/// can lag the TSC when the host preempts the thread.
+pub const ERR_PPM: u32 = 20_000;
+
+/// The page size a guest of `version` must declare.
+pub fn expected_size(version: u32) -> Option<u32> {
+    match version {
+        1 => Some(V1_SIZE),
+        2 => Some(V2_SIZE),
+        _ => None,
+    }
+}
+
+/// Why a page was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Refusal {
+    NotAligned,
+    OutsideMemory,
+    NewerThanHost(u32),
+    BadSize { version: u32, size: u32 },
+}
+
+/// A registered page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PvPage {
+    pub gpa: u64,
+    pub version: u32,
+}
+
+/// PV telemetry.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct PvStats {
+    pub registrations: u64,
+    pub refusals: u64,
+    pub doorbells: u64,
+    pub batched_writes: u64,
+    pub publishes: u64,
+}
+
+/// Negotiate a page at `gpa`: answer host_version and flags in it; Ok if accepted.
+pub fn register(mem: &GuestMemoryMmap, gpa: u64, exitless_reads: bool) -> Result<PvPage, Refusal> {
+    if gpa & 0xfff != 0 {
+        return Err(Refusal::NotAligned);
+    }
+    let guest_version: u32 = mem.read_obj(GuestAddress(gpa)).map_err(|_| Refusal::OutsideMemory)?;
+    let size: u32 = mem.read_obj(GuestAddress(gpa + 8)).map_err(|_| Refusal::OutsideMemory)?;
+    let _ = mem.write_obj(HOST_VERSION, GuestAddress(gpa + 4));
+    let verdict = if guest_version > HOST_VERSION || guest_version == 0 {
+        Err(Refusal::NewerThanHost(guest_version))
+    } else if expected_size(guest_version) != Some(size) {
+        Err(Refusal::BadSize { version: guest_version, size })
+    } else {
+        Ok(PvPage { gpa, version: guest_version })
+    };
+    let flags = match &verdict {
+        Ok(p) if p.version >= 2 && exitless_reads => F_ACCEPTED | F_EXITLESS_READS,
+        Ok(_) => F_ACCEPTED,
+        Err(_) => 0,
+    };
+    let _ = mem.write_obj(flags, GuestAddress(gpa + 12));
+    verdict
+}
+
+/// Apply the batch as guest WRMSRs; stops at the first that would #GP. Returns writes done.
+pub fn apply_batch<B: CountSource>(mem: &GuestMemoryMmap, page: PvPage, pmu: &mut Pmu<B>) -> u32 {
+    let base = page.gpa;
+    let count: u32 = mem.read_obj(GuestAddress(base + 16)).unwrap_or(0).min(BATCH_MAX);
+    let mut done = 0;
+    let mut fault = 0;
+    for i in 0..count {
+        let entry = base + 32 + u64::from(i) * 16;
+        let msr: u32 = mem.read_obj(GuestAddress(entry)).unwrap_or(0);
+        let value: u64 = mem.read_obj(GuestAddress(entry + 8)).unwrap_or(0);
+        if pmu.set_msr(MsrIndex(msr), value, Initiator::Guest).is_fault() {
+            fault = i + 1;
+            break;
+        }
+        done += 1;
+    }
+    let _ = mem.write_obj(done, GuestAddress(base + 20));
+    let _ = mem.write_obj(fault, GuestAddress(base + 24));
+    done
+}
+
+/// How a counter's value may be extrapolated between publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extrapolation {
+    /// Counts one per guest TSC tick while it runs (the software clock's cycles).
+    TscRate,
+    /// Cannot be read without an exit (exact single-stepping, hardware events).
+    NeedsExit,
+}
+
+/// Publish every counter's value at guest TSC `tsc` under the seqlock.
+pub fn publish<B: CountSource>(mem: &GuestMemoryMmap, page: PvPage, pmu: &mut Pmu<B>, tsc: u64, rate: impl Fn(ArchEvent) -> Extrapolation) {
+    if page.version < 2 {
+        return;
+    }
+    let host = Initiator::Host;
+    let reg = |pmu: &mut Pmu<B>, msr: MsrIndex| match pmu.get_msr(msr, host) {
+        MsrAccess::Ok(v) => Some(v),
+        MsrAccess::Fault => None,
+    };
+    let global = reg(pmu, MsrIndex::IA32_PERF_GLOBAL_CTRL).unwrap_or(0);
+    let fixed_ctrl = reg(pmu, MsrIndex::IA32_FIXED_CTR_CTRL).unwrap_or(0);
+    for slot in 0..11u32 {
+        let (counter, event, enabled) = if slot < 8 {
+            let Some(sel) = reg(pmu, MsrIndex::perfevtsel(slot as u8)) else { continue };
+            let event = ArchEvent::from_select(sel as u8, (sel >> 8) as u8);
+            let enabled = sel & (1 << 22) != 0 && sel & (1 << 17) != 0 && global & (1 << slot) != 0;
+            (MsrIndex::pmc(slot as u8), event, enabled)
+        } else {
+            let j = slot - 8;
+            let event = pmu::FIXED_EVENTS.get(j as usize).copied();
+            let enabled = fixed_ctrl >> (4 * j) & 1 != 0 && global & (1 << (32 + j)) != 0;
+            (MsrIndex::fixed_ctr(j as u8), event, enabled)
+        };
+        let Some(value) = reg(pmu, counter) else { continue };
+        let extrapolation = event.map(&rate).unwrap_or(Extrapolation::NeedsExit);
+        let counts = enabled && event.is_some_and(|e| pmu.caps().is_available(e));
+        let flags = match (counts, extrapolation) {
+            (false, _) => 0,
+            (true, Extrapolation::TscRate) => C_RUNNING,
+            (true, Extrapolation::NeedsExit) => C_NEEDS_EXIT,
+        };
+        let at = page.gpa + COUNTERS_OFFSET + u64::from(slot) * COUNTER_SIZE;
+        let seq: u32 = mem.read_obj(GuestAddress(at)).unwrap_or(0);
+        let _ = mem.write_obj(seq.wrapping_add(1) | 1, GuestAddress(at));
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        let _ = mem.write_obj(flags, GuestAddress(at + 4));
+        let _ = mem.write_obj(value, GuestAddress(at + 8));
+        let _ = mem.write_obj(tsc, GuestAddress(at + 16));
+        let _ = mem.write_obj(1u32, GuestAddress(at + 24)); // mult
+        let _ = mem.write_obj(0u32, GuestAddress(at + 28)); // shift
+        let _ = mem.write_obj(ERR_PPM, GuestAddress(at + 32));
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        let _ = mem.write_obj((seq | 1).wrapping_add(1), GuestAddress(at));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmu::{MockSource, PmuConfig};
+
+    fn mem() -> GuestMemoryMmap {
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap()
+    }
+
+    fn offer(mem: &GuestMemoryMmap, gpa: u64, version: u32, size: u32) -> Result<PvPage, Refusal> {
+        mem.write_obj(version, GuestAddress(gpa)).unwrap();
+        mem.write_obj(size, GuestAddress(gpa + 8)).unwrap();
+        register(mem, gpa, true)
+    }
+
+    fn flags(mem: &GuestMemoryMmap, gpa: u64) -> (u32, u32) {
+        (mem.read_obj(GuestAddress(gpa + 4)).unwrap(), mem.read_obj(GuestAddress(gpa + 12)).unwrap())
+    }
+
+    #[test]
+    fn version_negotiation() {
+        let m = mem();
+        assert_eq!(offer(&m, 0x1000, 2, V2_SIZE), Ok(PvPage { gpa: 0x1000, version: 2 }));
+        assert_eq!(flags(&m, 0x1000), (HOST_VERSION, F_ACCEPTED | F_EXITLESS_READS));
+        // An older guest on a newer host works, with the old feature set.
+        assert_eq!(offer(&m, 0x2000, 1, V1_SIZE), Ok(PvPage { gpa: 0x2000, version: 1 }));
+        assert_eq!(flags(&m, 0x2000), (HOST_VERSION, F_ACCEPTED));
+        // A guest newer than the host is refused; it learns the host's version.
+        assert_eq!(offer(&m, 0x3000, 3, 2048), Err(Refusal::NewerThanHost(3)));
+        assert_eq!(flags(&m, 0x3000), (HOST_VERSION, 0));
+        assert_eq!(offer(&m, 0x4000, 2, V1_SIZE), Err(Refusal::BadSize { version: 2, size: V1_SIZE }));
+        assert_eq!(offer(&m, 0x4008, 2, V2_SIZE), Err(Refusal::NotAligned));
+        assert_eq!(offer(&m, 0x5000, 0, V1_SIZE), Err(Refusal::NewerThanHost(0)));
+    }
+
+    #[test]
+    fn batch_applies_in_order_and_stops_at_a_fault() {
+        let m = mem();
+        let page = offer(&m, 0x1000, 2, V2_SIZE).unwrap();
+        let mut pmu = Pmu::new(PmuConfig::default(), MockSource::new()).unwrap();
+        let entries: [(u32, u64); 3] = [(0x186, 0x43003c), (0xc1, 0x1234), (0x186, 1 << 21)];
+        for (i, (msr, value)) in entries.iter().enumerate() {
+            m.write_obj(*msr, GuestAddress(0x1000 + 32 + i as u64 * 16)).unwrap();
+            m.write_obj(*value, GuestAddress(0x1000 + 40 + i as u64 * 16)).unwrap();
+        }
+        m.write_obj(3u32, GuestAddress(0x1010)).unwrap();
+        assert_eq!(apply_batch(&m, page, &mut pmu), 2);
+        let (done, fault): (u32, u32) = (m.read_obj(GuestAddress(0x1014)).unwrap(), m.read_obj(GuestAddress(0x1018)).unwrap());
+        assert_eq!((done, fault), (2, 3), "third entry sets the reserved ANY bit");
+        assert_eq!(pmu.get_msr(MsrIndex(0x186), Initiator::Guest), MsrAccess::Ok(0x43003c));
+        assert_eq!(pmu.get_msr(MsrIndex(0xc1), Initiator::Guest), MsrAccess::Ok(0x1234));
+    }
+
+    #[test]
+    fn publish_marks_running_clocks_and_exit_only_counters() {
+        let m = mem();
+        let page = offer(&m, 0x1000, 2, V2_SIZE).unwrap();
+        let mut pmu = Pmu::new(PmuConfig::default(), MockSource::new()).unwrap();
+        pmu.set_msr(MsrIndex(0x186), 0x43003c, Initiator::Guest).ok(); // cycles, OS|EN
+        pmu.set_msr(MsrIndex(0x187), 0x4300c0, Initiator::Guest).ok(); // instructions
+        pmu.set_msr(MsrIndex(0xc1), 500, Initiator::Guest).ok();
+        publish(&m, page, &mut pmu, 777, |e| if e == ArchEvent::CoreCycles { Extrapolation::TscRate } else { Extrapolation::NeedsExit });
+        let at = |slot: u64, off: u64| GuestAddress(0x1000 + COUNTERS_OFFSET + slot * COUNTER_SIZE + off);
+        let seq: u32 = m.read_obj(at(0, 0)).unwrap();
+        assert_eq!(seq % 2, 0, "seqlock left even");
+        assert!(seq > 0);
+        assert_eq!(m.read_obj::<u32>(at(0, 4)).unwrap(), C_RUNNING);
+        assert_eq!(m.read_obj::<u64>(at(0, 8)).unwrap(), 500);
+        assert_eq!(m.read_obj::<u64>(at(0, 16)).unwrap(), 777);
+        assert_eq!(m.read_obj::<u32>(at(1, 4)).unwrap(), C_NEEDS_EXIT);
+        assert_eq!(m.read_obj::<u32>(at(2, 4)).unwrap(), 0, "an idle counter is not running");
+    }
+}

@@ -1,0 +1,70 @@
+/*
+ * The perfvm paravirtual PMU page: one 4 KiB page per vCPU, shared by guest and VMM
+ * (crates/vmm/src/pv.rs). Modelled on KVM's first paravirt interface (kvm_vcpu_para_state):
+ * versioned, and "new host + old guest and new host + new guest" both work; a guest newer
+ * than the host, or a size the host does not expect, is refused and the guest falls back to
+ * plain MSRs.
+ *
+ * Registration: the guest fills guest_version and size, then writes the page's
+ * guest-physical address (4 KiB aligned) with a 32-bit OUT to PERFVM_PORT_PV_REGISTER. The
+ * VMM answers in the page before the OUT completes: host_version (always), and flags with
+ * PV_F_ACCEPTED set if it accepted the page. Writing 0 unregisters.
+ *
+ * Batched programming (the hypercall): the guest writes batch_count entries {msr, value}
+ * and does one OUT to PERFVM_PORT_PV_DOORBELL. The VMM applies them in order as WRMSRs,
+ * sets batch_done to the number applied and batch_fault to 1 + the index of the first
+ * entry that would #GP (0: none) — that entry and the rest are not applied.
+ *
+ * Exitless reads (version >= 2, flag PV_F_EXITLESS_READS): for each counter the VMM
+ * publishes, under a seqlock, value = base + (rdtsc() - tsc) * mult >> shift while the
+ * counter runs (PV_C_RUNNING), or base when stopped. PV_C_NEEDS_EXIT means the backend
+ * cannot be read without an exit (exact backend): use RDMSR. err_ppm bounds the error of an
+ * extrapolated value, in parts per million of the elapsed counts.
+ */
+#ifndef PERFVM_PV_H
+#define PERFVM_PV_H
+#include <stdint.h>
+
+#define PERFVM_PORT_PV_REGISTER 0x504
+#define PERFVM_PORT_PV_DOORBELL 0x508
+#define PV_HOST_VERSION 2          /* what this kit's VMM speaks */
+#define PV_F_ACCEPTED       (1u << 0)
+#define PV_F_EXITLESS_READS (1u << 1)
+#define PV_BATCH_MAX 32
+#define PV_COUNTERS 11             /* GP 0-7, then fixed 0-2 */
+#define PV_C_RUNNING    (1u << 0)
+#define PV_C_NEEDS_EXIT (1u << 1)
+
+struct pv_batch_entry {
+	uint32_t msr;
+	uint32_t reserved;
+	uint64_t value;
+};
+
+struct pv_counter {
+	volatile uint32_t seq;   /* odd while the VMM updates */
+	volatile uint32_t flags; /* PV_C_* */
+	volatile uint64_t base;
+	volatile uint64_t tsc;
+	volatile uint32_t mult, shift;
+	volatile uint32_t err_ppm, reserved;
+};
+
+struct pv_page_v1 {
+	uint32_t guest_version;
+	uint32_t host_version;
+	uint32_t size;           /* sizeof the guest's struct for its version */
+	uint32_t flags;
+	uint32_t batch_count;
+	uint32_t batch_done;
+	uint32_t batch_fault;
+	uint32_t reserved;
+	struct pv_batch_entry batch[PV_BATCH_MAX];
+};
+
+struct pv_page_v2 {
+	struct pv_page_v1 v1;
+	struct pv_counter counters[PV_COUNTERS];
+};
+
+#endif
