@@ -77,7 +77,7 @@ pub fn render(command: &str, agent: &AgentData, seconds: f64, backend: &str) -> 
     for c in &whole {
         let name = events::by_raw(c.event).name;
         if c.flags & COUNT_UNSUPPORTED != 0 {
-            out.push_str(&format!("{:>20}      {:<24}\n", "<not supported>", name));
+            out.push_str(&format!("{:>20}      {}\n", "<not supported>", name));
             continue;
         }
         let note = match c.event {
