@@ -16,10 +16,12 @@
  * entry that would #GP (0: none) — that entry and the rest are not applied.
  *
  * Exitless reads (version >= 2, flag PV_F_EXITLESS_READS): for each counter the VMM
- * publishes, under a seqlock, value = base + (rdtsc() - tsc) * mult >> shift while the
- * counter runs (PV_C_RUNNING), or base when stopped. PV_C_NEEDS_EXIT means the backend
- * cannot be read without an exit (exact backend): use RDMSR. err_ppm bounds the error of an
- * extrapolated value, in parts per million of the elapsed counts.
+ * publishes, under a seqlock, value = base + ((rdtsc() - tsc) * mult >> shift) (a 128-bit
+ * product) while the counter runs (PV_C_RUNNING), or base when stopped; mult/shift is the
+ * counts-per-TSC-tick rate the VMM observed. PV_C_NEEDS_EXIT means the backend cannot be
+ * read without an exit (exact backend): use RDMSR. err_ppm bounds the error of an
+ * extrapolated value in parts per million of the elapsed TSC ticks; it grows when the host
+ * preempts the vCPU thread unevenly (the software clock counts thread time).
  */
 #ifndef PERFVM_PV_H
 #define PERFVM_PV_H

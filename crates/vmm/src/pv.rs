@@ -19,9 +19,55 @@ const V1_SIZE: u32 = 32 + 32 * 16;
 const COUNTER_SIZE: u64 = 40;
 const V2_SIZE: u32 = V1_SIZE + 11 * COUNTER_SIZE as u32;
 const COUNTERS_OFFSET: u64 = V1_SIZE as u64;
-/// Published bound on extrapolation error: the software clock counts vCPU thread time, which
-/// can lag the TSC when the host preempts the thread.
-pub const ERR_PPM: u32 = 20_000;
+/// Smallest published bound on extrapolation error. The software clock counts vCPU thread
+/// time, which lags the TSC whenever the host preempts the thread: the published rate is
+/// the observed counts per TSC tick, and the bound grows with how much that rate varies.
+pub const MIN_ERR_PPM: u32 = 20_000;
+/// Rates are published as fixed point with 31 fraction bits (mult, shift = 31): rates of
+/// 0 to 2 counts per TSC tick fit the page's 32-bit mult.
+const RATE_SHIFT: u32 = 31;
+
+/// Estimates the vCPU thread's share of wall time, i.e. the rate at which a thread-time
+/// clock advances per TSC tick, from the thread CPU clock and the wall clock at each publish.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuShare {
+    last: Option<(u64, u64)>, // (thread cpu ns, wall ns)
+    /// Share, fixed point with RATE_SHIFT fraction bits (0: none observed yet).
+    rate: u64,
+    err_ppm: u32,
+}
+
+impl CpuShare {
+    /// Fold in the clocks now.
+    pub fn observe(&mut self, cpu_ns: u64, wall_ns: u64) {
+        if let Some((c0, w0)) = self.last {
+            let (dc, dw) = (cpu_ns.saturating_sub(c0), wall_ns.saturating_sub(w0));
+            // Short intervals say little: wait for a millisecond of wall time.
+            if dw < 1_000_000 {
+                return;
+            }
+            let observed = ((u128::from(dc.min(dw)) << RATE_SHIFT) / u128::from(dw)) as u64;
+            if self.rate == 0 {
+                self.rate = observed;
+            } else {
+                let deviation = (observed as f64 - self.rate as f64).abs() / self.rate as f64;
+                self.err_ppm = self.err_ppm.max((deviation * 2e6).min(f64::from(u32::MAX)) as u32);
+                self.rate = (self.rate + observed) / 2;
+            }
+        }
+        self.last = Some((cpu_ns, wall_ns));
+    }
+
+    /// The rate to publish (1.0 before any observation).
+    pub fn mult(&self) -> u64 {
+        if self.rate == 0 { 1 << RATE_SHIFT } else { self.rate }
+    }
+
+    /// The bound to publish.
+    pub fn err_ppm(&self) -> u32 {
+        self.err_ppm.max(MIN_ERR_PPM)
+    }
+}
 
 /// The page size a guest of `version` must declare.
 pub fn expected_size(version: u32) -> Option<u32> {
@@ -113,7 +159,14 @@ pub enum Extrapolation {
 }
 
 /// Publish every counter's value at guest TSC `tsc` under the seqlock.
-pub fn publish<B: CountSource>(mem: &GuestMemoryMmap, page: PvPage, pmu: &mut Pmu<B>, tsc: u64, rate: impl Fn(ArchEvent) -> Extrapolation) {
+pub fn publish<B: CountSource>(
+    mem: &GuestMemoryMmap,
+    page: PvPage,
+    pmu: &mut Pmu<B>,
+    tsc: u64,
+    rate: impl Fn(ArchEvent) -> Extrapolation,
+    share: &CpuShare,
+) {
     if page.version < 2 {
         return;
     }
@@ -144,6 +197,7 @@ pub fn publish<B: CountSource>(mem: &GuestMemoryMmap, page: PvPage, pmu: &mut Pm
             (true, Extrapolation::TscRate) => C_RUNNING,
             (true, Extrapolation::NeedsExit) => C_NEEDS_EXIT,
         };
+        let (mult, err_ppm) = (share.mult(), share.err_ppm());
         let at = page.gpa + COUNTERS_OFFSET + u64::from(slot) * COUNTER_SIZE;
         let seq: u32 = mem.read_obj(GuestAddress(at)).unwrap_or(0);
         let _ = mem.write_obj(seq.wrapping_add(1) | 1, GuestAddress(at));
@@ -151,9 +205,9 @@ pub fn publish<B: CountSource>(mem: &GuestMemoryMmap, page: PvPage, pmu: &mut Pm
         let _ = mem.write_obj(flags, GuestAddress(at + 4));
         let _ = mem.write_obj(value, GuestAddress(at + 8));
         let _ = mem.write_obj(tsc, GuestAddress(at + 16));
-        let _ = mem.write_obj(1u32, GuestAddress(at + 24)); // mult
-        let _ = mem.write_obj(0u32, GuestAddress(at + 28)); // shift
-        let _ = mem.write_obj(ERR_PPM, GuestAddress(at + 32));
+        let _ = mem.write_obj(mult.min(u64::from(u32::MAX)) as u32, GuestAddress(at + 24));
+        let _ = mem.write_obj(RATE_SHIFT, GuestAddress(at + 28));
+        let _ = mem.write_obj(err_ppm, GuestAddress(at + 32));
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         let _ = mem.write_obj((seq | 1).wrapping_add(1), GuestAddress(at));
     }
@@ -220,7 +274,8 @@ mod tests {
         pmu.set_msr(MsrIndex(0x186), 0x43003c, Initiator::Guest).ok(); // cycles, OS|EN
         pmu.set_msr(MsrIndex(0x187), 0x4300c0, Initiator::Guest).ok(); // instructions
         pmu.set_msr(MsrIndex(0xc1), 500, Initiator::Guest).ok();
-        publish(&m, page, &mut pmu, 777, |e| if e == ArchEvent::CoreCycles { Extrapolation::TscRate } else { Extrapolation::NeedsExit });
+        let share = CpuShare::default();
+        publish(&m, page, &mut pmu, 777, |e| if e == ArchEvent::CoreCycles { Extrapolation::TscRate } else { Extrapolation::NeedsExit }, &share);
         let at = |slot: u64, off: u64| GuestAddress(0x1000 + COUNTERS_OFFSET + slot * COUNTER_SIZE + off);
         let seq: u32 = m.read_obj(at(0, 0)).unwrap();
         assert_eq!(seq % 2, 0, "seqlock left even");
@@ -230,5 +285,21 @@ mod tests {
         assert_eq!(m.read_obj::<u64>(at(0, 16)).unwrap(), 777);
         assert_eq!(m.read_obj::<u32>(at(1, 4)).unwrap(), C_NEEDS_EXIT);
         assert_eq!(m.read_obj::<u32>(at(2, 4)).unwrap(), 0, "an idle counter is not running");
+        assert_eq!(m.read_obj::<u32>(at(0, 24)).unwrap(), 1 << 31, "no observation yet: rate 1.0");
+        assert_eq!(m.read_obj::<u32>(at(0, 28)).unwrap(), 31);
+    }
+
+    #[test]
+    fn share_follows_observations_and_bound_widens() {
+        let mut s = CpuShare::default();
+        s.observe(0, 0);
+        s.observe(5_000_000, 10_000_000); // half the CPU (a preempted thread)
+        assert_eq!(s.mult(), 1 << 30);
+        s.observe(10_000_000, 20_000_000);
+        assert_eq!(s.err_ppm(), MIN_ERR_PPM);
+        s.observe(20_000_000, 30_000_000); // the whole CPU now: the bound widens
+        assert!(s.err_ppm() >= 1_000_000, "{}", s.err_ppm());
+        s.observe(20_000_100, 30_000_200); // too short to say anything
+        assert_eq!(s.last, Some((20_000_000, 30_000_000)));
     }
 }

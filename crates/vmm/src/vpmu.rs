@@ -17,6 +17,14 @@ use std::collections::HashMap;
 use std::time::Instant;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
+/// CPU time of the calling thread.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// The guest's TSC now (KVM_GET_MSRS of IA32_TSC).
 fn guest_tsc(vcpu: &VcpuFd) -> u64 {
     let mut msrs = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry { index: 0x10, ..Default::default() }]).expect("one MSR");
@@ -171,6 +179,8 @@ pub struct VcpuPmu {
     /// The guest's paravirtual PMU page, once accepted.
     pv: Option<pv::PvPage>,
     pub pv_stats: pv::PvStats,
+    cpu_share: pv::CpuShare,
+    created: Instant,
 }
 
 impl VcpuPmu {
@@ -186,6 +196,8 @@ impl VcpuPmu {
             rip_profile: None,
             pv: None,
             pv_stats: pv::PvStats::default(),
+            cpu_share: pv::CpuShare::default(),
+            created: Instant::now(),
         }
     }
 
@@ -312,7 +324,8 @@ impl VcpuPmu {
             _ => pv::Extrapolation::NeedsExit,
         };
         let tsc = guest_tsc(vcpu);
-        pv::publish(mem, page, &mut self.pmu, tsc, rate);
+        self.cpu_share.observe(thread_cpu_ns(), self.created.elapsed().as_nanos() as u64);
+        pv::publish(mem, page, &mut self.pmu, tsc, rate, &self.cpu_share);
         self.pv_stats.publishes += 1;
     }
 

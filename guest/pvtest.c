@@ -1,0 +1,160 @@
+/*
+ * pvtest: the paravirtual PMU page. Version negotiation (same version, older guest, newer
+ * guest, bad size), batched programming equals MSR programming, and exitless counter reads
+ * agree with RDMSR within the bound the VMM publishes.
+ */
+#include "kit.h"
+#include "pmu.h"
+#include "perfvm_pv.h"
+
+static struct pv_page_v2 page __attribute__((aligned(4096)));
+static struct pmu_caps caps;
+
+static void offer(uint32_t version, uint32_t size)
+{
+	memset(&page, 0, sizeof(page));
+	page.v1.guest_version = version;
+	page.v1.size = size;
+	outl(PERFVM_PORT_PV_REGISTER, (uint32_t)(uintptr_t)&page);
+}
+
+static void check_negotiation(void)
+{
+	report_prefix_push("negotiate");
+	offer(PV_HOST_VERSION, sizeof(struct pv_page_v2));
+	report(page.v1.flags & PV_F_ACCEPTED, "same version accepted (flags %#x)", page.v1.flags);
+	report(page.v1.host_version == PV_HOST_VERSION, "host version %u", page.v1.host_version);
+	report(page.v1.flags & PV_F_EXITLESS_READS, "v2 gets exitless reads");
+	offer(1, sizeof(struct pv_page_v1));
+	report((page.v1.flags & PV_F_ACCEPTED) && !(page.v1.flags & PV_F_EXITLESS_READS),
+	       "older guest (v1) accepted without v2 features (flags %#x)", page.v1.flags);
+	offer(PV_HOST_VERSION + 1, sizeof(struct pv_page_v2) + 64);
+	report(!(page.v1.flags & PV_F_ACCEPTED) && page.v1.host_version == PV_HOST_VERSION,
+	       "newer guest refused, learns host version %u: falls back to MSRs", page.v1.host_version);
+	offer(PV_HOST_VERSION, sizeof(struct pv_page_v1));
+	report(!(page.v1.flags & PV_F_ACCEPTED), "bad size refused");
+	report_prefix_pop();
+}
+
+/* Program every GP counter for cycles with distinct presets, via the page or via MSRs. */
+static unsigned program(int batched)
+{
+	unsigned n = 0;
+	if (batched) {
+		struct pv_batch_entry *b = page.v1.batch;
+		b[n++] = (struct pv_batch_entry){ MSR_IA32_PERF_GLOBAL_CTRL, 0, 0 };
+		for (unsigned i = 0; i < caps.gp_counters; i++) {
+			b[n++] = (struct pv_batch_entry){ MSR_IA32_PERFEVTSEL0 + i, 0, evtsel(EV_CYCLES, EVTSEL_OS | EVTSEL_EN) };
+			b[n++] = (struct pv_batch_entry){ MSR_IA32_PMC0 + i, 0, 1000u * (i + 1) };
+		}
+		page.v1.batch_count = n;
+		outb(PERFVM_PORT_PV_DOORBELL, 1);
+		return page.v1.batch_done;
+	}
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	for (unsigned i = 0; i < caps.gp_counters; i++) {
+		wrmsr(MSR_IA32_PERFEVTSEL0 + i, evtsel(EV_CYCLES, EVTSEL_OS | EVTSEL_EN));
+		wrmsr(MSR_IA32_PMC0 + i, 1000u * (i + 1));
+	}
+	return 1 + 2 * caps.gp_counters;
+}
+
+static void check_batch(void)
+{
+	uint64_t msr_state[16], pv_state[16];
+	report_prefix_push("batch");
+	offer(PV_HOST_VERSION, sizeof(struct pv_page_v2));
+	pmu_reset(&caps);
+	program(0);
+	for (unsigned i = 0; i < caps.gp_counters; i++) {
+		msr_state[2 * i] = rdmsr(MSR_IA32_PERFEVTSEL0 + i);
+		msr_state[2 * i + 1] = rdmsr(MSR_IA32_PMC0 + i);
+	}
+	pmu_reset(&caps);
+	unsigned done = program(1);
+	report(done == 1 + 2 * caps.gp_counters && page.v1.batch_fault == 0, "%u writes applied in one exit", done);
+	for (unsigned i = 0; i < caps.gp_counters; i++) {
+		pv_state[2 * i] = rdmsr(MSR_IA32_PERFEVTSEL0 + i);
+		pv_state[2 * i + 1] = rdmsr(MSR_IA32_PMC0 + i);
+	}
+	report(!memcmp(msr_state, pv_state, 16 * caps.gp_counters), "same EVENTSELs and counters as MSR programming");
+	/* A faulting entry stops the batch: nothing after it is applied. */
+	page.v1.batch[0] = (struct pv_batch_entry){ MSR_IA32_PMC0, 0, 7 };
+	page.v1.batch[1] = (struct pv_batch_entry){ MSR_IA32_PERFEVTSEL0, 0, EVTSEL_ANY };
+	page.v1.batch[2] = (struct pv_batch_entry){ MSR_IA32_PMC0, 0, 9 };
+	page.v1.batch_count = 3;
+	outb(PERFVM_PORT_PV_DOORBELL, 1);
+	report(page.v1.batch_done == 1 && page.v1.batch_fault == 2 && rdmsr(MSR_IA32_PMC0) == 7,
+	       "a reserved-bit entry stops the batch (done %u, fault %u)", page.v1.batch_done, page.v1.batch_fault);
+	pmu_reset(&caps);
+	report_prefix_pop();
+}
+
+/* pvclock-style read: retry while the VMM updates. */
+static int pv_read(unsigned idx, uint64_t *value, uint32_t *err_ppm, uint64_t *since)
+{
+	struct pv_counter *c = &page.counters[idx];
+	uint32_t seq, flags;
+	uint64_t v, tsc, now;
+	do {
+		seq = c->seq;
+		barrier();
+		flags = c->flags;
+		v = c->base;
+		tsc = c->tsc;
+		*err_ppm = c->err_ppm;
+		now = rdtsc();
+		if (flags & PV_C_RUNNING)
+			v += (uint64_t)(((unsigned __int128)(now - tsc) * c->mult) >> c->shift);
+		barrier();
+	} while ((seq & 1) || seq != c->seq);
+	*value = v;
+	*since = now - tsc;
+	return flags & PV_C_NEEDS_EXIT ? -1 : 0;
+}
+
+static void check_exitless_reads(void)
+{
+	report_prefix_push("exitless");
+	offer(PV_HOST_VERSION, sizeof(struct pv_page_v2));
+	pmu_reset(&caps);
+	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(EV_CYCLES, EVTSEL_OS | EVTSEL_EN));
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
+	for (volatile int spin = 0; spin < 20000; spin++)
+		;
+	uint64_t pv, since;
+	uint32_t err_ppm;
+	int exitless = pv_read(0, &pv, &err_ppm, &since) == 0;
+	uint64_t msr = rdmsr(MSR_IA32_PMC0);
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	if (!exitless) {
+		report(1, "the backend needs an exit to read (PV_C_NEEDS_EXIT): read with RDMSR");
+	} else {
+		/* The RDMSR comes a few instructions (and one exit) later than the PV read. */
+		uint64_t bound = since / 1000000 * err_ppm + 200000;
+		int64_t diff = (int64_t)(msr - pv);
+		report(pv > 0 && diff >= -(int64_t)bound && diff <= (int64_t)bound,
+		       "PV read %llu vs RDMSR %llu (diff %lld, bound %llu)", (unsigned long long)pv,
+		       (unsigned long long)msr, (long long)diff, (unsigned long long)bound);
+	}
+	pmu_reset(&caps);
+	report_prefix_pop();
+}
+
+int main(int argc, char **argv)
+{
+	pmu_probe(&caps);
+	if (caps.version < 2) {
+		report_skip("no architectural PMU");
+		return report_summary();
+	}
+	check_negotiation();
+	if (pmu_event_available(&caps, EV_CYCLES)) {
+		check_batch();
+		check_exitless_reads();
+	} else {
+		report_skip("cycles not available");
+	}
+	outl(PERFVM_PORT_PV_REGISTER, 0);
+	return report_summary();
+}
