@@ -141,9 +141,27 @@ static void check_exitless_reads(void)
 	report_prefix_pop();
 }
 
+/* `pvtest prog msr|pv N`: program every GP counter N times, for counting exits. */
+static int program_rounds(const char *how, unsigned long rounds)
+{
+	int pv = !strcmp(how, "pv");
+	if (pv) {
+		offer(PV_HOST_VERSION, sizeof(struct pv_page_v2));
+		if (!(page.v1.flags & PV_F_ACCEPTED))
+			return 1;
+	}
+	for (unsigned long r = 0; r < rounds; r++)
+		program(pv);
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	printf("pvtest: programmed %u counters %lu times via %s\n", caps.gp_counters, rounds, pv ? "the PV page" : "MSRs");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	pmu_probe(&caps);
+	if (argc > 3 && !strcmp(argv[1], "prog"))
+		return program_rounds(argv[2], strtoul(argv[3], 0, 0));
 	if (caps.version < 2) {
 		report_skip("no architectural PMU");
 		return report_summary();

@@ -106,15 +106,18 @@ void trap_dispatch(struct trap_frame *f);
 void trap_dispatch(struct trap_frame *f)
 {
 	unsigned v = (unsigned)f->vector;
+	/* An NMI (e.g. a PMI) is not a fault of the instruction at f->rip: no .ex_table fixup,
+	 * or one landing just before an rdmsr_safe would skip it. */
+	if (v == NMI_VECTOR) {
+		if (!hooks[v] || !hooks[v](f))
+			nmi_handler(f);
+		return;
+	}
 	if (v < 32) {
 		if (ex_fixup(f))
 			return;
 		if (hooks[v] && hooks[v](f))
 			return;
-		if (v == NMI_VECTOR) {
-			nmi_handler(f);
-			return;
-		}
 		unexpected(f, "exception");
 	}
 	if (irq_handlers[v]) {

@@ -1,6 +1,8 @@
-/* kit_start: per-vCPU C entry. vCPU 0 sets up the shared state and runs main(argc, argv);
- * the others wait for that and run ap_main(idx). */
+/* kit_start: per-vCPU C entry. vCPU 0 sets up the shared state and runs main(argc, argv)
+ * (under the perf agent when argv[1] is stat or record); the others wait for that and run
+ * ap_main(idx). */
 #include "kit.h"
+#include "agent.h"
 
 struct perfvm_boot_info *boot_info;
 unsigned nr_vcpus = 1;
@@ -72,5 +74,7 @@ void kit_start(unsigned idx, struct perfvm_boot_info *bi)
 		       bi ? bi->magic : 0);
 	}
 	__atomic_store_n(&kit_ready, 1, __ATOMIC_RELEASE);
+	if (agent_wanted(argc, argv)) /* `<guest> stat|record ... -- <args>`: see agent.h */
+		exit(agent_run(argc, argv, main));
 	exit(main(argc, argv));
 }

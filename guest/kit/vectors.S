@@ -5,6 +5,7 @@
 	.text
 	.balign 16
 	.globl trap_stubs
+	.type trap_stubs, @function
 trap_stubs:
 	.set vec, 0
 	.rept 256
@@ -18,9 +19,11 @@ trap_stubs:
 	jmp trap_common
 	.set vec, vec + 1
 	.endr
+	.size trap_stubs, . - trap_stubs
 
 /* The CPU aligned RSP to 16 before its 5-6 word frame; with error code, vector and 15
  * GPRs the frame is 22 words, so RSP is 16-byte aligned at the call as the ABI wants. */
+	.type trap_common, @function
 trap_common:
 	push %rax
 	push %rbx
@@ -56,5 +59,6 @@ trap_common:
 	pop %rax
 	add $16, %rsp                /* vector and error code */
 	iretq
+	.size trap_common, . - trap_common
 
 	.section .note.GNU-stack, "", @progbits /* no executable stack */

@@ -6,6 +6,7 @@ use crate::cli::{BackendArg, RecordArgs};
 use crate::events::{self, Event};
 use crate::profile::{Profile, ProfileRow};
 use crate::run::{boot, vm_config};
+use vmm::VmConfig;
 use crate::stat::agent_cmdline;
 use crate::symbols::Symbols;
 use crate::Failure;
@@ -77,26 +78,31 @@ fn period(args: &RecordArgs, event: Event) -> Result<u64, Failure> {
     }
 }
 
-pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
-    let event = events::parse(&args.event).map_err(Failure::usage)?;
-    let reference = args.reference;
-    if reference && args.vm.pmu.backend != BackendArg::Exact {
-        return Err(Failure::usage("--reference needs --backend exact"));
-    }
-    let period = if reference { 1 } else { period(&args, event)? };
+/// Boot a guest under the agent (or the reference tracer) and build its record.
+pub fn record(
+    mut config: VmConfig,
+    guest: &str,
+    args: &[String],
+    event: Event,
+    period: u64,
+    reference: bool,
+    started: Instant,
+) -> Result<(RecordFile, i32), Failure> {
     if period >= 1 << 31 {
         return Err(Failure::usage("-c PERIOD must be below 2^31"));
     }
-    let mut config = vm_config(&args.vm, false)?;
     let orders = if reference {
         // The agent counts instructions (so the VMM single-steps) and the VMM attributes
         // every retired instruction; no PMIs disturb the workload.
-        config.pmu.as_mut().map(|p| p.trace_rips = true);
+        if let Some(p) = config.pmu.as_mut() {
+            p.trace_rips = true;
+        }
         "stat -e 0x00c0".to_owned()
     } else {
         format!("record -e {:#06x} -c {period}", event.raw)
     };
-    config.cmdline = agent_cmdline(&orders, &args.args, &args.vm.cmdline);
+    let extra = std::mem::take(&mut config.cmdline);
+    config.cmdline = agent_cmdline(&orders, args, &extra);
     let elf_bytes = std::fs::read(&config.kernel).unwrap_or_default();
     let report = boot(&config, started)?;
     let code = report.end.exit_code();
@@ -107,7 +113,7 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
     if symbols.is_empty() {
         eprintln!("perfvm: {} has no function symbols; samples show as [unknown]", config.kernel.display());
     }
-    let object = Path::new(&args.vm.guest).file_stem().and_then(|s| s.to_str()).unwrap_or("guest").to_owned();
+    let object = Path::new(guest).file_stem().and_then(|s| s.to_str()).unwrap_or("guest").to_owned();
     let mut weights: HashMap<(u64, u32), u64> = HashMap::new();
     if reference {
         for (rip, n) in &report.rip_profile {
@@ -130,9 +136,9 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
     let pmu = report.stats.pmu.as_ref();
     let file = RecordFile {
         format: FORMAT.into(),
-        guest: args.vm.guest.clone(),
+        guest: guest.to_owned(),
         elf: std::fs::canonicalize(&config.kernel).unwrap_or(config.kernel.clone()).display().to_string(),
-        args: args.args.clone(),
+        args: args.to_vec(),
         event: if reference { "instructions".into() } else { event.name.into() },
         raw_event: if reference { 0x00c0 } else { event.raw },
         period,
@@ -146,6 +152,17 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
         profile,
         rips,
     };
+    Ok((file, code))
+}
+
+pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
+    let event = events::parse(&args.event).map_err(Failure::usage)?;
+    if args.reference && args.vm.pmu.backend != BackendArg::Exact {
+        return Err(Failure::usage("--reference needs --backend exact"));
+    }
+    let period = if args.reference { 1 } else { period(&args, event)? };
+    let config = vm_config(&args.vm, false)?;
+    let (file, code) = record(config, &args.vm.guest, &args.args, event, period, args.reference, started)?;
     let json = serde_json::to_string(&file).expect("JSON");
     std::fs::write(&args.output, &json).map_err(|e| Failure::usage(format!("cannot write {}: {e}", args.output)))?;
     let folded = format!("{}.folded", args.output);

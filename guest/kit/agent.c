@@ -1,0 +1,575 @@
+/*
+ * The perf agent: runs the guest's main() under `stat` or `record` and programs the virtual
+ * PMU the way Linux perf's x86 driver (arch/x86/events/core.c, intel/core.c) does:
+ *
+ *   setup    GLOBAL_CTRL=0; EVENTSELx = event|OS|EN (|INT when sampling) or
+ *            FIXED_CTR_CTRL = OS (|PMI when sampling) per fixed counter; counters preset
+ *            (0, or -period for sampling: full-width alias 0x4C1+i when PERF_CAPABILITIES
+ *            has FW_WRITE, else the legacy MSR, which sign-extends from bit 31);
+ *            GLOBAL_CTRL = enabled mask.
+ *   PMI      (LVTPC in NMI mode) GLOBAL_CTRL=0; read GLOBAL_STATUS; per overflowed counter
+ *            a sample {rip, task, event} and a reload with -period; GLOBAL_OVF_CTRL=status;
+ *            LVTPC unmasked (NMI mode); GLOBAL_CTRL = mask (if counting is on).
+ *   switch   (-p) out: GLOBAL_CTRL=0, RDMSR each counter, charge the delta to the outgoing
+ *            context; in: write each counter (0, or -(period left) when sampling),
+ *            GLOBAL_CTRL = mask.
+ *
+ * Counts are kept in software as in perf's x86_perf_event_update: each counter's last raw
+ * value, and deltas modulo the counter width, so a sampling counter's wrap adds up.
+ *
+ * NMIs can land inside the agent's own critical sections (a context switch, the final
+ * read): those set `busy`, and a PMI that finds it set only records its sample, acks, and
+ * leaves the counter update to the interrupted code (`deferred`), which re-checks before
+ * leaving. A sampling counter whose top bit is clear has wrapped and waits for its reload:
+ * the period left is then a full period whoever notices first.
+ */
+#include "kit.h"
+#include "pmu.h"
+#include "agent.h"
+#include "sched.h"
+
+#define AGENT_MAX_EVENTS 16
+#define AGENT_MAX_IDS (SCHED_MAX_TASKS + 1)
+#define SAMPLE_BUF_N 2048
+#define DEFAULT_PERIOD 10000
+#define MIN_PERIOD 64 /* below ~20 the PMI handler's own counted exit path would livelock */
+#define NO_COUNTER (-1)
+#define MAX_WORDS 64
+
+struct agent_event {
+	uint16_t code;       /* EVENTSEL[15:0] */
+	uint16_t flags;      /* AGENT_COUNT_* */
+	int hw;              /* GLOBAL_CTRL bit: 0-7 = PMCi, 32-34 = FIXED_CTRj; NO_COUNTER */
+	const char *why;     /* why it is not counted */
+	uint32_t rd_msr, wr_msr;
+	uint64_t width_mask, top_bit;
+	uint64_t prev;       /* raw counter value at the last update */
+	uint64_t total;      /* everything counted: the task 0 entry */
+};
+
+static struct pmu_caps caps;
+static struct agent_event evs[AGENT_MAX_EVENTS];
+static unsigned nev;
+static int recording, per_task;
+static uint64_t period = DEFAULT_PERIOD;
+static uint64_t enabled_mask, sampling_mask;
+static volatile int pmu_on;            /* GLOBAL_CTRL should hold enabled_mask */
+static volatile int busy;              /* in a critical section of the agent */
+static volatile uint64_t deferred;     /* counters a PMI left to the critical section */
+static uint32_t ctx;                   /* context the counts are charged to (-p) */
+static uint32_t max_id;
+static uint64_t task_count[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
+static uint64_t task_left[AGENT_MAX_IDS][AGENT_MAX_EVENTS]; /* sampling: period left */
+static uint8_t task_started[AGENT_MAX_IDS];
+static char *wargv[MAX_WORDS + 1];
+
+/* Samples: the message is built in place and sent when full (from the PMI) or at the end. */
+static uint8_t sample_msg[sizeof(struct agent_msg_header) + sizeof(struct agent_samples) +
+			  SAMPLE_BUF_N * sizeof(struct agent_sample)] __attribute__((aligned(16)));
+static volatile int flushing;
+static uint64_t samples_total, late_drops, nr_pmis, sample_msgs, nr_deferred;
+
+/* COUNTS: one entry per event for the whole run, plus one per event per task with -p. */
+static uint8_t counts_msg[sizeof(struct agent_msg_header) + sizeof(struct agent_counts) +
+			  AGENT_MAX_IDS * AGENT_MAX_EVENTS * sizeof(struct agent_count)]
+	__attribute__((aligned(16)));
+
+static struct agent_samples *sample_buf(void)
+{
+	return (struct agent_samples *)(sample_msg + sizeof(struct agent_msg_header));
+}
+
+static int is_gp(const struct agent_event *e) { return e->hw >= 0 && e->hw < 32; }
+
+/* ---- counter bookkeeping ------------------------------------------------------------- */
+
+static void update(unsigned i)
+{
+	struct agent_event *e = &evs[i];
+	uint64_t raw = rdmsr(e->rd_msr);
+	uint64_t delta = (raw - e->prev) & e->width_mask;
+	e->prev = raw;
+	e->total += delta;
+	if (per_task)
+		task_count[ctx][i] += delta;
+}
+
+static void write_counter(unsigned i, uint64_t v)
+{
+	struct agent_event *e = &evs[i];
+	v &= e->width_mask;
+	wrmsr(e->wr_msr, v);
+	e->prev = v;
+}
+
+/* After update(): a sampling counter with its top bit clear has wrapped; restart it. */
+static void reload_if_wrapped(unsigned i)
+{
+	if (!(evs[i].prev & evs[i].top_bit))
+		write_counter(i, -period);
+}
+
+static void handle_deferred(void)
+{
+	uint64_t d = __atomic_exchange_n(&deferred, 0, __ATOMIC_RELAXED);
+	if (!d)
+		return;
+	for (unsigned i = 0; i < nev; i++) {
+		if (evs[i].hw >= 0 && (d & (1ull << evs[i].hw))) {
+			update(i);
+			reload_if_wrapped(i);
+		}
+	}
+}
+
+static void begin_critical(void)
+{
+	busy = 1;
+	barrier();
+}
+
+static void end_critical(void)
+{
+	for (;;) {
+		handle_deferred();
+		barrier();
+		busy = 0;
+		barrier();
+		if (!deferred) /* a PMI between the check above and busy = 0 */
+			return;
+		busy = 1;
+		barrier();
+	}
+}
+
+static void pmu_stop(void)
+{
+	pmu_on = 0;
+	barrier();
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+}
+
+static void pmu_start(void)
+{
+	pmu_on = 1;
+	barrier();
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, enabled_mask);
+}
+
+/* ---- samples and the PMI ------------------------------------------------------------- */
+
+static void add_sample(uint64_t rip, uint32_t task, uint16_t code)
+{
+	struct agent_samples *s = sample_buf();
+	if (flushing) { /* the final flush is using the buffer */
+		late_drops++;
+		return;
+	}
+	struct agent_sample *x = &s->s[s->n++];
+	x->rip = rip;
+	x->task = task;
+	x->event = code;
+	x->reserved = 0;
+	samples_total++;
+	if (s->n == SAMPLE_BUF_N) { /* full: send from NMI context and reuse */
+		agent_send_msg(sample_msg, AGENT_MSG_SAMPLES,
+			       sizeof(*s) + s->n * sizeof(struct agent_sample));
+		sample_msgs++;
+		s->n = 0;
+		s->dropped = 0;
+	}
+}
+
+/* The PMI (an NMI, via the kit's exception hook for vector 2). */
+static int agent_nmi(struct trap_frame *f)
+{
+	if (!sampling_mask)
+		return 0;
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	uint64_t status = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
+	uint64_t mine = status & sampling_mask;
+	if (mine) {
+		uint32_t task = current_task_id();
+		nr_pmis++;
+		for (unsigned i = 0; i < nev; i++) {
+			if (evs[i].hw < 0 || !(mine & (1ull << evs[i].hw)))
+				continue;
+			add_sample(f->rip, task, evs[i].code);
+			if (busy) {
+				deferred |= 1ull << evs[i].hw;
+				nr_deferred++;
+			} else {
+				update(i);
+				reload_if_wrapped(i);
+			}
+		}
+	}
+	if (status)
+		wrmsr(MSR_IA32_PERF_GLOBAL_OVF_CTRL, status);
+	lapic_set_lvtpc(LVT_NMI); /* the PMI masked it */
+	if (pmu_on)
+		wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, enabled_mask);
+	return mine != 0; /* else: not ours, let nmi_handler see it */
+}
+
+/* ---- per-task counting hooks ----------------------------------------------------------- */
+
+void agent_sched_out(uint32_t prev)
+{
+	if (!per_task || !enabled_mask)
+		return;
+	begin_critical();
+	pmu_stop();
+	for (unsigned i = 0; i < nev; i++)
+		if (evs[i].hw >= 0)
+			update(i);
+	end_critical();
+	if (sampling_mask && prev < AGENT_MAX_IDS) {
+		for (unsigned i = 0; i < nev; i++) {
+			const struct agent_event *e = &evs[i];
+			if (e->hw >= 0)
+				task_left[prev][i] = (e->prev & e->top_bit) ? (-e->prev & e->width_mask) : period;
+		}
+	}
+}
+
+void agent_sched_in(uint32_t next)
+{
+	if (next > max_id && next < AGENT_MAX_IDS)
+		max_id = next;
+	if (!per_task || !enabled_mask)
+		return;
+	begin_critical();
+	ctx = next < AGENT_MAX_IDS ? next : 0;
+	if (!task_started[ctx]) {
+		task_started[ctx] = 1;
+		for (unsigned i = 0; i < nev; i++)
+			task_left[ctx][i] = period;
+	}
+	for (unsigned i = 0; i < nev; i++)
+		if (evs[i].hw >= 0)
+			write_counter(i, sampling_mask ? -task_left[ctx][i] : 0);
+	pmu_start();
+	end_critical();
+}
+
+/* ---- options --------------------------------------------------------------------------- */
+
+static void usage(void)
+{
+	printf("agent: usage: <guest> stat -e <ev>[,<ev>...] [-p] -- <args>\n"
+	       "agent:        <guest> record -e <ev>[,<ev>...] -c <period> [-p] -- <args>\n"
+	       "agent:   <ev> = 0xUUEE (umask, event select) or an architectural event name\n");
+}
+
+static int parse_events(const char *list)
+{
+	while (*list) {
+		char word[32];
+		unsigned n = 0;
+		while (*list && *list != ',') {
+			if (n + 1 < sizeof(word))
+				word[n++] = *list;
+			list++;
+		}
+		word[n] = 0;
+		if (*list == ',')
+			list++;
+		if (!n)
+			continue;
+		if (nev >= AGENT_MAX_EVENTS) {
+			printf("agent: at most %u events\n", AGENT_MAX_EVENTS);
+			return -1;
+		}
+		int code = -1;
+		for (int a = 0; a < NR_ARCH_EVENTS; a++)
+			if (!strcmp(word, arch_events[a].name))
+				code = arch_events[a].select | arch_events[a].umask << 8;
+		if (code < 0) {
+			char *end;
+			unsigned long v = strtoul(word, &end, 0);
+			if (*end || v > 0xffff) {
+				printf("agent: bad event '%s'\n", word);
+				return -1;
+			}
+			code = (int)v;
+		}
+		evs[nev].code = (uint16_t)code;
+		evs[nev].hw = NO_COUNTER;
+		nev++;
+	}
+	return 0;
+}
+
+/* Returns the index of the first workload word, or -1. */
+static int parse_options(int argc, char **argv)
+{
+	int i = 2;
+	recording = !strcmp(argv[1], "record");
+	for (; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--"))
+			return i + 1;
+		if (!strcmp(a, "-p")) {
+			per_task = 1;
+		} else if (!strcmp(a, "-e") && i + 1 < argc) {
+			if (parse_events(argv[++i]) < 0)
+				return -1;
+		} else if (!strcmp(a, "-c") && i + 1 < argc && recording) {
+			char *end;
+			period = strtoul(argv[++i], &end, 0);
+			if (*end || period < MIN_PERIOD) {
+				printf("agent: bad period '%s' (at least %u)\n", argv[i], MIN_PERIOD);
+				return -1;
+			}
+		} else {
+			printf("agent: unknown option '%s'\n", a);
+			return -1;
+		}
+	}
+	return i; /* no "--": the workload gets no arguments */
+}
+
+/* ---- counter assignment and programming ----------------------------------------------- */
+
+static int arch_index(uint16_t code)
+{
+	for (int a = 0; a < NR_ARCH_EVENTS; a++)
+		if ((arch_events[a].select | arch_events[a].umask << 8) == code)
+			return a;
+	return -1;
+}
+
+/* Fixed counter that counts `code` (perf's fixed-counter constraints), or -1. */
+static int fixed_index(uint16_t code)
+{
+	switch (code) {
+	case 0x00c0: return 0; /* INST_RETIRED.ANY */
+	case 0x003c: return 1; /* CPU_CLK_UNHALTED.CORE */
+	case 0x013c: return 2; /* CPU_CLK_UNHALTED.REF */
+	default: return -1;
+	}
+}
+
+static void assign_counters(void)
+{
+	uint32_t gp_used = 0, fixed_used = 0;
+	for (unsigned i = 0; i < nev; i++) {
+		struct agent_event *e = &evs[i];
+		int a = arch_index(e->code), j = fixed_index(e->code);
+		e->hw = NO_COUNTER;
+		if (caps.version < 2) {
+			e->why = "no architectural PMU";
+		} else if (a >= 0 && !pmu_event_available(&caps, a)) {
+			e->why = "not supported";
+		} else if (j >= 0 && (unsigned)j < caps.fixed_counters && !(fixed_used & (1u << j))) {
+			fixed_used |= 1u << j;
+			e->hw = 32 + j;
+			e->flags |= AGENT_COUNT_FIXED;
+			e->rd_msr = e->wr_msr = MSR_IA32_FIXED_CTR0 + j;
+			e->width_mask = (1ull << caps.fixed_width) - 1;
+		} else {
+			unsigned g = 0;
+			while (g < caps.gp_counters && (gp_used & (1u << g)))
+				g++;
+			if (g < caps.gp_counters) {
+				gp_used |= 1u << g;
+				e->hw = (int)g;
+				e->rd_msr = MSR_IA32_PMC0 + g;
+				e->wr_msr = (caps.perf_capabilities & PERF_CAP_FW_WRITE) ? MSR_IA32_A_PMC0 + g
+											 : MSR_IA32_PMC0 + g;
+				e->width_mask = (1ull << caps.gp_width) - 1;
+			} else {
+				e->why = "no free counter (no multiplexing)";
+			}
+		}
+		if (e->hw < 0)
+			e->flags |= AGENT_COUNT_UNSUPPORTED;
+		else
+			e->top_bit = (e->width_mask >> 1) + 1;
+	}
+}
+
+static int check_period(void)
+{
+	if (!recording)
+		return 0;
+	for (unsigned i = 0; i < nev; i++) {
+		const struct agent_event *e = &evs[i];
+		if (e->hw < 0)
+			continue;
+		if (period >= e->top_bit) {
+			printf("agent: period %lu too large for a %u-bit counter\n", (unsigned long)period,
+			       is_gp(e) ? caps.gp_width : caps.fixed_width);
+			return -1;
+		}
+		if (is_gp(e) && !(caps.perf_capabilities & PERF_CAP_FW_WRITE) && period >= (1ull << 31)) {
+			printf("agent: period %lu needs full-width counter writes (legacy writes sign-extend "
+			       "bit 31): use a period < 2^31\n", (unsigned long)period);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static void program(void)
+{
+	uint64_t fixed_ctrl = 0;
+	int any_fixed = 0;
+	enabled_mask = 0;
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	for (unsigned i = 0; i < nev; i++) {
+		struct agent_event *e = &evs[i];
+		if (e->hw < 0)
+			continue;
+		if (is_gp(e)) {
+			uint64_t sel = e->code | EVTSEL_OS | EVTSEL_EN | (recording ? EVTSEL_INT : 0);
+			if (wrmsr_safe(MSR_IA32_PERFEVTSEL0 + e->hw, sel) < 0) {
+				e->why = "EVENTSEL write refused";
+				e->flags |= AGENT_COUNT_UNSUPPORTED;
+				e->hw = NO_COUNTER;
+				continue;
+			}
+		} else {
+			fixed_ctrl |= FIXED_CTRL(e->hw - 32, FIXED_OS | (recording ? FIXED_PMI : 0));
+			any_fixed = 1;
+		}
+	}
+	if (any_fixed)
+		wrmsr(MSR_IA32_FIXED_CTR_CTRL, fixed_ctrl);
+	for (unsigned i = 0; i < nev; i++) {
+		if (evs[i].hw < 0)
+			continue;
+		write_counter(i, recording ? -period : 0);
+		enabled_mask |= 1ull << evs[i].hw;
+	}
+	sampling_mask = recording ? enabled_mask : 0;
+}
+
+/* ---- the end ----------------------------------------------------------------------------- */
+
+static void send_counts(void)
+{
+	struct agent_counts *c = (struct agent_counts *)(counts_msg + sizeof(struct agent_msg_header));
+	unsigned n = 0;
+	for (unsigned i = 0; i < nev; i++)
+		c->c[n++] = (struct agent_count){ evs[i].code, evs[i].flags, 0, evs[i].total };
+	if (per_task)
+		for (uint32_t id = 1; id <= max_id; id++)
+			for (unsigned i = 0; i < nev; i++)
+				c->c[n++] = (struct agent_count){ evs[i].code, evs[i].flags, id, task_count[id][i] };
+	c->n = n;
+	c->reserved = 0;
+	agent_send_msg(counts_msg, AGENT_MSG_COUNTS, sizeof(*c) + n * sizeof(struct agent_count));
+}
+
+static void flush_samples(void)
+{
+	struct agent_samples *s = sample_buf();
+	flushing = 1;
+	barrier();
+	agent_send_msg(sample_msg, AGENT_MSG_SAMPLES, sizeof(*s) + s->n * sizeof(struct agent_sample));
+	sample_msgs++;
+	s->n = 0;
+	s->dropped = 0;
+	barrier();
+	flushing = 0;
+}
+
+static const char *event_name(uint16_t code)
+{
+	int a = arch_index(code);
+	return a >= 0 ? arch_events[a].name : "raw";
+}
+
+static void print_summary(void)
+{
+	console_lock();
+	for (unsigned i = 0; i < nev; i++) {
+		const struct agent_event *e = &evs[i];
+		if (e->hw < 0)
+			printf("agent: 0x%04x %s <not supported> (%s)\n", e->code, event_name(e->code), e->why);
+		else
+			printf("agent: 0x%04x %s %lu (%s %d)\n", e->code, event_name(e->code),
+			       (unsigned long)e->total, is_gp(e) ? "pmc" : "fixed", is_gp(e) ? e->hw : e->hw - 32);
+	}
+	if (per_task) {
+		for (uint32_t id = 1; id <= max_id; id++)
+			for (unsigned i = 0; i < nev; i++)
+				if (evs[i].hw >= 0)
+					printf("agent: task %u %s 0x%04x %lu\n", id, agent_task_name(id), evs[i].code,
+					       (unsigned long)task_count[id][i]);
+		for (unsigned i = 0; i < nev; i++)
+			if (evs[i].hw >= 0)
+				printf("agent: outside tasks 0x%04x %lu\n", evs[i].code, (unsigned long)task_count[0][i]);
+	}
+	if (recording)
+		printf("agent: samples %lu in %lu messages, pmis %lu (%lu in the agent's critical sections), "
+		       "dropped %lu, period %lu\n", (unsigned long)samples_total, (unsigned long)sample_msgs,
+		       (unsigned long)nr_pmis, (unsigned long)nr_deferred, (unsigned long)late_drops,
+		       (unsigned long)period);
+	console_unlock();
+}
+
+/* ---- entry from kit_start --------------------------------------------------------------- */
+
+int agent_wanted(int argc, char **argv)
+{
+	return argc >= 2 && (!strcmp(argv[1], "stat") || !strcmp(argv[1], "record"));
+}
+
+int agent_run(int argc, char **argv, int (*main_fn)(int, char **))
+{
+	int first = parse_options(argc, argv);
+	if (first < 0) {
+		usage();
+		return 2;
+	}
+	if (!nev) /* perf stat's core: instructions and cycles */
+		parse_events("0x00c0,0x003c");
+	int wargc = 0;
+	wargv[wargc++] = argv[0];
+	for (int i = first; i < argc && wargc < MAX_WORDS; i++)
+		wargv[wargc++] = argv[i];
+	wargv[wargc] = 0;
+
+	begin_critical();
+	pmu_probe(&caps);
+	assign_counters();
+	if (check_period() < 0)
+		return 2;
+	if (caps.version >= 2)
+		program();
+	if (sampling_mask) {
+		lapic_enable();
+		set_exception_hook(NMI_VECTOR, agent_nmi);
+		lapic_set_lvtpc(LVT_NMI);
+	}
+	task_started[0] = 1;
+	for (unsigned i = 0; i < nev; i++)
+		task_left[0][i] = period;
+	ctx = 0;
+	end_critical();
+
+	agent_mark(AGENT_MARK_START);
+	if (enabled_mask)
+		pmu_start();
+	int rc = main_fn(wargc, wargv);
+	begin_critical();
+	if (enabled_mask) {
+		pmu_stop();
+		for (unsigned i = 0; i < nev; i++)
+			if (evs[i].hw >= 0)
+				update(i);
+	}
+	end_critical();
+	agent_mark(AGENT_MARK_END);
+
+	if (sampling_mask)
+		lapic_set_lvtpc(LVT_MASKED | LVT_NMI);
+	send_counts();
+	if (recording)
+		flush_samples();
+	print_summary();
+	return rc;
+}
