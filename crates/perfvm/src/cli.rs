@@ -144,6 +144,10 @@ pub struct PmuArgs {
     /// Most host perf events the VM may hold (default: counters x vCPUs, fixed included).
     #[arg(long)]
     pub max_host_events: Option<usize>,
+    /// Offer the paravirtual PMU page (batched programming, exitless reads); off: guests
+    /// fall back to MSRs.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub pv: OnOff,
     /// Order of the requests before each entry: PMU/PMI then NMI (ours), or NMI first (legacy).
     #[arg(long, value_enum, default_value_t = OrderArg::PmiFirst)]
     pub request_order: OrderArg,

@@ -27,7 +27,7 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
         BackendArg::Perf => BackendKind::Perf,
         BackendArg::Exact => BackendKind::Exact,
     };
-    Ok(Some(PmuSettings { backend, policy, gp_counters: args.counters, max_host_events: args.max_host_events, trace_rips: false }))
+    Ok(Some(PmuSettings { backend, policy, gp_counters: args.counters, max_host_events: args.max_host_events, trace_rips: false, pv: args.pv == OnOff::On }))
 }
 
 /// Turn the shared VM options into a VM configuration.

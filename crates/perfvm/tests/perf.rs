@@ -101,3 +101,18 @@ fn perf_errors_are_one_line() {
     let junk = temp_file("junk.json", b"{\"x\": 1}");
     assert_usage_error(&perfvm(&["report", "-i", &junk]), "not a perfvm record file");
 }
+
+#[test]
+fn per_task_counts_add_up_to_the_whole() {
+    require_kvm!();
+    let doc = json(&perfvm(&["stat", "--json", "--backend", "exact", "-p", "-e", "instructions", "tasks"]));
+    let counts = doc["counts"].as_array().unwrap();
+    let of_task = |t: u64| counts.iter().find(|c| c["task"] == t && c["event"] == "instructions").and_then(|c| c["value"].as_u64()).unwrap();
+    let (whole, a, b) = (of_task(0), of_task(1), of_task(2));
+    assert!(a + b <= whole, "tasks {a} + {b} exceed the whole {whole}");
+    assert!((a + b) as f64 >= 0.95 * whole as f64, "tasks {a} + {b} far below the whole {whole}");
+    let ratio = a as f64 / b as f64;
+    assert!((1.6..2.4).contains(&ratio), "task-a does about twice task-b's work: {ratio:.2}");
+    let names: Vec<_> = counts.iter().filter(|c| c["task"] != 0).map(|c| c["task_name"].as_str().unwrap_or("")).collect();
+    assert!(names.contains(&"task-a") && names.contains(&"task-b"), "{names:?}");
+}

@@ -50,3 +50,30 @@ fn idle_pmu_costs_no_syscall_per_exit() {
     assert!((a - b).abs() < 0.002, "syscalls per KVM_RUN: pmu off {a:.4}, pmu on (idle) {b:.4}");
     assert_eq!(on["stats"]["pmu"]["host_syscalls"], 0, "no PMU syscall at all while idle");
 }
+
+#[test]
+fn pv_page_negotiates_batches_and_reads_without_exits() {
+    require_kvm!();
+    for backend in ["perf", "exact"] {
+        let doc = stats_json(&["pvtest", "--backend", backend]);
+        let console = doc["console"].as_str().unwrap();
+        assert!(console.trim_end().ends_with("10 passed, 0 failed"), "{backend}: {console}");
+        let pv = &doc["stats"]["pmu"]["pv"];
+        assert_eq!(pv["refusals"], 2, "newer guest and bad size refused: {pv}");
+        assert!(pv["doorbells"].as_u64().unwrap() >= 2, "{pv}");
+    }
+}
+
+#[test]
+fn batched_programming_of_8_counters_takes_one_exit() {
+    require_kvm!();
+    let exits = |how: &str, rounds: &str| {
+        let doc = stats_json(&["pvtest", "--counters", "8", "--cmdline", &format!("prog {how} {rounds}")]);
+        doc["stats"]["total_exits"].as_u64().unwrap()
+    };
+    // 40 vs 20 rounds: the same console output, so only the programming differs.
+    let msr = (exits("msr", "40") - exits("msr", "20")) as f64 / 20.0;
+    let pv = (exits("pv", "40") - exits("pv", "20")) as f64 / 20.0;
+    assert_eq!(msr, 17.0, "GLOBAL_CTRL + 8 EVENTSELs + 8 counters");
+    assert_eq!(pv, 1.0, "one doorbell");
+}

@@ -163,6 +163,12 @@ impl PmuCaps {
         }
     }
 
+    /// Whether the guest has IA32_PERF_CAPABILITIES: the VMM advertises `CPUID.1:ECX.PDCM`
+    /// exactly when this is true (a non-zero value), and guest RDMSR of it #GPs otherwise.
+    pub const fn has_perf_capabilities(&self) -> bool {
+        self.perf_capabilities() != 0
+    }
+
     /// CPUID leaf 0xA as `[eax, ebx, ecx, edx]`. EBX sets a bit for every architectural
     /// event the backend cannot count (never advertise what is not counted honestly).
     pub fn cpuid_0xa(&self) -> [u32; 4] {

@@ -24,7 +24,8 @@ pub enum BackendError {
     Os(i32),
 }
 
-/// A [`crate::PmuState`] that cannot be loaded into this PMU. On error the PMU is left reset.
+/// A [`crate::PmuState`] that cannot be loaded into this PMU. [`RestoreError::Format`] and
+/// [`RestoreError::Shape`] leave the PMU untouched; after [`RestoreError::Rejected`] it is reset.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum RestoreError {
     /// The snapshot was written by an incompatible format.

@@ -8,7 +8,10 @@
 //! (feature `mock`).
 //!
 //! A guest #GP is an ordinary value, [`MsrAccess::Fault`], never a Rust error; Rust errors
-//! ([`ConfigError`], [`BackendError`], [`RestoreError`]) are for the VMM.
+//! ([`ConfigError`], [`BackendError`], [`RestoreError`], [`FilterError`]) are for the VMM.
+//!
+//! An optional [`PmuEventFilter`] ([`PmuConfig::filter`], [`Pmu::set_event_filter`]) keeps
+//! chosen events from counting, with KVM's `KVM_SET_PMU_EVENT_FILTER` semantics.
 //!
 //! ```
 //! use pmu::{Initiator, MsrAccess, MsrIndex, MockSource, Pmu, PmuConfig};
@@ -29,6 +32,7 @@ mod counting;
 mod error;
 mod event;
 mod eventsel;
+mod filter;
 mod host;
 mod intel;
 #[cfg(any(test, feature = "mock"))]
@@ -46,6 +50,7 @@ pub use caps::{PmuCaps, ARCH_EVENT_VECTOR_LEN, PMU_VERSION};
 pub use error::{BackendError, ConfigError, RestoreError};
 pub use event::{ArchEvent, EventSet, FIXED_EVENTS};
 pub use eventsel::{EventSel, FixedCtrl};
+pub use filter::{FilterAction, FilterError, FilterFormat, PmuEventFilter};
 #[cfg(any(test, feature = "mock"))]
 pub use mock::{MockCall, MockEvent, MockSource};
 pub use msr::{Initiator, MsrAccess, MsrIndex, MsrRange, PmuMsr};

@@ -138,7 +138,7 @@ impl MockSource {
         self.events
             .iter()
             .flatten()
-            .any(|e| e.overflow_at.is_some_and(|at| e.raw >= at))
+            .any(|e| e.enabled && e.overflow_at.is_some_and(|at| e.raw >= at))
     }
 
     /// Every call so far.
@@ -294,6 +294,21 @@ mod tests {
         m.advance(p, 1);
         assert!(m.overflow_due());
         m.arm_overflow(p, None);
+        assert!(!m.overflow_due());
+    }
+
+    /// Found by the model fuzzer: a stopped event past its deadline was reported as due,
+    /// although a real backend only signals while counting (the doc always said "enabled").
+    #[test]
+    fn overflow_due_only_for_enabled_events() {
+        let p = PmcIdx::gp(0).unwrap();
+        let mut m = MockSource::new();
+        m.open(p, &cfg(true, true)).unwrap();
+        m.arm_overflow(p, Some(3));
+        m.enable(p);
+        m.advance(p, 5);
+        assert!(m.overflow_due());
+        m.disable(p);
         assert!(!m.overflow_due());
     }
 

@@ -6,6 +6,7 @@ use crate::backend::HostEventConfig;
 use crate::caps::PmuCaps;
 use crate::error::ConfigError;
 use crate::eventsel::{EventSel, FixedCtrl};
+use crate::filter::PmuEventFilter;
 use crate::host::HostDriver;
 use crate::intel::{self, IntelReg};
 use crate::msr::{Initiator, MsrAccess, MsrIndex, MsrRange, PmuMsr};
@@ -13,8 +14,8 @@ use crate::pmc::{Pmc, PmcIdx, RdpmcIdx, SLOTS};
 use crate::policy::Policy;
 use crate::stats::PmuStats;
 
-/// How to build a [`Pmu`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How to build a [`Pmu`]. Not `Copy` (the filter owns a list): clone it to build several.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PmuConfig {
     /// General-purpose counters, 1..=8 (default 4).
     pub gp_counters: u8,
@@ -22,6 +23,9 @@ pub struct PmuConfig {
     pub full_width_writes: bool,
     /// Host event management policy (default [`Policy::default`]).
     pub policy: Policy,
+    /// Events the guest may not count (default none: everything counts). See
+    /// [`PmuEventFilter`]; it can be replaced later with [`Pmu::set_event_filter`].
+    pub filter: Option<PmuEventFilter>,
 }
 
 impl Default for PmuConfig {
@@ -30,6 +34,7 @@ impl Default for PmuConfig {
             gp_counters: 4,
             full_width_writes: true,
             policy: Policy::default(),
+            filter: None,
         }
     }
 }
@@ -45,6 +50,7 @@ impl Default for PmuConfig {
 pub struct Pmu<B: CountSource> {
     pub(crate) caps: PmuCaps,
     pub(crate) policy: Policy,
+    pub(crate) filter: Option<PmuEventFilter>,
     pub(crate) host: HostDriver<B>,
     pub(crate) pmcs: [Pmc; SLOTS],
     pub(crate) fixed_ctr_ctrl: u64,
@@ -69,6 +75,7 @@ impl<B: CountSource> Pmu<B> {
         Ok(Pmu {
             caps,
             policy: config.policy,
+            filter: config.filter,
             host: HostDriver::new(backend),
             pmcs: [Pmc::default(); SLOTS],
             fixed_ctr_ctrl: 0,
@@ -91,6 +98,26 @@ impl<B: CountSource> Pmu<B> {
     pub fn policy(&self) -> Policy {
         self.policy
     }
+    /// The event filter in force, if any.
+    pub fn event_filter(&self) -> Option<&PmuEventFilter> {
+        self.filter.as_ref()
+    }
+
+    /// Replaces the event filter (`None` removes it) and re-decides every counter at once,
+    /// as KVM does after `KVM_SET_PMU_EVENT_FILTER`: a counter now denied stops (its host
+    /// event is parked or closed per the policy; it keeps its value), one now allowed starts
+    /// if the guest has it enabled. Guest-visible registers do not change.
+    pub fn set_event_filter(&mut self, filter: Option<PmuEventFilter>) {
+        self.filter = filter;
+        let wanted = self.global_ctrl & self.local_enables & self.caps.counters();
+        for idx in PmcIdx::iter_mask(wanted | self.open_mask) {
+            self.reconcile(idx, false);
+            if self.counting(idx) && self.filtered(idx) {
+                self.stats.filtered_programs += 1;
+            }
+        }
+    }
+
     /// The backend.
     pub fn backend(&self) -> &B {
         &self.host.backend
@@ -132,7 +159,7 @@ impl<B: CountSource> Pmu<B> {
     /// RDMSR of `msr`. Returns [`MsrAccess::Fault`] for MSRs this PMU does not have.
     pub fn get_msr(&mut self, msr: MsrIndex, who: Initiator) -> MsrAccess<u64> {
         *self.stats.msr_reads.entry(msr.0).or_default() += 1;
-        let r = self.read_reg(msr);
+        let r = self.read_reg(msr, who);
         self.account(r, who)
     }
 
@@ -184,7 +211,7 @@ impl<B: CountSource> Pmu<B> {
         r.into()
     }
 
-    fn read_reg(&mut self, msr: MsrIndex) -> Option<u64> {
+    fn read_reg(&mut self, msr: MsrIndex, who: Initiator) -> Option<u64> {
         Some(match PmuMsr::decode(msr)? {
             PmuMsr::GlobalStatus => self.global_status,
             PmuMsr::GlobalCtrl => self.global_ctrl,
@@ -194,7 +221,15 @@ impl<B: CountSource> Pmu<B> {
                 IntelReg::Counter(idx, _) => self.read_counter(idx),
                 IntelReg::EventSel(idx) => self.pmcs[idx.slot()].eventsel,
                 IntelReg::FixedCtrCtrl => self.fixed_ctr_ctrl,
-                IntelReg::PerfCapabilities => self.caps.perf_capabilities(),
+                // Exists for the guest only when CPUID.1:ECX.PDCM is advertised, which the
+                // VMM does iff the value is non-zero (KVM: #GP without guest PDCM; the host
+                // may always read it).
+                IntelReg::PerfCapabilities => {
+                    if who == Initiator::Guest && !self.caps.has_perf_capabilities() {
+                        return None;
+                    }
+                    self.caps.perf_capabilities()
+                }
             },
         })
     }
@@ -299,9 +334,24 @@ impl<B: CountSource> Pmu<B> {
         self.global_ctrl & self.local_enables & idx.mask() != 0
     }
 
-    /// The host event counter `idx` needs now, or `None` when it must count nothing.
+    /// The event filter denies counter `idx`'s current programming (KVM
+    /// `check_pmu_event_filter`: GP counters by EVENTSEL event/umask, fixed by the bitmap).
+    pub(crate) fn filtered(&self, idx: PmcIdx) -> bool {
+        let Some(f) = &self.filter else {
+            return false;
+        };
+        if idx.is_fixed() {
+            !f.allows_fixed(idx.number())
+        } else {
+            let sel = EventSel(self.pmcs[idx.slot()].eventsel);
+            !f.allows_gp(sel.event(), sel.umask())
+        }
+    }
+
+    /// The host event counter `idx` needs now, or `None` when it must count nothing
+    /// (stopped by the guest, denied by the filter, or an event the backend cannot count).
     pub(crate) fn desired_config(&self, idx: PmcIdx) -> Option<HostEventConfig> {
-        if !self.counting(idx) {
+        if !self.counting(idx) || self.filtered(idx) {
             return None;
         }
         if idx.is_fixed() {

@@ -80,6 +80,9 @@ impl<B: CountSource> Pmu<B> {
     /// Brings counter `idx`'s host event in line with the guest registers and the policy.
     pub(crate) fn reconcile(&mut self, idx: PmcIdx, changed: bool) {
         let desired = self.desired_config(idx);
+        if changed && desired.is_none() && self.counting(idx) && self.filtered(idx) {
+            self.stats.filtered_programs += 1;
+        }
         let current = self.pmcs[idx.slot()].host.map(|h| h.config);
         match plan(self.policy, current, desired, changed) {
             Plan::Nothing => {}

@@ -48,7 +48,8 @@ impl<B: CountSource> Pmu<B> {
 
     /// Resets the PMU, then loads `state` through host-initiated MSR writes (so every value
     /// passes the same checks as on real MSRs), GLOBAL_CTRL last so counting starts only
-    /// once everything is in place. On error the PMU is left reset.
+    /// once everything is in place. A snapshot of the wrong format or shape is refused
+    /// before anything changes; if a value is rejected, the PMU is left reset.
     pub fn restore(&mut self, state: &PmuState) -> Result<(), RestoreError> {
         if state.format != STATE_FORMAT {
             return Err(RestoreError::Format(state.format));

@@ -25,6 +25,16 @@ impl BackendCalls {
     pub fn total(&self) -> u64 {
         self.open + self.close + self.enable + self.disable + self.read + self.arm_overflow
     }
+
+    /// Adds `other` to these counts.
+    pub fn add(&mut self, other: &BackendCalls) {
+        self.open += other.open;
+        self.close += other.close;
+        self.enable += other.enable;
+        self.disable += other.disable;
+        self.read += other.read;
+        self.arm_overflow += other.arm_overflow;
+    }
 }
 
 /// Counters of PMU activity since the PMU was built (kept across `reset`).
@@ -56,4 +66,33 @@ pub struct PmuStats {
     pub faults: u64,
     /// Host-initiated accesses refused.
     pub host_rejects: u64,
+    /// Programming changes (EVENTSEL, FIXED_CTR_CTRL, GLOBAL_CTRL writes, a new filter) that
+    /// left an enabled counter not counting because the [`crate::PmuEventFilter`] denies its
+    /// event: no host event was created for it.
+    #[serde(default)]
+    pub filtered_programs: u64,
+}
+
+impl PmuStats {
+    /// Adds `other` to these counters (e.g. to sum the vCPUs of a VM).
+    pub fn add(&mut self, other: &PmuStats) {
+        self.events_created += other.events_created;
+        self.open_failures += other.open_failures;
+        self.events_reused += other.events_reused;
+        self.events_lazily_released += other.events_lazily_released;
+        self.events_closed += other.events_closed;
+        self.backend_calls.add(&other.backend_calls);
+        self.overflows += other.overflows;
+        self.pmis_requested += other.pmis_requested;
+        for (msr, n) in &other.msr_reads {
+            *self.msr_reads.entry(*msr).or_default() += n;
+        }
+        for (msr, n) in &other.msr_writes {
+            *self.msr_writes.entry(*msr).or_default() += n;
+        }
+        self.rdpmc += other.rdpmc;
+        self.faults += other.faults;
+        self.host_rejects += other.host_rejects;
+        self.filtered_programs += other.filtered_programs;
+    }
 }

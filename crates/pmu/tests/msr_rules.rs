@@ -182,7 +182,22 @@ fn perf_capabilities_is_read_only() {
     assert!(hwr(&mut p, PERF_CAP, 1 << 13).is_ok());
     assert!(hwr(&mut p, PERF_CAP, 0).is_fault());
     let mut p = pmu_cfg(4, false, MockSource::new());
-    assert_eq!(val(&mut p, PERF_CAP), 0);
+    assert_eq!(p.get_msr(PERF_CAP, Initiator::Host), MsrAccess::Ok(0));
+    assert!(hwr(&mut p, PERF_CAP, 0).is_ok());
+}
+
+/// Found while writing the hostile guest: with nothing to report, PERF_CAPABILITIES is 0,
+/// the VMM leaves CPUID.1:ECX.PDCM clear, and then the MSR does not exist for the guest
+/// (SDM; KVM `kvm_get_msr_common` #GPs without guest PDCM). It used to read 0.
+#[test]
+fn perf_capabilities_absent_for_the_guest_without_pdcm() {
+    let mut p = pmu_cfg(4, false, MockSource::new());
+    assert!(!p.caps().has_perf_capabilities());
+    assert!(rd(&mut p, PERF_CAP).is_fault());
+    assert!(wr(&mut p, PERF_CAP, 0).is_fault());
+    let mut p = pmu();
+    assert!(p.caps().has_perf_capabilities());
+    assert_eq!(rd(&mut p, PERF_CAP), MsrAccess::Ok(1 << 13));
 }
 
 #[test]
@@ -306,8 +321,13 @@ fn msr_ranges_cover_exactly_the_accessible_msrs() {
         let ranges = p.msr_ranges();
         for n in 0..0x1000 {
             let routed = ranges.iter().any(|r| r.contains(MsrIndex(n)));
-            let readable = rd(&mut p, MsrIndex(n)).is_ok();
+            let readable = p.get_msr(MsrIndex(n), Initiator::Host).is_ok();
             assert_eq!(routed, readable, "MSR {n:#x} ({gp_n} GP, fw {fw})");
+            // The guest sees the same MSRs, except PERF_CAPABILITIES without PDCM: still
+            // routed, so the model (not KVM) answers its #GP.
+            let guest = rd(&mut p, MsrIndex(n)).is_ok();
+            let pdcm_hidden = n == 0x345 && !p.caps().has_perf_capabilities();
+            assert_eq!(guest, routed && !pdcm_hidden, "guest MSR {n:#x}");
         }
     }
 }

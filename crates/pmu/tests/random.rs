@@ -50,6 +50,7 @@ fn rule(caps: &PmuCaps, msr: MsrIndex, host: bool) -> Rule {
         Some(PmuMsr::GlobalOvfCtrl) => Rule::Reserved(caps.global_status_reserved()),
         Some(PmuMsr::GlobalStatus) if host => Rule::Reserved(caps.global_status_reserved()),
         Some(PmuMsr::PerfCapabilities) if host => Rule::Exact(caps.perf_capabilities()),
+        Some(PmuMsr::PerfCapabilities) if !caps.has_perf_capabilities() => Rule::Absent,
         Some(PmuMsr::GlobalStatus | PmuMsr::PerfCapabilities) => Rule::ReadOnly,
         _ => Rule::Absent,
     }
@@ -252,6 +253,7 @@ fn random_ops_never_panic_and_respect_the_rules() {
                 policy: Policy::Reuse {
                     release_after_ns: 0,
                 },
+                filter: None,
             },
             MockSource::new(),
         ),
@@ -275,7 +277,7 @@ fn random_ops_never_panic_and_respect_the_rules() {
         for (i, (config, source)) in configs.iter().enumerate() {
             let s = run(
                 seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i as u64,
-                *config,
+                config.clone(),
                 source.clone(),
                 400,
             );

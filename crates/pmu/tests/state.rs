@@ -92,6 +92,9 @@ fn restore_rejects_bad_snapshots() {
     let mut s = good.clone();
     s.fixed_ctr.pop();
     assert!(matches!(p.restore(&s), Err(RestoreError::Shape { .. })));
+    // Found while writing the fuzzer's oracle: format and shape errors are refused before
+    // the reset, so the PMU is untouched (the docs said "left reset").
+    assert_eq!(p.save(), good, "untouched by format/shape errors");
 
     let mut s = good.clone();
     s.eventsel[1] = 1 << 21;

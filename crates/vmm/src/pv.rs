@@ -81,6 +81,8 @@ pub fn expected_size(version: u32) -> Option<u32> {
 /// Why a page was refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Refusal {
+    /// The VMM runs with the PV page off (`--pv off`).
+    Disabled,
     NotAligned,
     OutsideMemory,
     NewerThanHost(u32),
@@ -104,15 +106,18 @@ pub struct PvStats {
     pub publishes: u64,
 }
 
-/// Negotiate a page at `gpa`: answer host_version and flags in it; Ok if accepted.
-pub fn register(mem: &GuestMemoryMmap, gpa: u64, exitless_reads: bool) -> Result<PvPage, Refusal> {
+/// Negotiate a page at `gpa`: answer host_version and flags in it; Ok if accepted. With
+/// `offered` false the VMM refuses every page (the guest falls back to MSRs).
+pub fn register(mem: &GuestMemoryMmap, gpa: u64, offered: bool, exitless_reads: bool) -> Result<PvPage, Refusal> {
     if gpa & 0xfff != 0 {
         return Err(Refusal::NotAligned);
     }
     let guest_version: u32 = mem.read_obj(GuestAddress(gpa)).map_err(|_| Refusal::OutsideMemory)?;
     let size: u32 = mem.read_obj(GuestAddress(gpa + 8)).map_err(|_| Refusal::OutsideMemory)?;
     let _ = mem.write_obj(HOST_VERSION, GuestAddress(gpa + 4));
-    let verdict = if guest_version > HOST_VERSION || guest_version == 0 {
+    let verdict = if !offered {
+        Err(Refusal::Disabled)
+    } else if guest_version > HOST_VERSION || guest_version == 0 {
         Err(Refusal::NewerThanHost(guest_version))
     } else if expected_size(guest_version) != Some(size) {
         Err(Refusal::BadSize { version: guest_version, size })
@@ -225,7 +230,7 @@ mod tests {
     fn offer(mem: &GuestMemoryMmap, gpa: u64, version: u32, size: u32) -> Result<PvPage, Refusal> {
         mem.write_obj(version, GuestAddress(gpa)).unwrap();
         mem.write_obj(size, GuestAddress(gpa + 8)).unwrap();
-        register(mem, gpa, true)
+        register(mem, gpa, true, true)
     }
 
     fn flags(mem: &GuestMemoryMmap, gpa: u64) -> (u32, u32) {
@@ -246,6 +251,10 @@ mod tests {
         assert_eq!(offer(&m, 0x4000, 2, V1_SIZE), Err(Refusal::BadSize { version: 2, size: V1_SIZE }));
         assert_eq!(offer(&m, 0x4008, 2, V2_SIZE), Err(Refusal::NotAligned));
         assert_eq!(offer(&m, 0x5000, 0, V1_SIZE), Err(Refusal::NewerThanHost(0)));
+        m.write_obj(2u32, GuestAddress(0x6000)).unwrap();
+        m.write_obj(V2_SIZE, GuestAddress(0x6008)).unwrap();
+        assert_eq!(register(&m, 0x6000, false, true), Err(Refusal::Disabled));
+        assert_eq!(flags(&m, 0x6000), (HOST_VERSION, 0));
     }
 
     #[test]

@@ -75,11 +75,13 @@ pub struct PmuSettings {
     pub max_host_events: Option<usize>,
     /// Exact backend: record every retired instruction's RIP (the reference profile).
     pub trace_rips: bool,
+    /// Accept the guest's paravirtual PMU page.
+    pub pv: bool,
 }
 
 impl Default for PmuSettings {
     fn default() -> Self {
-        PmuSettings { backend: BackendKind::Perf, policy: Policy::default(), gp_counters: 4, max_host_events: None, trace_rips: false }
+        PmuSettings { backend: BackendKind::Perf, policy: Policy::default(), gp_counters: 4, max_host_events: None, trace_rips: false, pv: true }
     }
 }
 
@@ -339,6 +341,7 @@ fn build_pmus(settings: &PmuSettings, vcpus: u32, tsc_khz: u64, long_mode: bool)
                 BackendKind::Exact => Backend::Exact(ExactSource::new()),
             };
             let mut vpmu = VcpuPmu::new(Pmu::new(config.clone(), backend)?, long_mode);
+            vpmu.pv_offered = settings.pv;
             if settings.trace_rips && settings.backend == BackendKind::Exact {
                 vpmu.rip_profile = Some(Default::default());
             }

@@ -181,6 +181,8 @@ pub struct VcpuPmu {
     pub pv_stats: pv::PvStats,
     cpu_share: pv::CpuShare,
     created: Instant,
+    /// Whether the VMM accepts PV pages (`--pv on`).
+    pub pv_offered: bool,
 }
 
 impl VcpuPmu {
@@ -198,6 +200,7 @@ impl VcpuPmu {
             pv_stats: pv::PvStats::default(),
             cpu_share: pv::CpuShare::default(),
             created: Instant::now(),
+            pv_offered: true,
         }
     }
 
@@ -292,7 +295,7 @@ impl VcpuPmu {
             self.pv = None;
             return;
         }
-        match pv::register(mem, gpa, true) {
+        match pv::register(mem, gpa, self.pv_offered, true) {
             Ok(page) => {
                 self.pv_stats.registrations += 1;
                 self.pv = Some(page);

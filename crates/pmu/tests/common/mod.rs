@@ -57,6 +57,7 @@ pub fn pmu_cfg(gp_counters: u8, full_width_writes: bool, source: MockSource) -> 
             gp_counters,
             full_width_writes,
             policy: REUSE_1MS,
+            filter: None,
         },
         source,
     )
