@@ -77,3 +77,18 @@ fn batched_programming_of_8_counters_takes_one_exit() {
     assert_eq!(msr, 17.0, "GLOBAL_CTRL + 8 EVENTSELs + 8 counters");
     assert_eq!(pv, 1.0, "one doorbell");
 }
+
+/// Regression: a short "remaining" overflow period once stayed armed on the software clock's
+/// periodic timer and stormed the vCPU with signals until the RT-signal queue overflowed
+/// (the process died of SIGIO). Sampling plus host NMIs must run to completion.
+#[test]
+fn sampling_with_host_nmis_completes() {
+    require_kvm!();
+    let doc = stats_json(&["ftest", "--nmi-every", "1", "--timeout", "120", "--cmdline", "record -e 0x003c -c 1222701 -- 1"]);
+    assert_eq!(doc["exit_code"], 0);
+    let r = &doc["stats"]["requests"];
+    assert!(r["pmi_nmis"].as_u64().unwrap() > 100, "{r}");
+    assert!(r["external_nmis"].as_u64().unwrap() > 100, "{r}");
+    assert_eq!(r["pmi_injected_first"], r["both_pending"], "{r}");
+    assert_eq!(r["cancelled_entries"], 0, "{r}");
+}

@@ -330,9 +330,8 @@ fn deserialize_uint<'de, D: Deserializer<'de>>(
             } else {
                 (t, 10)
             };
-            let v = u64::from_str_radix(&digits.replace('_', ""), radix).map_err(|_| {
-                E::custom(format_args!("{} `{s}` is not an integer", self.what))
-            })?;
+            let v = u64::from_str_radix(&digits.replace('_', ""), radix)
+                .map_err(|_| E::custom(format_args!("{} `{s}` is not an integer", self.what)))?;
             self.check(v)
         }
     }
@@ -428,7 +427,9 @@ mod tests {
 
     #[test]
     fn toml_errors_name_the_line() {
-        let e = toml_err("action = \"allow\"\nevents = [\n  { event = 0xc0 },\n  { event = 0x1c0 },\n]\n");
+        let e = toml_err(
+            "action = \"allow\"\nevents = [\n  { event = 0xc0 },\n  { event = 0x1c0 },\n]\n",
+        );
         assert_eq!((e.line, e.column), (4, 13), "{e}");
         assert!(e.message.contains("event 0x1c0 is out of range"), "{e}");
 
@@ -469,7 +470,11 @@ mod tests {
         let e = toml_err("action = deny\n");
         assert_eq!(e.line, 1, "{e}");
         assert_eq!(e.format, FilterFormat::Toml);
-        assert!(e.to_string().starts_with("Invalid TOML event filter at line 1"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("Invalid TOML event filter at line 1"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -499,21 +504,38 @@ mod tests {
         assert_eq!(e.line, 3, "{e}");
         assert!(e.message.contains("unknown field `extra`"), "{e}");
 
-        let e = json_err("{\n  \"action\": \"deny\",\n  \"events\": [ { \"event\": \"0x1ff\" } ]\n}");
+        let e =
+            json_err("{\n  \"action\": \"deny\",\n  \"events\": [ { \"event\": \"0x1ff\" } ]\n}");
         assert_eq!(e.line, 3, "{e}");
 
         let e = json_err("{ \"action\": \"deny\", ");
         assert_eq!(e.line, 1, "{e}");
         assert_eq!(e.format, FilterFormat::Json);
-        assert!(e.to_string().starts_with("Invalid JSON event filter at line 1"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("Invalid JSON event filter at line 1"),
+            "{e}"
+        );
     }
 
     #[test]
     fn format_from_path() {
-        assert_eq!(FilterFormat::from_path(Path::new("f.json")), FilterFormat::Json);
-        assert_eq!(FilterFormat::from_path(Path::new("F.JSON")), FilterFormat::Json);
-        assert_eq!(FilterFormat::from_path(Path::new("f.toml")), FilterFormat::Toml);
-        assert_eq!(FilterFormat::from_path(Path::new("filter")), FilterFormat::Toml);
+        assert_eq!(
+            FilterFormat::from_path(Path::new("f.json")),
+            FilterFormat::Json
+        );
+        assert_eq!(
+            FilterFormat::from_path(Path::new("F.JSON")),
+            FilterFormat::Json
+        );
+        assert_eq!(
+            FilterFormat::from_path(Path::new("f.toml")),
+            FilterFormat::Toml
+        );
+        assert_eq!(
+            FilterFormat::from_path(Path::new("filter")),
+            FilterFormat::Toml
+        );
         assert_eq!(
             PmuEventFilter::parse("{\"action\":\"deny\"}", FilterFormat::Json),
             PmuEventFilter::parse("action = 'deny'", FilterFormat::Toml)

@@ -200,7 +200,11 @@ fn fixed_bitmap_bits_of_absent_counters_are_ignored() {
 fn filtered_counters_still_read_and_write_without_gp() {
     let mut p = filtered(Some(PmuEventFilter::allow([], 0)));
     for i in 0..4 {
-        ok(&mut p, MsrIndex::perfevtsel(i), sel(ArchEvent::Instructions));
+        ok(
+            &mut p,
+            MsrIndex::perfevtsel(i),
+            sel(ArchEvent::Instructions),
+        );
         assert_eq!(
             val(&mut p, MsrIndex::perfevtsel(i)),
             sel(ArchEvent::Instructions)
@@ -258,7 +262,11 @@ fn filtered_counter_never_overflows_or_raises_a_pmi() {
 fn set_event_filter_stops_and_restarts_running_counters() {
     let mut p = filtered(None);
     ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Branches));
-    ok(&mut p, MsrIndex::perfevtsel(1), sel(ArchEvent::Instructions));
+    ok(
+        &mut p,
+        MsrIndex::perfevtsel(1),
+        sel(ArchEvent::Instructions),
+    );
     ok(&mut p, FCTRL, 0x3);
     ok(&mut p, GCTRL, 0b11 | 1 << 32);
     p.backend_mut().advance_all(10);
@@ -273,7 +281,10 @@ fn set_event_filter_stops_and_restarts_running_counters() {
     assert_eq!(val(&mut p, MsrIndex::fixed_ctr(0)), 10);
     // Guest-visible registers are untouched by the filter change.
     assert_eq!(val(&mut p, GCTRL), 0b11 | 1 << 32);
-    assert_eq!(val(&mut p, MsrIndex::perfevtsel(0)), sel(ArchEvent::Branches));
+    assert_eq!(
+        val(&mut p, MsrIndex::perfevtsel(0)),
+        sel(ArchEvent::Branches)
+    );
     // Reuse parks the stopped event and releases it after a slice.
     assert!(p.backend().is_open(gp(0)));
     p.tick(2_000_000);

@@ -49,7 +49,8 @@ pub struct VmConfig {
     pub max_samples: usize,
     /// Order of the PMU and NMI requests before each entry.
     pub request_order: RequestOrder,
-    /// Inject an NMI into vCPU 0 this often (a host NMI source, for the request-order bench).
+    /// Inject an NMI into vCPU 0 this often while the guest agent's workload runs (a host
+    /// NMI source, for the request-order bench).
     pub nmi_interval: Option<Duration>,
     /// Count the vCPU threads' syscalls (raw_syscalls:sys_enter) for `--stats`.
     pub count_syscalls: bool,
@@ -170,6 +171,8 @@ pub struct Vm {
     console: Console,
     timeout: Option<Duration>,
     nmi_interval: Option<Duration>,
+    /// The guest agent's workload is running (NMIs from the host NMI source only then).
+    in_workload: Arc<AtomicBool>,
 }
 
 impl Vm {
@@ -225,7 +228,9 @@ impl Vm {
 
         let console = if config.capture_console { Console::capture() } else { Console::stdout() };
         let mut bus = PioBus::new(SerialPort::new(console.clone()), FwCfg::new(config.vcpus as u16, mem_size));
-        bus.agent = Some(AgentPort::new(mem.clone(), config.max_samples));
+        let agent = AgentPort::new(mem.clone(), config.max_samples);
+        let in_workload = agent.in_workload.clone();
+        bus.agent = Some(agent);
         let (tx, ends) = mpsc::channel();
         let shared = Arc::new(Shared { bus: Mutex::new(bus), stop: AtomicBool::new(false), ends: Mutex::new(tx) });
         let vm = Arc::new(vm);
@@ -249,7 +254,7 @@ impl Vm {
                 nmi_countdown: None,
             })
             .collect();
-        Ok(Vm { _kvm: kvm, _vm: vm, _mem: mem, pmu_report, vcpus, shared, ends, console, timeout: config.timeout, nmi_interval: config.nmi_interval })
+        Ok(Vm { _kvm: kvm, _vm: vm, _mem: mem, pmu_report, vcpus, shared, ends, console, timeout: config.timeout, nmi_interval: config.nmi_interval, in_workload })
     }
 
     /// Wait for the first end (or the timeout), acting as the NMI source meanwhile.
@@ -274,7 +279,9 @@ impl Vm {
                     return VmEnd::timeout(t);
                 }
             }
-            if let (Some(_), Some(target)) = (self.nmi_interval, nmi_target) {
+            // A guest without its IDT yet would die of an NMI, as on hardware: the source
+            // fires only while the guest agent's workload runs.
+            if let (Some(_), Some(target), true) = (self.nmi_interval, nmi_target, self.in_workload.load(Ordering::Acquire)) {
                 target.store(true, Ordering::Release);
                 kick::kick(threads[0].as_pthread_t());
             }

@@ -241,7 +241,13 @@ impl VcpuPmu {
         };
         if signaled || exact_overflow || self.pmu.pmi_pending() {
             let t = Instant::now();
-            if self.pmu.collect_overflows() {
+            let pmi = self.pmu.collect_overflows();
+            if signaled {
+                if let Backend::Perf(p) = self.pmu.backend_mut() {
+                    p.rearm_after_notification();
+                }
+            }
+            if pmi {
                 nmi = self.raise_pmi(vm, vcpu);
                 self.account(PmuOp::PmiDelivery, t);
             } else {

@@ -2,8 +2,14 @@
 //! suite boots its guests in this process, legacy and ours alternately, several times, and
 //! reports medians with their spread.
 
+mod ctxsw;
+mod nmi_order;
 mod pmu_ops;
+mod precision;
+mod pv;
+mod scaling;
 mod stats;
+mod transitions;
 
 use crate::cli::BenchArgs;
 use crate::guests;
@@ -15,11 +21,11 @@ use vmm::{RunReport, Vm, VmConfig};
 
 
 /// The suites, in the order `perfvm bench` runs them.
-pub const SUITES: &[&str] = &["pmu-ops"];
+pub const SUITES: &[&str] = &["pmu-ops", "ctxsw", "precision", "transitions", "nmi-order", "pv", "scaling"];
 
-/// Boot `guest` with `cmdline` and the given PMU, console captured; the run must succeed.
-pub fn run_guest(guest: &str, cmdline: &str, pmu: Option<PmuSettings>) -> Result<RunReport, Failure> {
-    let config = VmConfig {
+/// A VM configuration for a bench guest, console captured.
+pub fn config(guest: &str, cmdline: &str, pmu: Option<PmuSettings>) -> VmConfig {
+    VmConfig {
         kernel: guests::resolve(guest),
         kernel_arg0: guest.to_owned(),
         cmdline: cmdline.to_owned(),
@@ -27,8 +33,18 @@ pub fn run_guest(guest: &str, cmdline: &str, pmu: Option<PmuSettings>) -> Result
         timeout: Some(std::time::Duration::from_secs(600)),
         pmu,
         ..Default::default()
-    };
-    let vm = Vm::build(&config).map_err(|e| Failure::usage(e.to_string()))?;
+    }
+}
+
+/// Boot `guest` with `cmdline` and the given PMU, console captured; the run must succeed.
+pub fn run_guest(guest: &str, cmdline: &str, pmu: Option<PmuSettings>) -> Result<RunReport, Failure> {
+    run_config(&config(guest, cmdline, pmu))
+}
+
+/// Boot a bench configuration; the run must succeed.
+pub fn run_config(config: &VmConfig) -> Result<RunReport, Failure> {
+    let guest = config.kernel_arg0.as_str();
+    let vm = Vm::build(config).map_err(|e| Failure::usage(e.to_string()))?;
     let report = vm.run(Instant::now());
     if report.end.exit_code() != 0 {
         let console = String::from_utf8_lossy(&report.console.captured()).into_owned();
@@ -60,8 +76,15 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
     let mut results = serde_json::Map::new();
     results.insert("machine".into(), machine());
     for suite in &suites {
+        eprintln!("perfvm bench: running {suite} ...");
         let (text, value): (String, Value) = match suite.as_str() {
             "pmu-ops" => pmu_ops::run(reps, args.quick)?,
+            "ctxsw" => ctxsw::run(reps, args.quick)?,
+            "precision" => precision::run(reps, args.quick)?,
+            "transitions" => transitions::run(reps, args.quick)?,
+            "nmi-order" => nmi_order::run(reps, args.quick)?,
+            "pv" => pv::run(reps, args.quick)?,
+            "scaling" => scaling::run(reps, args.quick)?,
             _ => unreachable!(),
         };
         if !args.json {
@@ -73,6 +96,21 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
         println!("{}", serde_json::to_string_pretty(&Value::Object(results)).expect("JSON"));
     }
     Ok(0)
+}
+
+/// The guest TSC frequency, for turning guest-measured cycles into time.
+pub fn tsc_khz() -> Result<u64, Failure> {
+    vmm::kvm::guest_tsc_khz().map_err(|e| Failure::usage(e.to_string()))
+}
+
+/// PMU settings with a backend and policy, the rest default.
+pub fn pmu(backend: vmm::vm::BackendKind, policy: pmu::Policy) -> Option<PmuSettings> {
+    Some(PmuSettings { backend, policy, ..Default::default() })
+}
+
+/// A guest value the agent sent, as f64.
+pub fn value(report: &RunReport, key: &str) -> Option<f64> {
+    report.agent.values.get(key).map(|v| *v as f64)
 }
 
 /// Where the numbers come from.

@@ -68,13 +68,55 @@ const EVENTSEL_RESERVED: u64 = 0xFFFF_FFFF_0020_0000;
 
 /// Every PMU MSR of the largest PMU, the MSRs just outside each range, and a few others.
 pub const MSR_POOL: &[u32] = &[
-    0xC0, 0xC1, 0xC2, 0xC3, 0xC4, 0xC5, 0xC6, 0xC7, 0xC8, 0xC9, // IA32_PMCx
-    0x185, 0x186, 0x187, 0x188, 0x189, 0x18A, 0x18B, 0x18C, 0x18D, 0x18E, // EVENTSELx
-    0x308, 0x309, 0x30A, 0x30B, 0x30C, // FIXED_CTRx
-    0x344, 0x345, 0x346, // PERF_CAPABILITIES
-    0x38C, 0x38D, 0x38E, 0x38F, 0x390, 0x391, // FIXED_CTR_CTRL, GLOBAL_*
-    0x4C0, 0x4C1, 0x4C2, 0x4C3, 0x4C4, 0x4C5, 0x4C6, 0x4C7, 0x4C8, 0x4C9, // IA32_A_PMCx
-    0x10, 0x1A0, 0x3F1, 0xC000_0080, 0xFFFF_FFFF,
+    0xC0,
+    0xC1,
+    0xC2,
+    0xC3,
+    0xC4,
+    0xC5,
+    0xC6,
+    0xC7,
+    0xC8,
+    0xC9, // IA32_PMCx
+    0x185,
+    0x186,
+    0x187,
+    0x188,
+    0x189,
+    0x18A,
+    0x18B,
+    0x18C,
+    0x18D,
+    0x18E, // EVENTSELx
+    0x308,
+    0x309,
+    0x30A,
+    0x30B,
+    0x30C, // FIXED_CTRx
+    0x344,
+    0x345,
+    0x346, // PERF_CAPABILITIES
+    0x38C,
+    0x38D,
+    0x38E,
+    0x38F,
+    0x390,
+    0x391, // FIXED_CTR_CTRL, GLOBAL_*
+    0x4C0,
+    0x4C1,
+    0x4C2,
+    0x4C3,
+    0x4C4,
+    0x4C5,
+    0x4C6,
+    0x4C7,
+    0x4C8,
+    0x4C9, // IA32_A_PMCx
+    0x10,
+    0x1A0,
+    0x3F1,
+    0xC000_0080,
+    0xFFFF_FFFF,
 ];
 
 /// `(event, umask)` pairs guests program and filters list: the architectural events and a
@@ -96,26 +138,44 @@ const EVENT_POOL: &[(u8, u8)] = &[
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
     /// RDMSR.
-    Read { msr: u32, host: bool },
+    Read {
+        msr: u32,
+        host: bool,
+    },
     /// WRMSR.
-    Write { msr: u32, value: u64, host: bool },
+    Write {
+        msr: u32,
+        value: u64,
+        host: bool,
+    },
     /// RDPMC.
-    Rdpmc { ecx: u32 },
+    Rdpmc {
+        ecx: u32,
+    },
     /// Events happen: on one counter slot, or on all (`slot == None`).
-    Advance { slot: Option<u8>, n: u64 },
+    Advance {
+        slot: Option<u8>,
+        n: u64,
+    },
     /// The backend signalled an overflow.
     Collect,
     /// vCPU run time advances by `dt` ns.
-    Tick { dt: u64 },
+    Tick {
+        dt: u64,
+    },
     SchedOut,
     SchedIn,
     Reset,
     /// Save, restore the same snapshot.
     SaveRestore,
     /// Restore a snapshot generated from `seed` (valid or not).
-    RestoreRandom { seed: u64 },
+    RestoreRandom {
+        seed: u64,
+    },
     /// Install a filter generated from `seed` (`None`: remove it).
-    SetFilter { seed: Option<u64> },
+    SetFilter {
+        seed: Option<u64>,
+    },
     SetFailOpen(bool),
     SetCpl(u8),
 }
@@ -600,9 +660,7 @@ impl Harness {
             88..=91 => Op::SchedIn,
             92 => Op::Reset,
             93 | 94 => Op::SaveRestore,
-            95 => Op::RestoreRandom {
-                seed: e.next_u64(),
-            },
+            95 => Op::RestoreRandom { seed: e.next_u64() },
             96 => Op::SetFilter {
                 seed: e.chance(70).then(|| e.next_u64()),
             },
@@ -857,7 +915,7 @@ impl Harness {
     /// Reads everything back (folding every counter) and checks it against the shadow.
     fn observe(&mut self, counted: &[u64; SLOTS]) -> Check {
         // Counter values: shadow + what the mock delivered, wraps set status and owe PMIs.
-        for s in 0..SLOTS {
+        for (s, &delivered) in counted.iter().enumerate() {
             if !self.exists(s) {
                 continue;
             }
@@ -866,22 +924,29 @@ impl Harness {
                 .backend()
                 .event(idx_of(s))
                 .is_some_and(|ev| ev.config.interrupt);
-            let msr = if s < 8 { 0xC1 + s as u32 } else { 0x309 + s as u32 - 8 };
+            let msr = if s < 8 {
+                0xC1 + s as u32
+            } else {
+                0x309 + s as u32 - 8
+            };
             let r = self.pmu.get_msr(MsrIndex(msr), Initiator::Host);
             let MsrAccess::Ok(v) = r else {
                 return Err(format!("read of existing counter {msr:#x} faulted"));
             };
-            ensure!(v <= COUNTER_MASK, "counter {msr:#x} = {v:#x} is wider than 48 bits");
-            let sum = u128::from(self.counters[s]) + u128::from(counted[s]);
+            ensure!(
+                v <= COUNTER_MASK,
+                "counter {msr:#x} = {v:#x} is wider than 48 bits"
+            );
+            let sum = u128::from(self.counters[s]) + u128::from(delivered);
             let want = (sum & u128::from(COUNTER_MASK)) as u64;
             ensure!(
                 v == want,
                 "counter {msr:#x} = {v:#x}, expected {want:#x} (was {:#x}, counted {})",
                 self.counters[s],
-                counted[s]
+                delivered
             );
             self.counters[s] = v;
-            self.tally.deliveries += u64::from(counted[s] > 0);
+            self.tally.deliveries += u64::from(delivered > 0);
             if sum > u128::from(COUNTER_MASK) {
                 self.tally.wraps += 1;
                 self.status |= 1 << slot_bit(s);
@@ -896,7 +961,10 @@ impl Harness {
             (0x38D, self.fctrl),
         ] {
             let r = self.pmu.get_msr(MsrIndex(msr), Initiator::Host);
-            ensure!(r == MsrAccess::Ok(shadow), "{msr:#x} = {r:?}, shadow {shadow:#x}");
+            ensure!(
+                r == MsrAccess::Ok(shadow),
+                "{msr:#x} = {r:?}, shadow {shadow:#x}"
+            );
         }
         ensure!(
             self.status & !(self.counter_bits() | OVF_BUF_COND_CHGD) == 0,
@@ -904,7 +972,9 @@ impl Harness {
             self.status
         );
         for i in 0..usize::from(self.gp) {
-            let r = self.pmu.get_msr(MsrIndex(0x186 + i as u32), Initiator::Host);
+            let r = self
+                .pmu
+                .get_msr(MsrIndex(0x186 + i as u32), Initiator::Host);
             ensure!(
                 r == MsrAccess::Ok(self.eventsel[i]),
                 "EVENTSEL{i} = {r:?}, shadow {:#x}",

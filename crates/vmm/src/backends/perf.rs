@@ -16,8 +16,9 @@ const SLOTS: usize = 35;
 /// A sampling period so long it never fires: perf only accepts IOC_PERIOD on events opened
 /// as sampling events, so every event is opened with this and re-armed as needed.
 const NEVER: u64 = 1 << 62;
-/// hrtimer-based software events do not fire faster than this (kernel minimum).
-const MIN_CLOCK_PERIOD_NS: u64 = 10_000;
+/// Shortest overflow period we program for the software clock. The kernel's floor is 10 us;
+/// we stay well above it because every notification costs the vCPU a signal and an exit.
+const MIN_CLOCK_PERIOD_NS: u64 = 50_000;
 
 /// What the host can count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -175,6 +176,19 @@ impl PerfSource {
         self.counters[pmc.bit() as usize].as_mut().expect("model protocol: event is open")
     }
 
+    /// After an overflow notification: the kernel's sampling timer is periodic, so a short
+    /// period set for "what remains" would keep firing at that rate. Re-issue every armed,
+    /// enabled counter's remaining distance (the model has re-armed the ones that wrapped).
+    pub fn rearm_after_notification(&mut self) {
+        for slot in 0..SLOTS {
+            let Some(c) = &self.counters[slot] else { continue };
+            if c.enabled && c.armed.is_some() {
+                let pmc = PmcIdx::from_bit(slot as u32).expect("slot of a counter");
+                self.restart_period(pmc);
+            }
+        }
+    }
+
     /// (Re)start the overflow period from now, for what remains of the armed distance.
     fn restart_period(&mut self, pmc: PmcIdx) {
         let Some((armed_at, after)) = self.counter(pmc).armed else { return };
@@ -286,6 +300,7 @@ mod tests {
         assert_eq!(src.from_host_units(1_000), 2_000, "1 us at 2 GHz is 2000 cycles");
         assert_eq!(src.to_host_units(2_000_000), 1_000_000);
         assert_eq!(src.to_host_units(1), MIN_CLOCK_PERIOD_NS);
+        assert_eq!(src.to_host_units(200_000_000), 100_000_000);
         assert!(!src.supports(ArchEvent::Instructions), "a clock cannot count instructions");
         assert!(src.supports(ArchEvent::CoreCycles));
     }

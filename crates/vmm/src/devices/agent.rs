@@ -84,11 +84,13 @@ pub struct AgentPort {
     started: Instant,
     max_samples: usize,
     pub data: AgentData,
+    /// True between the workload's START and END marks (the host NMI source fires only then).
+    pub in_workload: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AgentPort {
     pub fn new(mem: GuestMemoryMmap, max_samples: usize) -> Self {
-        AgentPort { mem, started: Instant::now(), max_samples, data: AgentData::default() }
+        AgentPort { mem, started: Instant::now(), max_samples, data: AgentData::default(), in_workload: Default::default() }
     }
 
     /// An OUT to the port: `data` holds the message address.
@@ -147,7 +149,9 @@ impl AgentPort {
             }
             MSG_MARK => {
                 let host_ns = self.started.elapsed().as_nanos() as u64;
-                self.data.marks.push(Mark { kind: u32_at(0)?, tsc: u64_at(8)?, host_ns });
+                let kind = u32_at(0)?;
+                self.in_workload.store(kind == 1, std::sync::atomic::Ordering::Release);
+                self.data.marks.push(Mark { kind, tsc: u64_at(8)?, host_ns });
             }
             MSG_VALUE => {
                 let key = text(p.get(0..48)?);

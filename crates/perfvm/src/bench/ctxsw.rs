@@ -1,0 +1,57 @@
+//! Suite `ctxsw` (seed 000 table 5, seed 003's 2-task test): a guest context switch with
+//! per-task counting (perf attached to the tasks) under legacy and reuse, and without.
+
+use super::stats::{fmt, ratio, Summary};
+use super::{pmu, run_guest, tsc_khz, value};
+use crate::Failure;
+use pmu::Policy;
+use serde_json::{json, Value};
+use vmm::vm::BackendKind;
+
+struct Config {
+    label: &'static str,
+    cmdline: &'static str,
+    policy: Policy,
+}
+
+pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
+    let khz = tsc_khz()? as f64;
+    let us = |cycles: f64| cycles * 1000.0 / khz;
+    let (plain, counted) = if quick { ("100", "stat -e 0x003c -p -- 100") } else { ("200", "stat -e 0x003c -p -- 200") };
+    let configs = [
+        Config { label: "no perf attached", cmdline: plain, policy: Policy::default() },
+        Config { label: "perf attached, legacy", cmdline: counted, policy: Policy::Legacy },
+        Config { label: "perf attached, reuse", cmdline: counted, policy: Policy::default() },
+    ];
+    let mut per: Vec<[Vec<f64>; 4]> = (0..configs.len()).map(|_| Default::default()).collect();
+    for _ in 0..reps {
+        for (i, c) in configs.iter().enumerate() {
+            let report = run_guest("ctxsw", c.cmdline, pmu(BackendKind::Perf, c.policy))?;
+            let switches = value(&report, "ctxsw.switches").unwrap_or(0.0).max(1.0);
+            let vmm_ns = report.stats.pmu.as_ref().map_or(0.0, |p| p.vmm.handle_ns as f64);
+            per[i][0].push(us(value(&report, "ctxsw.total_cycles").unwrap_or(f64::NAN) / switches));
+            per[i][1].push(us(value(&report, "ctxsw.sched_out_cycles").unwrap_or(f64::NAN) / switches));
+            per[i][2].push(us(value(&report, "ctxsw.sched_in_cycles").unwrap_or(f64::NAN) / switches));
+            per[i][3].push(vmm_ns / switches / 1000.0);
+        }
+    }
+    let s: Vec<[Summary; 4]> = per.iter().map(|v| [0, 1, 2, 3].map(|k| Summary::of(&v[k]))).collect();
+    let mut text = format!(
+        "ctxsw — guest context switch between 2 tasks, perf backend, {reps} runs each (median µs per switch)\n\n\
+         {:<26} {:>12} {:>12} {:>12} {:>16}\n",
+        "configuration", "switch", "sched-out", "sched-in", "VMM PMU time"
+    );
+    let mut rows = Vec::new();
+    for (c, m) in configs.iter().zip(&s) {
+        text.push_str(&format!("{:<26} {:>9} µs {:>9} µs {:>9} µs {:>13} µs\n", c.label, fmt(m[0].median), fmt(m[1].median), fmt(m[2].median), fmt(m[3].median)));
+        rows.push(json!({"configuration": c.label, "switch_us": m[0], "sched_out_us": m[1], "sched_in_us": m[2], "vmm_pmu_us": m[3]}));
+    }
+    text.push_str(&format!(
+        "\nlegacy/reuse: switch {}, sched-in {}, sched-out {}, VMM PMU time {}\n",
+        ratio(s[1][0].median, s[2][0].median),
+        ratio(s[1][2].median, s[2][2].median),
+        ratio(s[1][1].median, s[2][1].median),
+        ratio(s[1][3].median, s[2][3].median)
+    ));
+    Ok((text, json!({"rows": rows, "reps": reps, "tsc_khz": khz})))
+}
