@@ -144,6 +144,10 @@ pub struct PmuArgs {
     /// Most host perf events the VM may hold (default: counters x vCPUs, fixed included).
     #[arg(long)]
     pub max_host_events: Option<usize>,
+    /// Event filter (TOML or JSON, KVM_SET_PMU_EVENT_FILTER semantics): denied events never
+    /// count nor raise PMIs; see docs/FILTER.md.
+    #[arg(long, value_name = "FILE")]
+    pub pmu_filter: Option<std::path::PathBuf>,
     /// Offer the paravirtual PMU page (batched programming, exitless reads); off: guests
     /// fall back to MSRs.
     #[arg(long, value_enum, default_value_t = OnOff::On)]

@@ -27,7 +27,23 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
         BackendArg::Perf => BackendKind::Perf,
         BackendArg::Exact => BackendKind::Exact,
     };
-    Ok(Some(PmuSettings { backend, policy, gp_counters: args.counters, max_host_events: args.max_host_events, trace_rips: false, pv: args.pv == OnOff::On }))
+    let filter = match &args.pmu_filter {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+            let filter = pmu::PmuEventFilter::parse(&text, pmu::FilterFormat::from_path(path)).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+            Some(filter)
+        }
+    };
+    Ok(Some(PmuSettings {
+        backend,
+        policy,
+        gp_counters: args.counters,
+        max_host_events: args.max_host_events,
+        trace_rips: false,
+        pv: args.pv == OnOff::On,
+        filter,
+    }))
 }
 
 /// Turn the shared VM options into a VM configuration.

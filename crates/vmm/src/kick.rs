@@ -44,6 +44,12 @@ extern "C" fn on_kick(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc
 pub fn install_handler() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
+        // When the queue of real-time signals is full (RLIMIT_SIGPENDING, shared by every
+        // process of the user), the kernel falls back to SIGIO for perf overflow
+        // notifications; its default action would kill the VMM. A lost notification is
+        // harmless: overflows are re-checked and re-armed at the next one.
+        // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
+        unsafe { libc::signal(libc::SIGIO, libc::SIG_IGN) };
         for signal in [kick_signal(), pmu_signal()] {
             // SAFETY: a zeroed sigaction with a valid handler and an empty mask is well formed.
             unsafe {

@@ -53,7 +53,7 @@ impl PmuReport {
     }
 
     pub fn add_vcpu(&mut self, pmu: &VcpuPmu) {
-        add_model_stats(&mut self.model, &pmu.model_stats());
+        self.model.add(&pmu.model_stats());
         let v = &pmu.stats;
         let t = &mut self.vmm;
         t.msr_exits += v.msr_exits;
@@ -84,12 +84,13 @@ impl PmuReport {
             self.backend, self.backend_detail, self.policy, self.gp_counters, self.fixed_counters,
             self.cpuid_0xa[0], self.cpuid_0xa[1], self.cpuid_0xa[2], self.cpuid_0xa[3]
         );
-        let rows: [(&str, u64); 10] = [
+        let rows: [(&str, u64); 11] = [
             ("host events created", m.events_created),
             ("host events reused", m.events_reused),
             ("lazily released", m.events_lazily_released),
             ("host events closed", m.events_closed),
             ("open failures", m.open_failures),
+            ("filtered programs", m.filtered_programs),
             ("PMU MSR exits", self.vmm.msr_exits),
             ("overflows", m.overflows),
             ("PMIs delivered", self.vmm.pmis_delivered),
@@ -122,31 +123,5 @@ impl PmuReport {
             }
         }
         out
-    }
-}
-
-fn add_model_stats(total: &mut PmuStats, s: &PmuStats) {
-    total.events_created += s.events_created;
-    total.open_failures += s.open_failures;
-    total.events_reused += s.events_reused;
-    total.events_lazily_released += s.events_lazily_released;
-    total.events_closed += s.events_closed;
-    total.overflows += s.overflows;
-    total.pmis_requested += s.pmis_requested;
-    total.rdpmc += s.rdpmc;
-    total.faults += s.faults;
-    total.host_rejects += s.host_rejects;
-    let (b, c) = (&mut total.backend_calls, &s.backend_calls);
-    b.open += c.open;
-    b.close += c.close;
-    b.enable += c.enable;
-    b.disable += c.disable;
-    b.read += c.read;
-    b.arm_overflow += c.arm_overflow;
-    for (msr, n) in &s.msr_reads {
-        *total.msr_reads.entry(*msr).or_default() += n;
-    }
-    for (msr, n) in &s.msr_writes {
-        *total.msr_writes.entry(*msr).or_default() += n;
     }
 }

@@ -67,7 +67,7 @@ pub enum BackendKind {
 }
 
 /// How the virtual PMU is built.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PmuSettings {
     pub backend: BackendKind,
     pub policy: Policy,
@@ -78,11 +78,13 @@ pub struct PmuSettings {
     pub trace_rips: bool,
     /// Accept the guest's paravirtual PMU page.
     pub pv: bool,
+    /// The event filter (KVM_SET_PMU_EVENT_FILTER semantics).
+    pub filter: Option<pmu::PmuEventFilter>,
 }
 
 impl Default for PmuSettings {
     fn default() -> Self {
-        PmuSettings { backend: BackendKind::Perf, policy: Policy::default(), gp_counters: 4, max_host_events: None, trace_rips: false, pv: true }
+        PmuSettings { backend: BackendKind::Perf, policy: Policy::default(), gp_counters: 4, max_host_events: None, trace_rips: false, pv: true, filter: None }
     }
 }
 
@@ -340,7 +342,7 @@ fn build_pmus(settings: &PmuSettings, vcpus: u32, tsc_khz: u64, long_mode: bool)
     let per_vcpu = usize::from(settings.gp_counters) + usize::from(pmu::MAX_FIXED_COUNTERS);
     let budget = EventBudget::new(settings.max_host_events.unwrap_or(per_vcpu * vcpus as usize));
     let mode = PerfMode::detect(tsc_khz);
-    let config = PmuConfig { gp_counters: settings.gp_counters, policy: settings.policy, ..Default::default() };
+    let config = PmuConfig { gp_counters: settings.gp_counters, policy: settings.policy, filter: settings.filter.clone(), ..Default::default() };
     (0..vcpus)
         .map(|_| {
             let backend = match settings.backend {

@@ -22,7 +22,7 @@ pub fn run(reps: usize, _quick: bool) -> Result<(String, Value), Failure> {
     for (label, pmu, cmdline) in configs {
         let (mut ns, mut per_run) = (Vec::new(), Vec::new());
         for _ in 0..reps {
-            let mut cfg = config("portio", cmdline, pmu);
+            let mut cfg = config("portio", cmdline, pmu.clone());
             cfg.count_syscalls = counting.is_none();
             let r = run_config(&cfg)?;
             // "portio: median <c> cycles, <ns> ns": the first line is the OUT roundtrip.
