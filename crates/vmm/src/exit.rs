@@ -17,6 +17,8 @@ pub enum VmEnd {
     Timeout { after_ms: u64 },
     /// The VMM hit an unexpected condition running the guest.
     Failed { vcpu: u32, reason: String },
+    /// SIGINT or SIGTERM stopped the run.
+    Signal { signal: i32 },
 }
 
 /// Process exit codes for ends that are not a guest status. Guest statuses are 0 or odd, so
@@ -42,6 +44,7 @@ impl VmEnd {
             VmEnd::InternalError { .. } => codes::INTERNAL_ERROR,
             VmEnd::Failed { .. } => codes::FAILED,
             VmEnd::Timeout { .. } => codes::TIMEOUT,
+            VmEnd::Signal { signal } => 128 + signal,
         }
     }
 
@@ -55,6 +58,7 @@ impl VmEnd {
             }
             VmEnd::Timeout { after_ms } => Some(format!("timeout: guest still running after {:.1} s, stopped", *after_ms as f64 / 1000.0)),
             VmEnd::Failed { vcpu, reason } => Some(format!("vcpu {vcpu} failed: {reason}")),
+            VmEnd::Signal { signal } => Some(format!("stopped by {}", if *signal == libc::SIGINT { "SIGINT" } else { "SIGTERM" })),
         }
     }
 }

@@ -5,7 +5,35 @@
 
 use kvm_bindings::kvm_run;
 use std::cell::Cell;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Once;
+
+/// SIGINT or SIGTERM received (0: none): the VM stops, and the run is reported as it ended.
+static TERMINATION: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_termination(signal: libc::c_int) {
+    TERMINATION.store(signal, Ordering::SeqCst);
+}
+
+/// Catch SIGINT and SIGTERM so a run in progress ends cleanly (samples written, host events
+/// closed) instead of the process dying mid-way.
+pub fn catch_termination() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for signal in [libc::SIGINT, libc::SIGTERM] {
+            // SAFETY: installing a handler that only stores to an atomic.
+            unsafe { libc::signal(signal, on_termination as *const () as libc::sighandler_t) };
+        }
+    });
+}
+
+/// The termination signal received, if any.
+pub fn termination() -> Option<i32> {
+    match TERMINATION.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
 
 thread_local! {
     static KVM_RUN: Cell<*mut kvm_run> = const { Cell::new(std::ptr::null_mut()) };

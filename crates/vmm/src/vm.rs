@@ -262,15 +262,21 @@ impl Vm {
     /// Wait for the first end (or the timeout), acting as the NMI source meanwhile.
     fn wait_for_end(&self, started: Instant, threads: &[thread::JoinHandle<crate::vcpu::VcpuResult>], nmi_target: Option<&AtomicBool>) -> VmEnd {
         let deadline = self.timeout.map(|t| started + t);
+        // Look for SIGINT/SIGTERM this often while waiting.
+        const SIGNAL_POLL: Duration = Duration::from_millis(50);
         loop {
+            if let Some(signal) = kick::termination() {
+                return VmEnd::Signal { signal };
+            }
             let now = Instant::now();
             let until_deadline = deadline.map(|d| d.saturating_duration_since(now));
             let wait = match (self.nmi_interval, until_deadline) {
                 (Some(i), Some(d)) => i.min(d),
                 (Some(i), None) => i,
                 (None, Some(d)) => d,
-                (None, None) => Duration::from_secs(3600),
-            };
+                (None, None) => SIGNAL_POLL,
+            }
+            .min(SIGNAL_POLL);
             match self.ends.recv_timeout(wait) {
                 Ok(end) => return end,
                 Err(mpsc::RecvTimeoutError::Disconnected) => return VmEnd::Failed { vcpu: 0, reason: "all vCPUs exited".into() },
@@ -283,7 +289,8 @@ impl Vm {
             }
             // A guest without its IDT yet would die of an NMI, as on hardware: the source
             // fires only while the guest agent's workload runs.
-            if let (Some(_), Some(target), true) = (self.nmi_interval, nmi_target, self.in_workload.load(Ordering::Acquire)) {
+            let nmi_due = self.nmi_interval.is_some_and(|i| i <= SIGNAL_POLL);
+            if let (true, Some(target), true) = (nmi_due, nmi_target, self.in_workload.load(Ordering::Acquire)) {
                 target.store(true, Ordering::Release);
                 kick::kick(threads[0].as_pthread_t());
             }
@@ -293,6 +300,7 @@ impl Vm {
     /// Run every vCPU on its own thread until the VM ends, then stop and join them all.
     pub fn run(mut self, started: Instant) -> RunReport {
         kick::install_handler();
+        kick::catch_termination();
         let mut threads = Vec::new();
         let nmi_target = self.vcpus.first().map(|v| v.nmi_request.clone());
         for vcpu in self.vcpus.drain(..) {
