@@ -23,4 +23,5 @@ fn main() {
         Err(e) => panic!("cannot run make for the guest kit: {e} (install make and gcc)"),
     }
     println!("cargo:rustc-env=PERFVM_GUEST_DIR={}", guest.join("build").display());
+    println!("cargo:rustc-env=PERFVM_GUEST_DIR_FOR_TESTS={}", guest.join("build").display());
 }

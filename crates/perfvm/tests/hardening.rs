@@ -57,3 +57,17 @@ fn hostile_guest_gets_gp_exactly_where_the_sdm_says() {
         assert!(last.ends_with(" passed, 0 failed"), "{backend}/{policy}: {last}");
     }
 }
+
+#[test]
+fn host_event_cap_holds() {
+    require_kvm!();
+    // pmu_arch's all-at-once check wants 4 cycles events at once.
+    let o = perfvm(&["run", "pmu_arch", "--max-host-events", "2", "--json", "--timeout", "300"]);
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let pmu = &doc["stats"]["pmu"];
+    assert_eq!(pmu["host_events_cap"], 2);
+    assert!(pmu["host_events_peak"].as_u64().unwrap() <= 2, "{pmu}");
+    assert!(pmu["host_events_refused"].as_u64().unwrap() > 0, "the cap was exercised: {pmu}");
+    // The VMM survives and ends the run normally; the guest sees counters that count nothing.
+    assert!(matches!(doc["end"]["kind"].as_str(), Some("status")), "{}", doc["end"]);
+}

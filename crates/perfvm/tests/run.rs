@@ -142,6 +142,21 @@ fn truncated_elf() {
 }
 
 #[test]
+fn bad_multiboot_checksum() {
+    let mut bytes = std::fs::read(std::path::Path::new(env!("PERFVM_GUEST_DIR_FOR_TESTS")).join("mbtest.elf")).expect("mbtest built");
+    let at = bytes.windows(4).position(|w| w == 0x1bad_b002u32.to_le_bytes()).expect("multiboot header");
+    bytes[at + 8] ^= 1;
+    let path = temp_file("badsum.elf", &bytes);
+    assert_usage_error(&perfvm(&["run", &path]), "multiboot header: header at");
+}
+
+#[test]
+fn huge_memsz_is_refused() {
+    let path = temp_file("huge.elf", &elf64(0x100000, &[(0x100000, 0x10, u64::MAX / 2)]));
+    assert_usage_error(&perfvm(&["run", &path]), "does not fit in guest memory");
+}
+
+#[test]
 fn bad_flags_are_one_line_errors() {
     assert_usage_error(&perfvm(&["run", "hello", "--bogus"]), "unexpected argument '--bogus'");
     assert_usage_error(&perfvm(&["run", "hello", "--vcpus", "9"]), "--vcpus must be between 1 and 8");

@@ -22,12 +22,18 @@ pub struct PmuReport {
     /// perf_event_open/ioctl/read/fcntl/close calls made by the process for PMU events.
     pub host_syscalls: u64,
     pub pv: crate::pv::PvStats,
+    /// The per-VM cap on open host events, the most open at once, and opens refused by it.
+    pub host_events_cap: usize,
+    pub host_events_peak: usize,
+    pub host_events_refused: usize,
+    #[serde(skip)]
+    budget: Option<std::sync::Arc<crate::backends::perf::EventBudget>>,
     #[serde(skip)]
     syscalls_at_start: u64,
 }
 
 impl PmuReport {
-    pub fn new(settings: &PmuSettings, pmu: &VcpuPmu) -> Self {
+    pub fn new(settings: &PmuSettings, pmu: &VcpuPmu, budget: std::sync::Arc<crate::backends::perf::EventBudget>) -> Self {
         let backend_detail = match pmu.pmu.backend() {
             Backend::Perf(p) => p.mode().describe(),
             Backend::Exact(_) => "single-step: exact instructions and branches; cycles = model clock, 1 per retired instruction".into(),
@@ -48,6 +54,10 @@ impl PmuReport {
             vmm: VpmuStats::default(),
             host_syscalls: 0,
             pv: Default::default(),
+            host_events_cap: budget.limit(),
+            host_events_peak: 0,
+            host_events_refused: 0,
+            budget: Some(budget),
             syscalls_at_start: perf_sys::syscalls(),
         }
     }
@@ -75,6 +85,10 @@ impl PmuReport {
 
     pub fn finish(&mut self) {
         self.host_syscalls = perf_sys::syscalls() - self.syscalls_at_start;
+        if let Some(b) = &self.budget {
+            self.host_events_peak = b.peak.load(std::sync::atomic::Ordering::Relaxed);
+            self.host_events_refused = b.refused.load(std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     pub fn render(&self) -> String {
@@ -101,6 +115,10 @@ impl PmuReport {
             out.push_str(&format!("  {name:<22} {n:>12}\n"));
         }
         out.push_str(&format!("  {:<22} {:>9.3} ms\n", "VMM time in PMU", self.vmm.handle_ns as f64 / 1e6));
+        out.push_str(&format!(
+            "  {:<22} {:>12} (peak {}, {} refused)\n",
+            "host event cap", self.host_events_cap, self.host_events_peak, self.host_events_refused
+        ));
         if self.pv.registrations + self.pv.refusals > 0 {
             let pv = &self.pv;
             out.push_str(&format!(

@@ -208,8 +208,10 @@ impl Vm {
         }
         let tsc_khz = fds[0].get_tsc_khz().map(u64::from).unwrap_or(0);
         let long_mode = image.protocol == BootProtocol::Direct64;
+        let per_vcpu = config.pmu.as_ref().map_or(0, |s| usize::from(s.gp_counters) + usize::from(pmu::MAX_FIXED_COUNTERS));
+        let budget = EventBudget::new(config.pmu.as_ref().and_then(|s| s.max_host_events).unwrap_or(per_vcpu * config.vcpus as usize));
         let mut pmus = match &config.pmu {
-            Some(settings) => build_pmus(settings, config.vcpus, tsc_khz, long_mode)?,
+            Some(settings) => build_pmus(settings, config.vcpus, tsc_khz, long_mode, &budget)?,
             None => Vec::new(),
         };
         if let Some(first) = pmus.first() {
@@ -219,7 +221,7 @@ impl Vm {
             let caps = pmus.get(index).map(|p| *p.pmu.caps());
             setup_vcpu(fd, &cpuid, index as u32, &image, caps.as_ref())?;
         }
-        let pmu_report = pmus.first().map(|p| PmuReport::new(config.pmu.as_ref().unwrap(), p));
+        let pmu_report = pmus.first().map(|p| PmuReport::new(config.pmu.as_ref().unwrap(), p, budget.clone()));
         let cmdline = if config.cmdline.is_empty() {
             config.kernel_arg0.clone()
         } else {
@@ -346,9 +348,7 @@ impl Vm {
 }
 
 /// One PMU per vCPU, sharing a per-VM cap on host events.
-fn build_pmus(settings: &PmuSettings, vcpus: u32, tsc_khz: u64, long_mode: bool) -> Result<Vec<VcpuPmu>, VmError> {
-    let per_vcpu = usize::from(settings.gp_counters) + usize::from(pmu::MAX_FIXED_COUNTERS);
-    let budget = EventBudget::new(settings.max_host_events.unwrap_or(per_vcpu * vcpus as usize));
+fn build_pmus(settings: &PmuSettings, vcpus: u32, tsc_khz: u64, long_mode: bool, budget: &std::sync::Arc<EventBudget>) -> Result<Vec<VcpuPmu>, VmError> {
     let mode = PerfMode::detect(tsc_khz);
     let config = PmuConfig { gp_counters: settings.gp_counters, policy: settings.policy, filter: settings.filter.clone(), ..Default::default() };
     (0..vcpus)
