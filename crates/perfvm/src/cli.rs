@@ -100,6 +100,9 @@ pub struct BenchArgs {
     /// Print results as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Write one SVG chart per suite into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<String>,
 }
 
 /// Options shared by every command that boots a guest.

@@ -2,8 +2,10 @@
 //! suite boots its guests in this process, legacy and ours alternately, several times, and
 //! reports medians with their spread.
 
+mod charts;
 mod ctxsw;
 mod nmi_order;
+mod plot;
 mod pmu_ops;
 mod precision;
 mod pv;
@@ -89,6 +91,10 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
         };
         if !args.json {
             println!("{text}");
+        }
+        if let (Some(dir), Some(chart)) = (&args.plot, charts::chart_for(suite, &value)) {
+            let path = chart.write(std::path::Path::new(dir), suite).map_err(Failure::usage)?;
+            eprintln!("perfvm bench: wrote {}", path.display());
         }
         results.insert(suite.clone(), value);
     }
