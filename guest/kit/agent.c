@@ -14,6 +14,11 @@
  *            context; in: write each counter (0, or -(period left) when sampling),
  *            GLOBAL_CTRL = mask.
  *
+ * When the VMM accepts the paravirtual PMU page (agent_pv.c, perfvm_pv.h), the same writes
+ * go through its batch and doorbell: setup in one exit, each start (the enable, a sched-in)
+ * in one, each stop in one, after which the stopped counters are read from the page
+ * without exits. The PMI handler keeps using MSRs.
+ *
  * Counts are kept in software as in perf's x86_perf_event_update: each counter's last raw
  * value, and deltas modulo the counter width, so a sampling counter's wrap adds up.
  *
@@ -26,6 +31,7 @@
 #include "kit.h"
 #include "pmu.h"
 #include "agent.h"
+#include "agent_pv.h"
 #include "sched.h"
 
 #define AGENT_MAX_EVENTS 16
@@ -43,6 +49,8 @@ struct agent_event {
 	const char *why;     /* why it is not counted */
 	uint32_t rd_msr, wr_msr;
 	uint64_t width_mask, top_bit;
+	const struct pv_counter *pv_counter; /* the counter in the PV page */
+	uint8_t pv_entry;    /* its write in the PV start batch (pv_start_n) */
 	uint64_t prev;       /* raw counter value at the last update */
 	uint64_t total;      /* everything counted: the task 0 entry */
 };
@@ -62,6 +70,8 @@ static uint64_t task_count[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
 static uint64_t task_left[AGENT_MAX_IDS][AGENT_MAX_EVENTS]; /* sampling: period left */
 static uint8_t task_started[AGENT_MAX_IDS];
 static char *wargv[MAX_WORDS + 1];
+static uint32_t pv_flags;              /* what the VMM answered to the PV page */
+static uint32_t pv_start_n;            /* PV: batch = {GLOBAL_CTRL=0, counters, GLOBAL_CTRL=mask} */
 
 /* Samples: the message is built in place and sent when full (from the PMI) or at the end. */
 static uint8_t sample_msg[sizeof(struct agent_msg_header) + sizeof(struct agent_samples) +
@@ -83,15 +93,20 @@ static int is_gp(const struct agent_event *e) { return e->hw >= 0 && e->hw < 32;
 
 /* ---- counter bookkeeping ------------------------------------------------------------- */
 
-static void update(unsigned i)
+/* Charge the counter's advance to `raw` to the whole run and the current context. */
+static void charge(unsigned i, uint64_t raw)
 {
 	struct agent_event *e = &evs[i];
-	uint64_t raw = rdmsr(e->rd_msr);
 	uint64_t delta = (raw - e->prev) & e->width_mask;
 	e->prev = raw;
 	e->total += delta;
 	if (per_task)
 		task_count[ctx][i] += delta;
+}
+
+static void update(unsigned i)
+{
+	charge(i, rdmsr(evs[i].rd_msr));
 }
 
 static void write_counter(unsigned i, uint64_t v)
@@ -100,6 +115,19 @@ static void write_counter(unsigned i, uint64_t v)
 	v &= e->width_mask;
 	wrmsr(e->wr_msr, v);
 	e->prev = v;
+}
+
+/* Set a stopped counter for the next pmu_start(): with the PV page the write goes into
+ * the start batch, else straight to the MSR. */
+static void load_counter(unsigned i, uint64_t v)
+{
+	struct agent_event *e = &evs[i];
+	v &= e->width_mask;
+	e->prev = v;
+	if (agent_pv_mode)
+		agent_pv_page.v1.batch[e->pv_entry].value = v;
+	else
+		wrmsr(e->wr_msr, v);
 }
 
 /* After update(): a sampling counter with its top bit clear has wrapped; restart it. */
@@ -142,18 +170,59 @@ static void end_critical(void)
 	}
 }
 
-static void pmu_stop(void)
+/*
+ * GLOBAL_CTRL = 0 and charge every counter's advance (a sched-out, the final read).
+ * MSRs: WRMSR, then one RDMSR per counter. PV page: the start batch's first entry alone
+ * {GLOBAL_CTRL = 0}, one doorbell, after which the VMM has republished every counter
+ * stopped: the page holds exactly what RDMSR would return, read without exits (a counter
+ * published running or NEEDS_EXIT, which a stopped one is not, would be read by RDMSR).
+ */
+static void stop_and_update(void)
 {
 	pmu_on = 0;
 	barrier();
-	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	int pv = agent_pv_mode; /* one load, kept in a register across the doorbell */
+	if (pv) {
+		agent_pv_ring(1);
+		if (!agent_pv_answered(1)) {
+			agent_pv_lost(1);
+			pv = AGENT_PV_OFF;
+		}
+		if (pv == AGENT_PV_READS) {
+			for (unsigned i = 0; i < nev; i++) {
+				uint64_t v;
+				if (evs[i].hw < 0)
+					continue;
+				if (agent_pv_read_stopped(evs[i].pv_counter, &v) < 0)
+					v = rdmsr(evs[i].rd_msr);
+				charge(i, v);
+			}
+			return;
+		}
+	} else {
+		wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	}
+	for (unsigned i = 0; i < nev; i++)
+		if (evs[i].hw >= 0)
+			update(i);
 }
 
+/*
+ * GLOBAL_CTRL = mask. With the PV page: the whole start batch, i.e. the counter values
+ * load_counter() staged and the enable, one doorbell. Its answer is not checked (the
+ * instructions after the enable are counted, and single-stepped on the exact backend): the
+ * page can only be lost to the workload's own registration, and no workload code runs
+ * between the stop or the registration that preceded this start and the start itself, so
+ * a start follows an answered doorbell and is answered too; the next stop finds out.
+ */
 static void pmu_start(void)
 {
 	pmu_on = 1;
 	barrier();
-	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, enabled_mask);
+	if (agent_pv_mode)
+		agent_pv_ring(pv_start_n);
+	else
+		wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, enabled_mask);
 }
 
 /* ---- samples and the PMI ------------------------------------------------------------- */
@@ -219,10 +288,7 @@ void agent_sched_out(uint32_t prev)
 	if (!per_task || !enabled_mask)
 		return;
 	begin_critical();
-	pmu_stop();
-	for (unsigned i = 0; i < nev; i++)
-		if (evs[i].hw >= 0)
-			update(i);
+	stop_and_update();
 	end_critical();
 	if (sampling_mask && prev < AGENT_MAX_IDS) {
 		for (unsigned i = 0; i < nev; i++) {
@@ -246,9 +312,15 @@ void agent_sched_in(uint32_t next)
 		for (unsigned i = 0; i < nev; i++)
 			task_left[ctx][i] = period;
 	}
-	for (unsigned i = 0; i < nev; i++)
-		if (evs[i].hw >= 0)
-			write_counter(i, sampling_mask ? -task_left[ctx][i] : 0);
+	if (agent_pv_mode && !sampling_mask) {
+		/* Counting: every counter restarts from 0, which the start batch holds already. */
+		for (unsigned i = 0; i < nev; i++)
+			evs[i].prev = 0;
+	} else {
+		for (unsigned i = 0; i < nev; i++)
+			if (evs[i].hw >= 0)
+				load_counter(i, sampling_mask ? -task_left[ctx][i] : 0);
+	}
 	pmu_start();
 	end_critical();
 }
@@ -383,10 +455,12 @@ static void assign_counters(void)
 				e->why = "no free counter (no multiplexing)";
 			}
 		}
-		if (e->hw < 0)
+		if (e->hw < 0) {
 			e->flags |= AGENT_COUNT_UNSUPPORTED;
-		else
+		} else {
 			e->top_bit = (e->width_mask >> 1) + 1;
+			e->pv_counter = &agent_pv_page.counters[is_gp(e) ? e->hw : 8 + (e->hw - 32)];
+		}
 	}
 }
 
@@ -412,37 +486,111 @@ static int check_period(void)
 	return 0;
 }
 
+static uint64_t event_select(const struct agent_event *e)
+{
+	return e->code | EVTSEL_OS | EVTSEL_EN | (recording ? EVTSEL_INT : 0);
+}
+
+static uint64_t fixed_control(void)
+{
+	uint64_t ctrl = 0;
+	for (unsigned i = 0; i < nev; i++)
+		if (evs[i].hw >= 32)
+			ctrl |= FIXED_CTRL(evs[i].hw - 32, FIXED_OS | (recording ? FIXED_PMI : 0));
+	return ctrl;
+}
+
+static void refuse(struct agent_event *e, const char *why)
+{
+	e->why = why;
+	e->flags |= AGENT_COUNT_UNSUPPORTED;
+	e->hw = NO_COUNTER;
+}
+
+/* GLOBAL_CTRL = 0, EVENTSELs, FIXED_CTR_CTRL with WRMSRs. */
+static void program_controls_msr(void)
+{
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	for (unsigned i = 0; i < nev; i++) {
+		struct agent_event *e = &evs[i];
+		if (is_gp(e) && wrmsr_safe(MSR_IA32_PERFEVTSEL0 + e->hw, event_select(e)) < 0)
+			refuse(e, "EVENTSEL write refused");
+	}
+	uint64_t fixed = fixed_control();
+	if (fixed)
+		wrmsr(MSR_IA32_FIXED_CTR_CTRL, fixed);
+}
+
+/* The same in one PV batch. A refused EVENTSEL (or FIXED_CTR_CTRL) stops the batch there:
+ * its events become unsupported and the rest is submitted again. */
+static void program_controls_pv(void)
+{
+	struct pv_batch_entry *b = agent_pv_page.v1.batch;
+	int8_t owner[PV_BATCH_MAX]; /* event of each entry; -1: GLOBAL_CTRL, -2: FIXED_CTR_CTRL */
+	unsigned n = 0;
+	b[n] = (struct pv_batch_entry){ MSR_IA32_PERF_GLOBAL_CTRL, 0, 0 };
+	owner[n++] = -1;
+	for (unsigned i = 0; i < nev; i++) {
+		if (is_gp(&evs[i])) {
+			b[n] = (struct pv_batch_entry){ MSR_IA32_PERFEVTSEL0 + evs[i].hw, 0, event_select(&evs[i]) };
+			owner[n++] = (int8_t)i;
+		}
+	}
+	uint64_t fixed = fixed_control();
+	if (fixed) {
+		b[n] = (struct pv_batch_entry){ MSR_IA32_FIXED_CTR_CTRL, 0, fixed };
+		owner[n++] = -2;
+	}
+	while (n) {
+		uint32_t done = agent_pv_submit(n);
+		if (done >= n)
+			break;
+		if (owner[done] >= 0) {
+			refuse(&evs[owner[done]], "EVENTSEL write refused");
+		} else if (owner[done] == -2) {
+			for (unsigned i = 0; i < nev; i++)
+				if (evs[i].hw >= 32)
+					refuse(&evs[i], "FIXED_CTR_CTRL write refused");
+		}
+		/* Submit what follows the refused entry. */
+		unsigned k = 0;
+		for (unsigned j = done + 1; j < n; j++, k++) {
+			b[k] = b[j];
+			owner[k] = owner[j];
+		}
+		n = k;
+	}
+}
+
+/* Program the counters stopped; pmu_start() enables them. */
 static void program(void)
 {
-	uint64_t fixed_ctrl = 0;
-	int any_fixed = 0;
+	if (agent_pv_mode)
+		program_controls_pv();
+	else
+		program_controls_msr();
+	/* With the PV page the presets go into the start batch (pmu_start applies them with
+	 * the enable), laid out once: {GLOBAL_CTRL=0, counter writes, GLOBAL_CTRL=mask}; each
+	 * sched-in only fills in the values, each sched-out submits the first entry alone. */
+	struct pv_batch_entry *b = agent_pv_page.v1.batch;
+	unsigned n = 0;
+	if (agent_pv_mode)
+		b[n++] = (struct pv_batch_entry){ MSR_IA32_PERF_GLOBAL_CTRL, 0, 0 };
 	enabled_mask = 0;
-	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
 	for (unsigned i = 0; i < nev; i++) {
 		struct agent_event *e = &evs[i];
 		if (e->hw < 0)
 			continue;
-		if (is_gp(e)) {
-			uint64_t sel = e->code | EVTSEL_OS | EVTSEL_EN | (recording ? EVTSEL_INT : 0);
-			if (wrmsr_safe(MSR_IA32_PERFEVTSEL0 + e->hw, sel) < 0) {
-				e->why = "EVENTSEL write refused";
-				e->flags |= AGENT_COUNT_UNSUPPORTED;
-				e->hw = NO_COUNTER;
-				continue;
-			}
-		} else {
-			fixed_ctrl |= FIXED_CTRL(e->hw - 32, FIXED_OS | (recording ? FIXED_PMI : 0));
-			any_fixed = 1;
+		if (agent_pv_mode) {
+			e->pv_entry = (uint8_t)n;
+			b[n++] = (struct pv_batch_entry){ e->wr_msr, 0, 0 };
 		}
+		load_counter(i, recording ? -period : 0);
+		enabled_mask |= 1ull << e->hw;
 	}
-	if (any_fixed)
-		wrmsr(MSR_IA32_FIXED_CTR_CTRL, fixed_ctrl);
-	for (unsigned i = 0; i < nev; i++) {
-		if (evs[i].hw < 0)
-			continue;
-		write_counter(i, recording ? -period : 0);
-		enabled_mask |= 1ull << evs[i].hw;
-	}
+	if (agent_pv_mode)
+		b[n++] = (struct pv_batch_entry){ MSR_IA32_PERF_GLOBAL_CTRL, 0, enabled_mask };
+	pv_start_n = n;
 	sampling_mask = recording ? enabled_mask : 0;
 }
 
@@ -482,9 +630,18 @@ static const char *event_name(uint16_t code)
 	return a >= 0 ? arch_events[a].name : "raw";
 }
 
-static void print_summary(void)
+static void print_summary(int pv_kept)
 {
 	console_lock();
+	if (!(pv_flags & PV_F_ACCEPTED))
+		printf("agent: msr programming (pv refused)\n");
+	else if (!pv_kept)
+		printf("agent: pv page v%u lost (the workload took it): msr programming from then on\n",
+		       PV_HOST_VERSION);
+	else if (pv_flags & PV_F_EXITLESS_READS)
+		printf("agent: pv page v%u (exitless reads)\n", PV_HOST_VERSION);
+	else
+		printf("agent: pv page v%u (batched writes, reads by RDMSR)\n", PV_HOST_VERSION);
 	for (unsigned i = 0; i < nev; i++) {
 		const struct agent_event *e = &evs[i];
 		if (e->hw < 0)
@@ -538,6 +695,7 @@ int agent_run(int argc, char **argv, int (*main_fn)(int, char **))
 	assign_counters();
 	if (check_period() < 0)
 		return 2;
+	pv_flags = agent_pv_register();
 	if (caps.version >= 2)
 		program();
 	if (sampling_mask) {
@@ -551,25 +709,24 @@ int agent_run(int argc, char **argv, int (*main_fn)(int, char **))
 	ctx = 0;
 	end_critical();
 
+	agent_send_value("agent.pv", agent_pv_mode != AGENT_PV_OFF);
 	agent_mark(AGENT_MARK_START);
 	if (enabled_mask)
 		pmu_start();
 	int rc = main_fn(wargc, wargv);
 	begin_critical();
-	if (enabled_mask) {
-		pmu_stop();
-		for (unsigned i = 0; i < nev; i++)
-			if (evs[i].hw >= 0)
-				update(i);
-	}
+	if (enabled_mask)
+		stop_and_update();
 	end_critical();
 	agent_mark(AGENT_MARK_END);
+	int pv_kept = agent_pv_mode;
+	agent_pv_unregister();
 
 	if (sampling_mask)
 		lapic_set_lvtpc(LVT_MASKED | LVT_NMI);
 	send_counts();
 	if (recording)
 		flush_samples();
-	print_summary();
+	print_summary(pv_kept);
 	return rc;
 }

@@ -1,0 +1,60 @@
+/*
+ * The perf agent's paravirtual PMU page (include/agent_pv.h, contract in perfvm_pv.h):
+ * registration, the doorbell with a WRMSR fallback. The exitless read is inline in the
+ * header.
+ */
+#include "kit.h"
+#include "agent_pv.h"
+
+struct pv_page_v2 agent_pv_page __attribute__((aligned(4096)));
+int agent_pv_mode;
+
+uint32_t agent_pv_register(void)
+{
+	memset(&agent_pv_page, 0, sizeof(agent_pv_page));
+	agent_pv_page.v1.guest_version = PV_HOST_VERSION;
+	agent_pv_page.v1.size = sizeof(struct pv_page_v2);
+	barrier();
+	outl(PERFVM_PORT_PV_REGISTER, (uint32_t)(uintptr_t)&agent_pv_page);
+	barrier();
+	uint32_t flags = agent_pv_page.v1.flags;
+	if (!(flags & PV_F_ACCEPTED))
+		agent_pv_mode = AGENT_PV_OFF;
+	else
+		agent_pv_mode = flags & PV_F_EXITLESS_READS ? AGENT_PV_READS : AGENT_PV_BATCH;
+	return flags;
+}
+
+void agent_pv_unregister(void)
+{
+	if (!agent_pv_mode)
+		return;
+	agent_pv_mode = AGENT_PV_OFF;
+	outl(PERFVM_PORT_PV_REGISTER, 0);
+}
+
+/* The doorbell went unanswered: do what the VMM would have done, with WRMSRs. */
+uint32_t agent_pv_lost(uint32_t n)
+{
+	struct pv_page_v1 *p = &agent_pv_page.v1;
+	uint32_t done = 0;
+	agent_pv_mode = AGENT_PV_OFF;
+	p->batch_fault = 0;
+	for (; done < n; done++) {
+		if (wrmsr_safe(p->batch[done].msr, p->batch[done].value) < 0) {
+			p->batch_fault = done + 1;
+			break;
+		}
+	}
+	p->batch_done = done;
+	return done;
+}
+
+uint32_t agent_pv_submit(uint32_t n)
+{
+	if (!agent_pv_mode)
+		return agent_pv_lost(n);
+	agent_pv_ring(n);
+	uint32_t done = agent_pv_page.v1.batch_done;
+	return done == AGENT_PV_NO_ANSWER ? agent_pv_lost(n) : done;
+}
