@@ -24,8 +24,10 @@ pub enum Command {
     Bench(BenchArgs),
 }
 
-/// `-F` when neither `-c` nor `-F` is given (samples per second of guest cycles).
-pub const DEFAULT_RECORD_FREQ: u64 = 250;
+/// `-F` when neither `-c` nor `-F` is given (samples per second of guest cycles). Each
+/// sample costs the guest ~200 us here (its PMI handler is emulated at ~1 us/instruction
+/// plus a few exits), so 100 Hz keeps sampling overhead near 2% (docs/PERFORMANCE.md).
+pub const DEFAULT_RECORD_FREQ: u64 = 100;
 
 #[derive(Debug, Args)]
 pub struct StatArgs {
@@ -58,7 +60,7 @@ pub struct RecordArgs {
     #[arg(short = 'c', long = "count")]
     pub count: Option<u64>,
     /// Sample FREQ times per second of guest cycles (cycles events on the perf backend;
-    /// default 250 when neither -c nor -F is given).
+    /// default 100 when neither -c nor -F is given).
     #[arg(short = 'F', long = "freq")]
     pub freq: Option<u64>,
     /// Output file (JSON); collapsed stacks go to FILE.folded.

@@ -168,9 +168,9 @@ pub fn publish<B: CountSource>(
     mem: &GuestMemoryMmap,
     page: PvPage,
     pmu: &mut Pmu<B>,
-    tsc: u64,
     rate: impl Fn(ArchEvent) -> Extrapolation,
-    share: &CpuShare,
+    share: &mut CpuShare,
+    clocks: &mut dyn FnMut() -> (u64, u64, u64),
 ) {
     if page.version < 2 {
         return;
@@ -181,6 +181,8 @@ pub fn publish<B: CountSource>(
         MsrAccess::Fault => None,
     };
     let global = reg(pmu, MsrIndex::IA32_PERF_GLOBAL_CTRL).unwrap_or(0);
+    // Guest TSC, thread CPU time and wall time: read only if some counter runs.
+    let mut tsc = None;
     let fixed_ctrl = reg(pmu, MsrIndex::IA32_FIXED_CTR_CTRL).unwrap_or(0);
     for slot in 0..11u32 {
         let (counter, event, enabled) = if slot < 8 {
@@ -202,14 +204,28 @@ pub fn publish<B: CountSource>(
             (true, Extrapolation::TscRate) => C_RUNNING,
             (true, Extrapolation::NeedsExit) => C_NEEDS_EXIT,
         };
-        let (mult, err_ppm) = (share.mult(), share.err_ppm());
+        // Slots never programmed and never published stay untouched.
         let at = page.gpa + COUNTERS_OFFSET + u64::from(slot) * COUNTER_SIZE;
+        let published: u64 = mem.read_obj(GuestAddress(at + 8)).unwrap_or(0);
+        if flags == 0 && value == 0 && published == 0 {
+            continue;
+        }
+        let now = if flags == C_RUNNING {
+            *tsc.get_or_insert_with(|| {
+                let (tsc, cpu_ns, wall_ns) = clocks();
+                share.observe(cpu_ns, wall_ns);
+                tsc
+            })
+        } else {
+            0
+        };
+        let (mult, err_ppm) = (share.mult(), share.err_ppm());
         let seq: u32 = mem.read_obj(GuestAddress(at)).unwrap_or(0);
         let _ = mem.write_obj(seq.wrapping_add(1) | 1, GuestAddress(at));
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         let _ = mem.write_obj(flags, GuestAddress(at + 4));
         let _ = mem.write_obj(value, GuestAddress(at + 8));
-        let _ = mem.write_obj(tsc, GuestAddress(at + 16));
+        let _ = mem.write_obj(now, GuestAddress(at + 16));
         let _ = mem.write_obj(mult.min(u64::from(u32::MAX)) as u32, GuestAddress(at + 24));
         let _ = mem.write_obj(RATE_SHIFT, GuestAddress(at + 28));
         let _ = mem.write_obj(err_ppm, GuestAddress(at + 32));
@@ -283,8 +299,9 @@ mod tests {
         pmu.set_msr(MsrIndex(0x186), 0x43003c, Initiator::Guest).ok(); // cycles, OS|EN
         pmu.set_msr(MsrIndex(0x187), 0x4300c0, Initiator::Guest).ok(); // instructions
         pmu.set_msr(MsrIndex(0xc1), 500, Initiator::Guest).ok();
-        let share = CpuShare::default();
-        publish(&m, page, &mut pmu, 777, |e| if e == ArchEvent::CoreCycles { Extrapolation::TscRate } else { Extrapolation::NeedsExit }, &share);
+        let mut share = CpuShare::default();
+        let rate = |e| if e == ArchEvent::CoreCycles { Extrapolation::TscRate } else { Extrapolation::NeedsExit };
+        publish(&m, page, &mut pmu, rate, &mut share, &mut || (777, 0, 0));
         let at = |slot: u64, off: u64| GuestAddress(0x1000 + COUNTERS_OFFSET + slot * COUNTER_SIZE + off);
         let seq: u32 = m.read_obj(at(0, 0)).unwrap();
         assert_eq!(seq % 2, 0, "seqlock left even");

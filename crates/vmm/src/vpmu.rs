@@ -332,9 +332,9 @@ impl VcpuPmu {
             ArchEvent::CoreCycles | ArchEvent::RefCycles if clock => pv::Extrapolation::TscRate,
             _ => pv::Extrapolation::NeedsExit,
         };
-        let tsc = guest_tsc(vcpu);
-        self.cpu_share.observe(thread_cpu_ns(), self.created.elapsed().as_nanos() as u64);
-        pv::publish(mem, page, &mut self.pmu, tsc, rate, &self.cpu_share);
+        let created = self.created;
+        let mut clocks = || (guest_tsc(vcpu), thread_cpu_ns(), created.elapsed().as_nanos() as u64);
+        pv::publish(mem, page, &mut self.pmu, rate, &mut self.cpu_share, &mut clocks);
         self.pv_stats.publishes += 1;
     }
 

@@ -2,7 +2,7 @@
 //! per-task counting (perf attached to the tasks) under legacy and reuse, and without.
 
 use super::stats::{fmt, ratio, Summary};
-use super::{pmu, run_guest, tsc_khz, value};
+use super::{run_guest, tsc_khz, value};
 use crate::Failure;
 use pmu::Policy;
 use serde_json::{json, Value};
@@ -26,7 +26,9 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
     let mut per: Vec<[Vec<f64>; 4]> = (0..configs.len()).map(|_| Default::default()).collect();
     for _ in 0..reps {
         for (i, c) in configs.iter().enumerate() {
-            let report = run_guest("ctxsw", c.cmdline, pmu(BackendKind::Perf, c.policy))?;
+            // MSR programming (no PV page), to isolate what the policy changes.
+            let settings = vmm::vm::PmuSettings { backend: BackendKind::Perf, policy: c.policy, pv: false, ..Default::default() };
+            let report = run_guest("ctxsw", c.cmdline, Some(settings))?;
             let switches = value(&report, "ctxsw.switches").unwrap_or(0.0).max(1.0);
             let vmm_ns = report.stats.pmu.as_ref().map_or(0.0, |p| p.vmm.handle_ns as f64);
             per[i][0].push(us(value(&report, "ctxsw.total_cycles").unwrap_or(f64::NAN) / switches));
@@ -37,7 +39,7 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
     }
     let s: Vec<[Summary; 4]> = per.iter().map(|v| [0, 1, 2, 3].map(|k| Summary::of(&v[k]))).collect();
     let mut text = format!(
-        "ctxsw — guest context switch between 2 tasks, perf backend, {reps} runs each (median µs per switch)\n\n\
+        "ctxsw — guest context switch between 2 tasks, perf backend, MSR programming, {reps} runs each (median µs per switch)\n\n\
          {:<26} {:>12} {:>12} {:>12} {:>16}\n",
         "configuration", "switch", "sched-out", "sched-in", "VMM PMU time"
     );
