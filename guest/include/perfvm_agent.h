@@ -27,6 +27,7 @@ enum perfvm_agent_msg_type {
 	AGENT_MSG_MARK    = 3, /* payload: struct agent_mark */
 	AGENT_MSG_VALUE   = 4, /* payload: struct agent_value */
 	AGENT_MSG_TASK    = 5, /* payload: struct agent_task (names a task id) */
+	AGENT_MSG_BUFFER  = 6, /* payload: struct agent_buffer */
 };
 
 struct agent_msg_header {
@@ -79,6 +80,15 @@ struct agent_mark {
 struct agent_value {
 	char key[48]; /* NUL-terminated */
 	uint64_t value;
+};
+
+/*
+ * Where the agent accumulates samples before sending them: the guest-physical address of a
+ * message buffer (header + struct agent_samples). If the run is stopped from outside
+ * (SIGINT/SIGTERM, timeout) the VMM reads the samples not yet sent from it.
+ */
+struct agent_buffer {
+	uint64_t samples_msg;
 };
 
 struct agent_task {

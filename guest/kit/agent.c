@@ -699,6 +699,8 @@ int agent_run(int argc, char **argv, int (*main_fn)(int, char **))
 	if (caps.version >= 2)
 		program();
 	if (sampling_mask) {
+		struct agent_buffer b = { (uint64_t)(uintptr_t)sample_msg };
+		agent_send(AGENT_MSG_BUFFER, &b, sizeof(b));
 		lapic_enable();
 		set_exception_hook(NMI_VECTOR, agent_nmi);
 		lapic_set_lvtpc(LVT_NMI);

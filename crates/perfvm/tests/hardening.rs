@@ -71,3 +71,28 @@ fn host_event_cap_holds() {
     // The VMM survives and ends the run normally; the guest sees counters that count nothing.
     assert!(matches!(doc["end"]["kind"].as_str(), Some("status")), "{}", doc["end"]);
 }
+
+/// SIGINT/SIGTERM mid-run: exit 130/143, and the record file holds every sample taken so far,
+/// including those still in the guest agent's buffer.
+#[test]
+fn signals_end_a_record_cleanly() {
+    require_kvm!();
+    for (signal, expected) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
+        let out = std::env::temp_dir().join(format!("perfvm-sig-{}-{signal}.json", std::process::id()));
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
+            .args(["record", "-e", "cycles", "-F", "2000", "-o", out.to_str().unwrap(), "ftest", "50"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2500));
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(expected), "{}", String::from_utf8_lossy(&o.stderr));
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let samples = doc["samples"].as_u64().unwrap();
+        assert!(samples > 500, "samples taken before the signal were kept: {samples}");
+        assert_ne!(samples % 2048, 0, "the partly filled guest buffer was drained too");
+    }
+}

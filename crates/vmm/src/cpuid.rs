@@ -6,6 +6,10 @@ use pmu::PmuCaps;
 
 /// CPUID.1:ECX.PDCM: IA32_PERF_CAPABILITIES exists.
 const LEAF1_ECX_PDCM: u32 = 1 << 15;
+/// CPUID.1:EDX.DS and CPUID.1:ECX.DTES64: the debug store (IA32_DS_AREA) with its 64-bit
+/// layout; advertised exactly when the PMU has software PEBS.
+const LEAF1_EDX_DS: u32 = 1 << 21;
+const LEAF1_ECX_DTES64: u32 = 1 << 2;
 /// CPUID.6:ECX bit 0 (hardware coordination feedback, APERF/MPERF) — perf's msr driver
 /// probes those MSRs when it is set; we do not route them, so keep it clear.
 const LEAF6_ECX_APERFMPERF: u32 = 1 << 0;
@@ -26,6 +30,12 @@ pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>) -> CpuId {
                 entry.ecx &= !LEAF1_ECX_PDCM;
                 if pmu.is_some_and(|p| p.perf_capabilities() != 0) {
                     entry.ecx |= LEAF1_ECX_PDCM;
+                }
+                entry.ecx &= !LEAF1_ECX_DTES64;
+                entry.edx &= !LEAF1_EDX_DS;
+                if pmu.is_some_and(|p| p.pebs()) {
+                    entry.ecx |= LEAF1_ECX_DTES64;
+                    entry.edx |= LEAF1_EDX_DS;
                 }
             }
             6 => entry.ecx &= !LEAF6_ECX_APERFMPERF,

@@ -126,6 +126,12 @@ impl PmuReport {
                 "PV page", pv.registrations, pv.refusals, pv.doorbells, pv.batched_writes, pv.publishes
             ));
         }
+        if m.pebs_records + m.pebs_dropped > 0 {
+            out.push_str(&format!(
+                "  {:<22} {} written, {} dropped, {} buffer PMIs\n",
+                "PEBS records", m.pebs_records, m.pebs_dropped, m.pebs_interrupts
+            ));
+        }
         if self.vmm.steps > 0 {
             out.push_str(&format!("  {:<22} {:>12}\n", "single-steps", self.vmm.steps));
         }

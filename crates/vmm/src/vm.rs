@@ -80,11 +80,13 @@ pub struct PmuSettings {
     pub pv: bool,
     /// The event filter (KVM_SET_PMU_EVENT_FILTER semantics).
     pub filter: Option<pmu::PmuEventFilter>,
+    /// Software PEBS: advertise it and write PEBS records into the guest's DS buffer.
+    pub pebs: bool,
 }
 
 impl Default for PmuSettings {
     fn default() -> Self {
-        PmuSettings { backend: BackendKind::Perf, policy: Policy::default(), gp_counters: 4, max_host_events: None, trace_rips: false, pv: true, filter: None }
+        PmuSettings { backend: BackendKind::Perf, policy: Policy::default(), gp_counters: 4, max_host_events: None, trace_rips: false, pv: true, filter: None, pebs: false }
     }
 }
 
@@ -341,6 +343,11 @@ impl Vm {
         let mut bus = self.shared.bus.lock().unwrap();
         stats.unclaimed_ports = bus.unclaimed.iter().map(|(p, n)| (format!("{p:#x}"), *n)).collect();
         stats.console_bytes_dropped = self.console.dropped();
+        if matches!(end, VmEnd::Signal { .. } | VmEnd::Timeout { .. }) {
+            if let Some(agent) = bus.agent.as_mut() {
+                agent.drain_unsent_samples();
+            }
+        }
         let agent = bus.agent.as_mut().map(|a| std::mem::take(&mut a.data)).unwrap_or_default();
         drop(bus);
         RunReport { end, stats, console: self.console, agent, rip_profile }
@@ -350,7 +357,7 @@ impl Vm {
 /// One PMU per vCPU, sharing a per-VM cap on host events.
 fn build_pmus(settings: &PmuSettings, vcpus: u32, tsc_khz: u64, long_mode: bool, budget: &std::sync::Arc<EventBudget>) -> Result<Vec<VcpuPmu>, VmError> {
     let mode = PerfMode::detect(tsc_khz);
-    let config = PmuConfig { gp_counters: settings.gp_counters, policy: settings.policy, filter: settings.filter.clone(), ..Default::default() };
+    let config = PmuConfig { gp_counters: settings.gp_counters, policy: settings.policy, filter: settings.filter.clone(), pebs: settings.pebs, ..Default::default() };
     (0..vcpus)
         .map(|_| {
             let backend = match settings.backend {

@@ -239,9 +239,14 @@ impl VcpuPmu {
             Backend::Exact(e) => e.take_overflow(),
             Backend::Perf(_) => false,
         };
-        if signaled || exact_overflow || self.pmu.pmi_pending() {
+        if signaled || exact_overflow || self.pmu.pmi_pending() || self.pmu.pebs_pending() {
             let t = Instant::now();
-            let pmi = self.pmu.collect_overflows();
+            let mut pmi = self.pmu.collect_overflows();
+            // PEBS assists found by the fold: records into the guest's DS buffer (pebs.rs).
+            let pebs = self.pmu.take_pebs_overflows();
+            if pebs != 0 {
+                pmi |= crate::pebs::run_assists(&mut self.pmu, vcpu, mem, pebs);
+            }
             if signaled {
                 if let Backend::Perf(p) = self.pmu.backend_mut() {
                     p.rearm_after_notification();

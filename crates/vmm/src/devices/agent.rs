@@ -20,6 +20,7 @@ const MSG_SAMPLES: u16 = 2;
 const MSG_MARK: u16 = 3;
 const MSG_VALUE: u16 = 4;
 const MSG_TASK: u16 = 5;
+const MSG_BUFFER: u16 = 6;
 
 /// Counted on a fixed counter.
 pub const COUNT_FIXED: u16 = 1 << 0;
@@ -66,6 +67,8 @@ pub struct AgentData {
     pub tasks: BTreeMap<u32, String>,
     pub messages: u64,
     pub bad_messages: u64,
+    /// Samples read from the guest's buffer after the run was stopped from outside.
+    pub samples_drained: u64,
 }
 
 impl AgentData {
@@ -86,11 +89,13 @@ pub struct AgentPort {
     pub data: AgentData,
     /// True between the workload's START and END marks (the host NMI source fires only then).
     pub in_workload: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Where the guest accumulates unsent samples (AGENT_MSG_BUFFER).
+    sample_buffer: Option<u64>,
 }
 
 impl AgentPort {
     pub fn new(mem: GuestMemoryMmap, max_samples: usize) -> Self {
-        AgentPort { mem, started: Instant::now(), max_samples, data: AgentData::default(), in_workload: Default::default() }
+        AgentPort { mem, started: Instant::now(), max_samples, data: AgentData::default(), in_workload: Default::default(), sample_buffer: None }
     }
 
     /// An OUT to the port: `data` holds the message address.
@@ -100,6 +105,18 @@ impl AgentPort {
         addr[..n].copy_from_slice(&data[..n]);
         if self.receive(u64::from(u32::from_le_bytes(addr))).is_none() {
             self.data.bad_messages += 1;
+        }
+    }
+
+    /// The run was stopped from outside: take the samples the guest had not sent yet.
+    pub fn drain_unsent_samples(&mut self) {
+        let Some(addr) = self.sample_buffer.take() else { return };
+        let payload = addr + HEADER_LEN as u64;
+        let Ok(n) = self.mem.read_obj::<u32>(GuestAddress(payload)) else { return };
+        let len = (8 + n as usize * 16).min(MAX_MSG);
+        let mut bytes = vec![0u8; len];
+        if self.mem.read_slice(&mut bytes, GuestAddress(payload)).is_ok() && self.parse(MSG_SAMPLES, &bytes).is_some() {
+            self.data.samples_drained = u64::from(n);
         }
     }
 
@@ -157,6 +174,7 @@ impl AgentPort {
                 let key = text(p.get(0..48)?);
                 self.data.values.insert(key, u64_at(48)?);
             }
+            MSG_BUFFER => self.sample_buffer = Some(u64_at(0)?),
             MSG_TASK => {
                 let id = u32_at(0)?;
                 self.data.tasks.insert(id, text(p.get(4..32)?));
@@ -231,6 +249,26 @@ mod tests {
         send(&mut p, 0x4000, &message(MSG_TASK, &task));
         assert_eq!(p.data.tasks.get(&2).map(String::as_str), Some("task-b"));
         assert_eq!((p.data.messages, p.data.bad_messages), (4, 0));
+    }
+
+    #[test]
+    fn unsent_samples_are_drained_from_the_announced_buffer() {
+        let mut p = port(10);
+        let mut buffer = message(MSG_SAMPLES, &[]);
+        let mut payload = vec![];
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        payload.extend_from_slice(&0x1234u64.to_le_bytes());
+        payload.extend_from_slice(&[0u8; 8]);
+        buffer.truncate(HEADER_LEN);
+        buffer.extend_from_slice(&payload);
+        p.mem.write_slice(&buffer, GuestAddress(0x8000)).unwrap();
+        send(&mut p, 0x1000, &message(MSG_BUFFER, &0x8000u64.to_le_bytes()));
+        assert!(p.data.samples.is_empty());
+        p.drain_unsent_samples();
+        assert_eq!(p.data.samples.len(), 1);
+        assert_eq!(p.data.samples[0].rip, 0x1234);
+        assert_eq!(p.data.samples_drained, 1);
     }
 
     #[test]
