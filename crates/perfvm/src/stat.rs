@@ -85,7 +85,8 @@ pub fn render(command: &str, agent: &AgentData, seconds: f64, backend: &str) -> 
             0x00c5 => value_of(0x00c4).filter(|&b| b > 0).map(|b| format!("#  {:>6.2}% of all branches", 100.0 * c.value as f64 / b as f64)),
             _ => None,
         };
-        out.push_str(&format!("{:>20}      {:<24}  {}\n", thousands(c.value), name, note.unwrap_or_default()).trim_end());
+        let line = format!("{:>20}      {:<24}  {}", thousands(c.value), name, note.unwrap_or_default());
+        out.push_str(line.trim_end());
         out.push('\n');
     }
     let per_task: Vec<_> = agent.counts.iter().filter(|c| c.task != 0).collect();

@@ -75,7 +75,7 @@ impl VmStats {
         out.push_str(&format!("\n VM statistics ({:.6} s wall, {:.6} s in KVM_RUN, {} entries)\n\n", secs, self.run_ns as f64 / 1e9, self.entries));
         out.push_str(&format!("  {:<16} {:>12} {:>14} {:>12}\n", "exit reason", "count", "handle time", "avg"));
         for (reason, c) in &self.exits {
-            let avg = if c.count > 0 { c.handle_ns / c.count } else { 0 };
+            let avg = c.handle_ns.checked_div(c.count).unwrap_or(0);
             out.push_str(&format!("  {:<16} {:>12} {:>11.3} ms {:>9} ns\n", reason, c.count, c.handle_ns as f64 / 1e6, avg));
         }
         out.push_str(&format!("  {:<16} {:>12}\n", "total", self.total_exits));

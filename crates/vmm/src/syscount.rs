@@ -22,10 +22,7 @@ fn tracepoint_id() -> Result<u64, String> {
 
 /// Why syscalls cannot be counted here, or None.
 pub fn unavailable_reason() -> Option<String> {
-    match tracepoint_id().and_then(|id| SyscallCounter::open(id)) {
-        Ok(_) => None,
-        Err(e) => Some(e),
-    }
+    tracepoint_id().and_then(SyscallCounter::open).err()
 }
 
 /// Counts the syscalls of the thread that opened it.

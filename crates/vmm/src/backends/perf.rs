@@ -165,7 +165,7 @@ impl PerfSource {
     }
 
     /// Host units -> event units.
-    fn from_host_units(&self, raw: u64) -> u64 {
+    fn in_event_units(&self, raw: u64) -> u64 {
         match self.mode {
             PerfMode::Hardware => raw,
             PerfMode::SoftwareClock { tsc_khz } => (u128::from(raw) * u128::from(tsc_khz) / 1_000_000) as u64,
@@ -255,7 +255,7 @@ impl CountSource for PerfSource {
 
     fn read(&mut self, pmc: PmcIdx) -> u64 {
         let raw = self.counter(pmc).event.read().unwrap_or(0);
-        self.from_host_units(raw)
+        self.in_event_units(raw)
     }
 
     fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
@@ -297,7 +297,7 @@ mod tests {
     #[test]
     fn software_clock_converts_units() {
         let src = PerfSource::new(PerfMode::SoftwareClock { tsc_khz: 2_000_000 }, EventBudget::new(4));
-        assert_eq!(src.from_host_units(1_000), 2_000, "1 us at 2 GHz is 2000 cycles");
+        assert_eq!(src.in_event_units(1_000), 2_000, "1 us at 2 GHz is 2000 cycles");
         assert_eq!(src.to_host_units(2_000_000), 1_000_000);
         assert_eq!(src.to_host_units(1), MIN_CLOCK_PERIOD_NS);
         assert_eq!(src.to_host_units(200_000_000), 100_000_000);
