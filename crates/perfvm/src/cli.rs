@@ -157,6 +157,10 @@ pub struct PmuArgs {
     /// fall back to MSRs.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub pv: OnOff,
+    /// Software PEBS: advertise PEBS (record format 1) and write a record into the guest's
+    /// DS buffer on each PEBS counter overflow.
+    #[arg(long)]
+    pub pebs: bool,
     /// Order of the requests before each entry: PMU/PMI then NMI (ours), or NMI first (legacy).
     #[arg(long, value_enum, default_value_t = OrderArg::PmiFirst)]
     pub request_order: OrderArg,

@@ -11,6 +11,9 @@ use vmm::{RunReport, Vm, VmConfig};
 /// The PMU options as VM settings.
 pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
     if args.pmu == OnOff::Off {
+        if args.pebs {
+            return Err(Failure::usage("--pebs needs the virtual PMU (--pmu on)"));
+        }
         return Ok(None);
     }
     if !(1..=pmu::MAX_GP_COUNTERS).contains(&args.counters) {
@@ -43,6 +46,7 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
         trace_rips: false,
         pv: args.pv == OnOff::On,
         filter,
+        pebs: args.pebs,
     }))
 }
 

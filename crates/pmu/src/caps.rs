@@ -7,6 +7,9 @@ use crate::error::ConfigError;
 use crate::event::{ArchEvent, EventSet, FIXED_EVENTS};
 use crate::eventsel::FixedCtrl;
 use crate::msr::{MsrIndex, MsrRange};
+use crate::pebs::{
+    MISC_ENABLE_BTS_UNAVAIL, MISC_ENABLE_EMON, MISC_ENABLE_PEBS_UNAVAIL, PEBS_RECORD_FORMAT,
+};
 use crate::pmc::{PmcIdx, COUNTER_MASK, COUNTER_WIDTH, MAX_FIXED_COUNTERS, MAX_GP_COUNTERS};
 
 /// Architectural perfmon version the model implements.
@@ -15,6 +18,13 @@ pub const PMU_VERSION: u32 = 2;
 pub const ARCH_EVENT_VECTOR_LEN: u32 = 7;
 /// IA32_PERF_CAPABILITIES.FW_WRITE: IA32_A_PMCx exist.
 const PERF_CAP_FW_WRITE: u64 = 1 << 13;
+/// IA32_PERF_CAPABILITIES.PEBS_TRAP: PEBS records are trap-like (written after the
+/// instruction that triggered them; the record's RIP is the next instruction's).
+const PERF_CAP_PEBS_TRAP: u64 = 1 << 6;
+/// IA32_PERF_CAPABILITIES.PEBS_ARCH_REG: records hold RFLAGS, RIP and the 16 GPRs.
+const PERF_CAP_PEBS_ARCH_REG: u64 = 1 << 7;
+/// IA32_PERF_CAPABILITIES[11:8]: the PEBS record format.
+const PERF_CAP_PEBS_FORMAT_SHIFT: u32 = 8;
 /// GLOBAL_STATUS / OVF_CTRL bits 62 (OvfBuffer) and 63 (CondChgd).
 const OVF_BUF_COND_CHGD: u64 = 3 << 62;
 
@@ -32,6 +42,7 @@ pub struct PmuCaps {
     fixed_ctr_ctrl_reserved: u64,
     global_ctrl_reserved: u64,
     global_status_reserved: u64,
+    pebs: bool,
 }
 
 impl PmuCaps {
@@ -70,7 +81,17 @@ impl PmuCaps {
             global_ctrl_reserved: !counters,
             // STATUS and OVF_CTRL share reserved bits: counters plus OvfBuffer/CondChgd (KVM).
             global_status_reserved: !(counters | OVF_BUF_COND_CHGD),
+            pebs: false,
         })
+    }
+
+    /// The same caps with software PEBS (see [`crate::Pmu`]'s PEBS methods) on or off:
+    /// IA32_PEBS_ENABLE and IA32_DS_AREA exist, IA32_MISC_ENABLE.PEBS_UNAVAIL is clear, and
+    /// PERF_CAPABILITIES advertises PEBS record format [`PEBS_RECORD_FORMAT`], trap-like,
+    /// with registers.
+    pub const fn with_pebs(mut self, pebs: bool) -> PmuCaps {
+        self.pebs = pebs;
+        self
     }
 
     /// Caps for a backend: asks it once which architectural events it can count.
@@ -84,6 +105,31 @@ impl PmuCaps {
             full_width_writes,
             EventSet::from_fn(|e| backend.supports(e)),
         )
+    }
+
+    /// Whether this PMU has software PEBS.
+    pub const fn pebs(&self) -> bool {
+        self.pebs
+    }
+    /// Reserved bits of IA32_PEBS_ENABLE: everything but one bit per GP counter (record
+    /// format 1 has PEBS on GP counters only; its load-latency bits 35:32 are not offered),
+    /// as KVM's `pebs_enable_rsvd` for a non-baseline format. All bits without PEBS.
+    pub const fn pebs_enable_reserved(&self) -> u64 {
+        if self.pebs {
+            !((1u64 << self.gp_counters) - 1)
+        } else {
+            u64::MAX
+        }
+    }
+    /// IA32_MISC_ENABLE at reset: what KVM gives a vCPU with a PMU: perfmon available, BTS
+    /// unavailable, PEBS unavailable unless this PMU has PEBS.
+    pub const fn misc_enable_reset(&self) -> u64 {
+        let unavail = if self.pebs {
+            0
+        } else {
+            MISC_ENABLE_PEBS_UNAVAIL
+        };
+        MISC_ENABLE_EMON | MISC_ENABLE_BTS_UNAVAIL | unavail
     }
 
     /// Architectural perfmon version (2).
@@ -153,14 +199,20 @@ impl PmuCaps {
         (1u64 << self.gp_counters) - 1
     }
 
-    /// IA32_PERF_CAPABILITIES: FW_WRITE (bit 13) when full-width writes are enabled. The VMM
-    /// should advertise `CPUID.1:ECX.PDCM[15]` so the guest knows to read it.
+    /// IA32_PERF_CAPABILITIES: FW_WRITE (bit 13) when full-width writes are enabled; with
+    /// PEBS also PEBS_TRAP (bit 6), PEBS_ARCH_REG (bit 7) and the record format in bits
+    /// 11:8. The VMM should advertise `CPUID.1:ECX.PDCM[15]` so the guest knows to read it.
     pub const fn perf_capabilities(&self) -> u64 {
+        let mut v = 0;
         if self.full_width_writes {
-            PERF_CAP_FW_WRITE
-        } else {
-            0
+            v |= PERF_CAP_FW_WRITE;
         }
+        if self.pebs {
+            v |= PERF_CAP_PEBS_TRAP
+                | PERF_CAP_PEBS_ARCH_REG
+                | (PEBS_RECORD_FORMAT as u64) << PERF_CAP_PEBS_FORMAT_SHIFT;
+        }
+        v
     }
 
     /// Whether the guest has IA32_PERF_CAPABILITIES: the VMM advertises `CPUID.1:ECX.PDCM`
@@ -214,6 +266,18 @@ impl PmuCaps {
                 base: MsrIndex::IA32_A_PMC0,
                 count: gp,
             });
+        }
+        // MISC_ENABLE always: its PEBS_UNAVAIL bit must match the model, whatever the
+        // host's KVM would say. Without PEBS, PEBS_ENABLE / DS_AREA stay with KVM, which
+        // #GPs them for a vCPU without PEBS.
+        v.push(MsrRange {
+            base: MsrIndex::IA32_MISC_ENABLE,
+            count: 1,
+        });
+        if self.pebs {
+            for base in [MsrIndex::IA32_PEBS_ENABLE, MsrIndex::IA32_DS_AREA] {
+                v.push(MsrRange { base, count: 1 });
+            }
         }
         v
     }
@@ -338,13 +402,69 @@ mod tests {
                 r(0x309, 3),
                 r(0x345, 1),
                 r(0x38D, 4),
-                r(0x4C1, 4)
+                r(0x4C1, 4),
+                r(0x1A0, 1)
             ]
         );
         assert_eq!(
             caps(2, false, &[]).msr_ranges(),
-            vec![r(0xC1, 2), r(0x186, 2), r(0x345, 1), r(0x38D, 4)]
+            vec![
+                r(0xC1, 2),
+                r(0x186, 2),
+                r(0x345, 1),
+                r(0x38D, 4),
+                r(0x1A0, 1)
+            ]
         );
+    }
+
+    #[test]
+    fn pebs_caps() {
+        let c = caps(4, true, &ArchEvent::ALL).with_pebs(true);
+        assert!(c.pebs());
+        // FW_WRITE | PEBS_TRAP | PEBS_ARCH_REG | format 1.
+        assert_eq!(c.perf_capabilities(), 1 << 13 | 1 << 6 | 1 << 7 | 1 << 8);
+        assert!(c.has_perf_capabilities());
+        let c = caps(4, false, &[]).with_pebs(true);
+        assert_eq!(c.perf_capabilities(), 0x1C0, "PDCM even without FW_WRITE");
+        assert!(c.has_perf_capabilities());
+        assert_eq!(c.pebs_enable_reserved(), !0xF);
+        assert_eq!(
+            caps(8, true, &[]).with_pebs(true).pebs_enable_reserved(),
+            !0xFF
+        );
+        assert_eq!(caps(4, true, &[]).pebs_enable_reserved(), u64::MAX);
+        assert_eq!(c.misc_enable_reset(), 0x880);
+        assert_eq!(caps(4, true, &[]).misc_enable_reset(), 0x1880);
+        // The cpuid leaf does not change.
+        assert_eq!(
+            c.cpuid_0xa(),
+            caps(4, false, &[]).with_pebs(false).cpuid_0xa()
+        );
+    }
+
+    #[test]
+    fn pebs_msr_ranges_only_with_pebs() {
+        let r = |b: u32, n: u32| MsrRange {
+            base: MsrIndex(b),
+            count: n,
+        };
+        assert_eq!(
+            caps(2, false, &[]).with_pebs(true).msr_ranges(),
+            vec![
+                r(0xC1, 2),
+                r(0x186, 2),
+                r(0x345, 1),
+                r(0x38D, 4),
+                r(0x1A0, 1),
+                r(0x3F1, 1),
+                r(0x600, 1)
+            ]
+        );
+        let without = caps(2, false, &[]).msr_ranges();
+        for msr in [0x3F1, 0x600] {
+            assert!(!without.iter().any(|r| r.contains(MsrIndex(msr))));
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ impl<B: CountSource> Pmu<B> {
         if wrapped {
             self.overflowed(idx);
         }
+        self.pebs_check_trigger(idx);
     }
 
     /// Folds counter `idx` if its host event runs.
@@ -40,6 +41,7 @@ impl<B: CountSource> Pmu<B> {
         if running {
             self.fold(idx);
         }
+        self.pebs_disarm(idx);
         let pmc = &mut self.pmcs[idx.slot()];
         pmc.saved = value;
         pmc.needs_arm = true;
@@ -48,11 +50,17 @@ impl<B: CountSource> Pmu<B> {
         }
     }
 
-    /// Asks for a notification when counter `idx` would wrap past 2^48.
+    /// Asks for a notification when counter `idx` would wrap past 2^48 (an armed PEBS
+    /// counter: at its next event, which triggers the assist).
     pub(crate) fn arm(&mut self, idx: PmcIdx) {
+        let pebs_armed = self.is_pebs_armed(idx);
         let pmc = &mut self.pmcs[idx.slot()];
         pmc.needs_arm = false;
-        let after = period_to_overflow(pmc.saved);
+        let after = if pebs_armed {
+            1
+        } else {
+            period_to_overflow(pmc.saved)
+        };
         self.host.arm_overflow(idx, Some(after));
     }
 

@@ -28,6 +28,11 @@ pub(crate) enum IntelReg {
     EventSel(PmcIdx),
     FixedCtrCtrl,
     PerfCapabilities,
+    /// Every PMU has MISC_ENABLE (its perfmon bits say whether PEBS exists); the PEBS
+    /// registers exist only in a PEBS model ([`PmuCaps::pebs`]).
+    MiscEnable,
+    PebsEnable,
+    DsArea,
 }
 
 /// The register `msr` names in a PMU with `caps`, or `None` (#GP) if it does not exist there
@@ -48,6 +53,9 @@ pub(crate) fn decode(caps: &PmuCaps, msr: PmuMsr) -> Option<IntelReg> {
             .map(|p| IntelReg::Counter(p, CounterWrite::Fixed)),
         PmuMsr::FixedCtrCtrl => Some(IntelReg::FixedCtrCtrl),
         PmuMsr::PerfCapabilities => Some(IntelReg::PerfCapabilities),
+        PmuMsr::MiscEnable => Some(IntelReg::MiscEnable),
+        PmuMsr::PebsEnable => caps.pebs().then_some(IntelReg::PebsEnable),
+        PmuMsr::DsArea => caps.pebs().then_some(IntelReg::DsArea),
         PmuMsr::GlobalStatus | PmuMsr::GlobalCtrl | PmuMsr::GlobalOvfCtrl => None,
     }
 }
@@ -166,6 +174,18 @@ mod tests {
         let c = PmuCaps::new(4, true, EventSet::EMPTY.with(ArchEvent::Instructions)).unwrap();
         assert!(dec(&c, 0x309).is_some());
         assert_eq!(dec(&c, 0x30A), None);
+    }
+
+    #[test]
+    fn pebs_registers_need_pebs() {
+        for msr in [0x3F1, 0x600] {
+            assert_eq!(dec(&caps(true), msr), None, "{msr:#x} without PEBS");
+        }
+        assert_eq!(dec(&caps(true), 0x1A0), Some(IntelReg::MiscEnable));
+        let c = caps(true).with_pebs(true);
+        assert_eq!(dec(&c, 0x1A0), Some(IntelReg::MiscEnable));
+        assert_eq!(dec(&c, 0x3F1), Some(IntelReg::PebsEnable));
+        assert_eq!(dec(&c, 0x600), Some(IntelReg::DsArea));
     }
 
     #[test]

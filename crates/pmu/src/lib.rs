@@ -10,6 +10,10 @@
 //! A guest #GP is an ordinary value, [`MsrAccess::Fault`], never a Rust error; Rust errors
 //! ([`ConfigError`], [`BackendError`], [`RestoreError`], [`FilterError`]) are for the VMM.
 //!
+//! Optional software PEBS ([`PmuConfig::pebs`], [`Pmu::pebs_effective`]): the model owns
+//! IA32_PEBS_ENABLE, IA32_DS_AREA and IA32_MISC_ENABLE and decides when a PEBS assist is
+//! due; the VMM writes the record into the guest's DS buffer.
+//!
 //! An optional [`PmuEventFilter`] ([`PmuConfig::filter`], [`Pmu::set_event_filter`]) keeps
 //! chosen events from counting, with KVM's `KVM_SET_PMU_EVENT_FILTER` semantics.
 //!
@@ -39,6 +43,7 @@ mod intel;
 mod mock;
 mod msr;
 mod overflow;
+mod pebs;
 mod pmc;
 mod pmu;
 mod policy;
@@ -54,6 +59,10 @@ pub use filter::{FilterAction, FilterError, FilterFormat, PmuEventFilter};
 #[cfg(any(test, feature = "mock"))]
 pub use mock::{MockCall, MockEvent, MockSource};
 pub use msr::{Initiator, MsrAccess, MsrIndex, MsrRange, PmuMsr};
+pub use pebs::{
+    GLOBAL_STATUS_OVF_BUFFER, MISC_ENABLE_BTS_UNAVAIL, MISC_ENABLE_EMON, MISC_ENABLE_PEBS_UNAVAIL,
+    PEBS_RECORD_FORMAT, PEBS_RECORD_SIZE,
+};
 pub use pmc::{PmcIdx, RdpmcIdx, COUNTER_MASK, COUNTER_WIDTH, MAX_FIXED_COUNTERS, MAX_GP_COUNTERS};
 pub use pmu::{Pmu, PmuConfig};
 pub use policy::{Policy, DEFAULT_RELEASE_AFTER_NS};

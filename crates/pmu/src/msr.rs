@@ -10,6 +10,9 @@ pub struct MsrIndex(pub u32);
 impl MsrIndex {
     /// IA32_PMC0; IA32_PMCx is `0xC1 + x`.
     pub const IA32_PMC0: MsrIndex = MsrIndex(0xC1);
+    /// IA32_MISC_ENABLE: the model owns it for its perfmon bits (7 perfmon available,
+    /// 11/12 BTS/PEBS unavailable).
+    pub const IA32_MISC_ENABLE: MsrIndex = MsrIndex(0x1A0);
     /// IA32_PERFEVTSEL0; IA32_PERFEVTSELx is `0x186 + x`.
     pub const IA32_PERFEVTSEL0: MsrIndex = MsrIndex(0x186);
     /// IA32_FIXED_CTR0; IA32_FIXED_CTRj is `0x309 + j`.
@@ -24,8 +27,12 @@ impl MsrIndex {
     pub const IA32_PERF_GLOBAL_CTRL: MsrIndex = MsrIndex(0x38F);
     /// IA32_PERF_GLOBAL_OVF_CTRL.
     pub const IA32_PERF_GLOBAL_OVF_CTRL: MsrIndex = MsrIndex(0x390);
+    /// IA32_PEBS_ENABLE (PEBS model only).
+    pub const IA32_PEBS_ENABLE: MsrIndex = MsrIndex(0x3F1);
     /// IA32_A_PMC0 (full-width alias); IA32_A_PMCx is `0x4C1 + x`.
     pub const IA32_A_PMC0: MsrIndex = MsrIndex(0x4C1);
+    /// IA32_DS_AREA: linear address of the DS save area (PEBS model only).
+    pub const IA32_DS_AREA: MsrIndex = MsrIndex(0x600);
 
     /// IA32_PMCx.
     pub const fn pmc(x: u8) -> MsrIndex {
@@ -67,6 +74,12 @@ pub enum PmuMsr {
     GlobalOvfCtrl,
     /// IA32_PERF_CAPABILITIES.
     PerfCapabilities,
+    /// IA32_MISC_ENABLE.
+    MiscEnable,
+    /// IA32_PEBS_ENABLE.
+    PebsEnable,
+    /// IA32_DS_AREA.
+    DsArea,
 }
 
 impl PmuMsr {
@@ -97,6 +110,9 @@ impl PmuMsr {
             MsrIndex::IA32_PERF_GLOBAL_CTRL => Some(PmuMsr::GlobalCtrl),
             MsrIndex::IA32_PERF_GLOBAL_OVF_CTRL => Some(PmuMsr::GlobalOvfCtrl),
             MsrIndex::IA32_PERF_CAPABILITIES => Some(PmuMsr::PerfCapabilities),
+            MsrIndex::IA32_MISC_ENABLE => Some(PmuMsr::MiscEnable),
+            MsrIndex::IA32_PEBS_ENABLE => Some(PmuMsr::PebsEnable),
+            MsrIndex::IA32_DS_AREA => Some(PmuMsr::DsArea),
             _ => None,
         }
     }
@@ -113,6 +129,9 @@ impl PmuMsr {
             PmuMsr::GlobalCtrl => MsrIndex::IA32_PERF_GLOBAL_CTRL,
             PmuMsr::GlobalOvfCtrl => MsrIndex::IA32_PERF_GLOBAL_OVF_CTRL,
             PmuMsr::PerfCapabilities => MsrIndex::IA32_PERF_CAPABILITIES,
+            PmuMsr::MiscEnable => MsrIndex::IA32_MISC_ENABLE,
+            PmuMsr::PebsEnable => MsrIndex::IA32_PEBS_ENABLE,
+            PmuMsr::DsArea => MsrIndex::IA32_DS_AREA,
         }
     }
 }
@@ -201,6 +220,9 @@ mod tests {
         assert_eq!(MsrIndex::IA32_PERF_GLOBAL_STATUS.0, 0x38E);
         assert_eq!(MsrIndex::IA32_PERF_GLOBAL_CTRL.0, 0x38F);
         assert_eq!(MsrIndex::IA32_PERF_GLOBAL_OVF_CTRL.0, 0x390);
+        assert_eq!(MsrIndex::IA32_MISC_ENABLE.0, 0x1A0);
+        assert_eq!(MsrIndex::IA32_PEBS_ENABLE.0, 0x3F1);
+        assert_eq!(MsrIndex::IA32_DS_AREA.0, 0x600);
     }
 
     #[test]
@@ -212,8 +234,8 @@ mod tests {
                 seen += 1;
             }
         }
-        // 8 PMC + 8 A_PMC + 8 EVTSEL + 3 fixed + 5 control MSRs.
-        assert_eq!(seen, 32);
+        // 8 PMC + 8 A_PMC + 8 EVTSEL + 3 fixed + 5 control MSRs + 3 PEBS MSRs.
+        assert_eq!(seen, 35);
     }
 
     #[test]

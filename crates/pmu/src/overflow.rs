@@ -24,12 +24,15 @@ pub(crate) fn accumulate(saved: u64, delta: u64) -> (u64, bool) {
 impl<B: CountSource> Pmu<B> {
     /// Counter `idx` wrapped: set its GLOBAL_STATUS bit and, if the configuration its
     /// counts accrued under asked for a PMI (INT / fixed PMI), owe the guest one (KVM
-    /// `__kvm_perf_overflow`).
+    /// `__kvm_perf_overflow`). A PEBS counter arms its assist instead of owing a PMI.
     pub(crate) fn overflowed(&mut self, idx: PmcIdx) {
         self.global_status |= idx.mask();
         self.stats.overflows += 1;
-        let pmc = &mut self.pmcs[idx.slot()];
-        pmc.needs_arm = true;
+        self.pmcs[idx.slot()].needs_arm = true;
+        if self.pebs_overflow(idx) {
+            return;
+        }
+        let pmc = &self.pmcs[idx.slot()];
         if pmc.host.is_some_and(|h| h.config.interrupt) {
             self.pmi_pending = true;
         }
@@ -38,7 +41,8 @@ impl<B: CountSource> Pmu<B> {
     /// Called by the VMM when the backend signals an overflow notification: folds every
     /// running counter, sets GLOBAL_STATUS for those that wrapped, re-arms them, and returns
     /// whether a PMI must be delivered (some overflowed counter has INT / PMI set, now or
-    /// since the last call). The VMM delivers it through LVTPC itself.
+    /// since the last call). The VMM delivers it through LVTPC itself. PEBS counters never
+    /// ask for this PMI; their due assists are then in [`Pmu::take_pebs_overflows`].
     pub fn collect_overflows(&mut self) -> bool {
         for idx in PmcIdx::iter_mask(self.open_mask) {
             let pmc = &self.pmcs[idx.slot()];

@@ -26,6 +26,10 @@ pub struct PmuConfig {
     /// Events the guest may not count (default none: everything counts). See
     /// [`PmuEventFilter`]; it can be replaced later with [`Pmu::set_event_filter`].
     pub filter: Option<PmuEventFilter>,
+    /// Software PEBS (default false): IA32_PEBS_ENABLE and IA32_DS_AREA exist,
+    /// IA32_MISC_ENABLE says PEBS is available and PERF_CAPABILITIES advertises record
+    /// format 1; see `Pmu::pebs_effective`.
+    pub pebs: bool,
 }
 
 impl Default for PmuConfig {
@@ -35,6 +39,7 @@ impl Default for PmuConfig {
             full_width_writes: true,
             policy: Policy::default(),
             filter: None,
+            pebs: false,
         }
     }
 }
@@ -65,13 +70,24 @@ pub struct Pmu<B: CountSource> {
     pub(crate) now_ns: u64,
     /// An overflow of a PMI-enabled counter was seen and not yet reported.
     pub(crate) pmi_pending: bool,
+    /// IA32_PEBS_ENABLE.
+    pub(crate) pebs_enable: u64,
+    /// IA32_DS_AREA.
+    pub(crate) ds_area: u64,
+    /// IA32_MISC_ENABLE.
+    pub(crate) misc_enable: u64,
+    /// PEBS counters that overflowed and wait for their next event (GLOBAL_CTRL layout).
+    pub(crate) pebs_armed: u64,
+    /// PEBS counters whose assist is due: the VMM writes their records.
+    pub(crate) pebs_pending: u64,
     pub(crate) stats: PmuStats,
 }
 
 impl<B: CountSource> Pmu<B> {
     /// Builds a PMU in its reset state, asking `backend` once which events it counts.
     pub fn new(config: PmuConfig, backend: B) -> Result<Self, ConfigError> {
-        let caps = PmuCaps::probe(config.gp_counters, config.full_width_writes, &backend)?;
+        let caps = PmuCaps::probe(config.gp_counters, config.full_width_writes, &backend)?
+            .with_pebs(config.pebs);
         Ok(Pmu {
             caps,
             policy: config.policy,
@@ -86,6 +102,11 @@ impl<B: CountSource> Pmu<B> {
             scheduled_in: true,
             now_ns: 0,
             pmi_pending: false,
+            pebs_enable: 0,
+            ds_area: 0,
+            misc_enable: caps.misc_enable_reset(),
+            pebs_armed: 0,
+            pebs_pending: 0,
             stats: PmuStats::default(),
         })
     }
@@ -188,7 +209,8 @@ impl<B: CountSource> Pmu<B> {
     }
 
     /// SDM reset: counters, EVENTSELs, FIXED_CTR_CTRL and GLOBAL_STATUS zero, GLOBAL_CTRL
-    /// with the GP enables set; every host event is closed. Statistics are kept.
+    /// with the GP enables set; PEBS_ENABLE and DS_AREA zero, MISC_ENABLE at its reset
+    /// value, no PEBS assist armed or due; every host event is closed. Statistics are kept.
     pub fn reset(&mut self) {
         for idx in PmcIdx::iter_mask(self.open_mask) {
             self.discard_event(idx);
@@ -199,6 +221,11 @@ impl<B: CountSource> Pmu<B> {
         self.global_status = 0;
         self.local_enables = 0;
         self.pmi_pending = false;
+        self.pebs_enable = 0;
+        self.ds_area = 0;
+        self.misc_enable = self.caps.misc_enable_reset();
+        self.pebs_armed = 0;
+        self.pebs_pending = 0;
     }
 
     fn account<T>(&mut self, r: Option<T>, who: Initiator) -> MsrAccess<T> {
@@ -230,6 +257,9 @@ impl<B: CountSource> Pmu<B> {
                     }
                     self.caps.perf_capabilities()
                 }
+                IntelReg::MiscEnable => self.misc_enable,
+                IntelReg::PebsEnable => self.pebs_enable,
+                IntelReg::DsArea => self.ds_area,
             },
         })
     }
@@ -283,6 +313,9 @@ impl<B: CountSource> Pmu<B> {
                         return None;
                     }
                 }
+                IntelReg::MiscEnable => self.write_misc_enable(data, who)?,
+                IntelReg::PebsEnable => self.write_pebs_enable(data)?,
+                IntelReg::DsArea => self.write_ds_area(data)?,
             },
         }
         Some(())

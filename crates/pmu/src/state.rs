@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 pub const STATE_FORMAT: u32 = 1;
 
 /// Snapshot of every guest-visible PMU register. Configuration (counter counts, full-width
-/// writes, policy) is not part of it: restore into a PMU built with the same config.
+/// writes, policy, PEBS) is not part of it: restore into a PMU built with the same config.
+/// Like an owed PMI, an armed or due PEBS assist is not saved.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PmuState {
     /// [`STATE_FORMAT`].
@@ -28,6 +29,16 @@ pub struct PmuState {
     pub global_ctrl: u64,
     /// IA32_PERF_GLOBAL_STATUS.
     pub global_status: u64,
+    /// IA32_PEBS_ENABLE (always 0 without PEBS).
+    #[serde(default)]
+    pub pebs_enable: u64,
+    /// IA32_DS_AREA (always 0 without PEBS).
+    #[serde(default)]
+    pub ds_area: u64,
+    /// IA32_MISC_ENABLE (`None` in snapshots from before the model owned it: restored at
+    /// its reset value).
+    #[serde(default)]
+    pub misc_enable: Option<u64>,
 }
 
 impl<B: CountSource> Pmu<B> {
@@ -43,6 +54,9 @@ impl<B: CountSource> Pmu<B> {
             fixed_ctr_ctrl: self.fixed_ctr_ctrl,
             global_ctrl: self.global_ctrl,
             global_status: self.global_status,
+            pebs_enable: self.pebs_enable,
+            ds_area: self.ds_area,
+            misc_enable: Some(self.misc_enable),
         }
     }
 
@@ -89,6 +103,17 @@ impl<B: CountSource> Pmu<B> {
         }
         self.host_write(MsrIndex::IA32_FIXED_CTR_CTRL, s.fixed_ctr_ctrl)?;
         self.host_write(MsrIndex::IA32_PERF_GLOBAL_STATUS, s.global_status)?;
+        // PEBS_ENABLE and DS_AREA exist only with PEBS: a snapshot that sets them is
+        // refused by a PMU without (the host write faults).
+        if let Some(v) = s.misc_enable {
+            self.host_write(MsrIndex::IA32_MISC_ENABLE, v)?;
+        }
+        if self.caps.pebs() || s.ds_area != 0 {
+            self.host_write(MsrIndex::IA32_DS_AREA, s.ds_area)?;
+        }
+        if self.caps.pebs() || s.pebs_enable != 0 {
+            self.host_write(MsrIndex::IA32_PEBS_ENABLE, s.pebs_enable)?;
+        }
         self.host_write(MsrIndex::IA32_PERF_GLOBAL_CTRL, s.global_ctrl)
     }
 

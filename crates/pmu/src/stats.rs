@@ -71,6 +71,16 @@ pub struct PmuStats {
     /// event: no host event was created for it.
     #[serde(default)]
     pub filtered_programs: u64,
+    /// PEBS records the VMM wrote into the guest's DS buffer.
+    #[serde(default)]
+    pub pebs_records: u64,
+    /// PEBS assists skipped: no room below the absolute maximum, or no readable DS area.
+    #[serde(default)]
+    pub pebs_dropped: u64,
+    /// PMIs for the PEBS buffer reaching its interrupt threshold (also in
+    /// `pmis_requested`).
+    #[serde(default)]
+    pub pebs_interrupts: u64,
 }
 
 impl PmuStats {
@@ -94,5 +104,8 @@ impl PmuStats {
         self.faults += other.faults;
         self.host_rejects += other.host_rejects;
         self.filtered_programs += other.filtered_programs;
+        self.pebs_records += other.pebs_records;
+        self.pebs_dropped += other.pebs_dropped;
+        self.pebs_interrupts += other.pebs_interrupts;
     }
 }

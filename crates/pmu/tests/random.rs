@@ -254,6 +254,7 @@ fn random_ops_never_panic_and_respect_the_rules() {
                     release_after_ns: 0,
                 },
                 filter: None,
+                pebs: false,
             },
             MockSource::new(),
         ),

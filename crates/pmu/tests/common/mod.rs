@@ -58,6 +58,7 @@ pub fn pmu_cfg(gp_counters: u8, full_width_writes: bool, source: MockSource) -> 
             full_width_writes,
             policy: REUSE_1MS,
             filter: None,
+            pebs: false,
         },
         source,
     )

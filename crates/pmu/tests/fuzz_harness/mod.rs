@@ -64,6 +64,8 @@ impl Entropy for XorShift {
 
 const SLOTS: usize = 11;
 const OVF_BUF_COND_CHGD: u64 = 3 << 62;
+/// IA32_MISC_ENABLE of a PMU without PEBS at reset: EMON, BTS and PEBS unavailable.
+const MISC_RESET: u64 = 1 << 7 | 3 << 11;
 const EVENTSEL_RESERVED: u64 = 0xFFFF_FFFF_0020_0000;
 
 /// Every PMU MSR of the largest PMU, the MSRs just outside each range, and a few others.
@@ -247,6 +249,7 @@ pub fn gen_config(e: &mut impl Entropy) -> FuzzConfig {
             full_width_writes: e.chance(70),
             policy,
             filter,
+            pebs: false,
         },
         supported,
     }
@@ -319,6 +322,7 @@ pub struct Harness {
     fctrl: u64,
     gctrl: u64,
     status: u64,
+    misc: u64,
     pending: bool,
     scheduled_in: bool,
     fail_open: bool,
@@ -357,6 +361,7 @@ impl Harness {
             fctrl: 0,
             gctrl: (1 << gp) - 1,
             status: 0,
+            misc: MISC_RESET,
             pending: false,
             scheduled_in: true,
             fail_open: false,
@@ -411,6 +416,8 @@ impl Harness {
                 0x390 => v & self.status_reserved() != 0,
                 0x38E => !host || v & self.status_reserved() != 0,
                 0x345 => !host || v != if self.fw { 1 << 13 } else { 0 },
+                // KVM's rule: the guest may not flip BTS/PEBS_UNAVAIL; the host writes anything.
+                0x1A0 => !host && (v ^ self.misc) & 3 << 11 != 0,
                 _ => true,
             }
         }
@@ -422,7 +429,7 @@ impl Harness {
             || (gp(0x4C1) && self.fw)
             || gp(0x186)
             || (msr >= 0x309 && msr < 0x309 + u32::from(self.fixed))
-            || matches!(msr, 0x38D..=0x390)
+            || matches!(msr, 0x38D..=0x390 | 0x1A0)
             // PERF_CAPABILITIES exists for the guest only with PDCM (= FW_WRITE here).
             || (msr == 0x345 && (host || self.fw)))
     }
@@ -438,6 +445,7 @@ impl Harness {
             0x38E => self.status,
             0x38F => self.gctrl,
             0x390 => 0,
+            0x1A0 => self.misc,
             0x345 => {
                 if self.fw {
                     1 << 13
@@ -508,6 +516,7 @@ impl Harness {
         self.fctrl = 0;
         self.gctrl = (1 << self.gp) - 1;
         self.status = 0;
+        self.misc = MISC_RESET;
         self.pending = false;
     }
 
@@ -575,6 +584,7 @@ impl Harness {
                 }
             }
             0x38E | 0x390 => e.next_u64() & (self.counter_bits() | OVF_BUF_COND_CHGD),
+            0x1A0 => self.misc ^ e.next_u64() & !(3 << 11),
             0x345 => {
                 if self.fw {
                     1 << 13
@@ -686,6 +696,9 @@ impl Harness {
             fixed_ctr_ctrl: self.valid_value(&mut e, 0x38D),
             global_ctrl: self.valid_value(&mut e, 0x38F),
             global_status: self.valid_value(&mut e, 0x38E),
+            pebs_enable: 0,
+            ds_area: 0,
+            misc_enable: e.chance(50).then(|| e.next_u64()),
         };
         match e.below(12) {
             0 => s.format += 1,
@@ -728,6 +741,7 @@ impl Harness {
         self.fctrl = s.fixed_ctr_ctrl;
         self.gctrl = s.global_ctrl;
         self.status = s.global_status;
+        self.misc = s.misc_enable.unwrap_or(MISC_RESET);
     }
 
     /// Applies `op` to the PMU and the shadow, then checks every invariant.
@@ -853,6 +867,9 @@ impl Harness {
                     fixed_ctr_ctrl: self.fctrl,
                     global_ctrl: self.gctrl,
                     global_status: self.status,
+                    pebs_enable: 0,
+                    ds_area: 0,
+                    misc_enable: Some(self.misc),
                 };
                 ensure!(s == mine, "save {s:?}, shadow {mine:?}");
                 let r = self.pmu.restore(&s);
@@ -908,6 +925,8 @@ impl Harness {
             0x38F => self.gctrl = v,
             0x38E => self.status = v,
             0x390 if !host => self.status &= !v,
+            0x1A0 if host => self.misc = v,
+            0x1A0 => self.misc = v & !(1 << 7) | self.misc & 1 << 7,
             _ => {}
         }
     }
@@ -959,6 +978,7 @@ impl Harness {
             (0x38E, self.status),
             (0x38F, self.gctrl),
             (0x38D, self.fctrl),
+            (0x1A0, self.misc),
         ] {
             let r = self.pmu.get_msr(MsrIndex(msr), Initiator::Host);
             ensure!(
