@@ -17,8 +17,6 @@
 #include "pmu.h"
 
 #define MSR_IA32_MISC_ENABLE 0x1a0
-#define MSR_IA32_PEBS_ENABLE 0x3f1
-#define MSR_IA32_DS_AREA     0x600
 
 #define MISC_ENABLE_FAST_STRING  (1ull << 0)
 #define MISC_ENABLE_EMON         (1ull << 7)

@@ -1,7 +1,8 @@
 /* portio: the cost of one port-IO exit as the guest sees it, by the TSC: the median of
  * 1001 timed writes to an unclaimed port (0x2f0, dropped by the VMM) and of 1001 reads of
  * the UART line-status register (0x3fd). `portio count` keeps a cycles counter running
- * meanwhile (seed 001: the cheapest exit with the vPMU on and counting). */
+ * meanwhile, `portio count pebs` also makes it a PEBS counter (seed 001: the cheapest exit
+ * with the vPMU off, on, counting, and with PEBS). */
 #include "kit.h"
 #include "pmu.h"
 
@@ -34,8 +35,24 @@ static void show(const char *what, uint64_t cycles)
 		printf("portio: %smedian %lu cycles (tsc_khz unknown)\n", what, cycles);
 }
 
+/* A DS save area (IA-32e layout) with a small PEBS buffer; the period is long enough that
+ * no record is written during the measurement: only PEBS being enabled matters. */
+static uint64_t ds[16] __attribute__((aligned(64)));
+static uint8_t pebs_buffer[4096] __attribute__((aligned(64)));
+
+static void enable_pebs(void)
+{
+	ds[4] = (uint64_t)(uintptr_t)pebs_buffer;                      /* PEBS buffer base */
+	ds[5] = ds[4];                                                  /* PEBS index */
+	ds[6] = ds[4] + sizeof(pebs_buffer);                            /* absolute maximum */
+	ds[7] = ds[6];                                                  /* interrupt threshold */
+	wrmsr(MSR_IA32_DS_AREA, (uint64_t)(uintptr_t)ds);
+	wrmsr(MSR_IA32_PEBS_ENABLE, 1);
+	printf("portio: PEBS enabled on PMC0\n");
+}
+
 /* Keep GP counter 0 counting cycles (or instructions) through the measurement. */
-static void start_counting(void)
+static void start_counting(int pebs)
 {
 	struct pmu_caps caps;
 	pmu_probe(&caps);
@@ -45,6 +62,8 @@ static void start_counting(void)
 		return;
 	}
 	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS | EVTSEL_EN));
+	if (pebs && (caps.perf_capabilities & (1ull << 7)))
+		enable_pebs();
 	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
 	printf("portio: counting %s on PMC0\n", arch_events[ev].name);
 }
@@ -52,7 +71,7 @@ static void start_counting(void)
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "count"))
-		start_counting();
+		start_counting(argc > 2 && !strcmp(argv[2], "pebs"));
 	for (int i = 0; i < N; i++) {
 		uint64_t t0 = rdtsc();
 		outb(UNCLAIMED_PORT, 0);

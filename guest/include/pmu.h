@@ -13,6 +13,8 @@
 #define MSR_IA32_PERF_GLOBAL_CTRL   0x38f
 #define MSR_IA32_PERF_GLOBAL_OVF_CTRL 0x390
 #define MSR_IA32_A_PMC0             0x4c1
+#define MSR_IA32_PEBS_ENABLE        0x3f1
+#define MSR_IA32_DS_AREA            0x600
 
 #define EVTSEL_USR   (1ull << 16)
 #define EVTSEL_OS    (1ull << 17)
