@@ -43,9 +43,41 @@ pub fn run_guest(guest: &str, cmdline: &str, pmu: Option<PmuSettings>) -> Result
     run_config(&config(guest, cmdline, pmu))
 }
 
+thread_local! {
+    /// The progress spinner of the suite running now (None when not on a TTY or in JSON).
+    static PROGRESS: std::cell::RefCell<Option<indicatif::ProgressBar>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Start a spinner for `suite` if stderr is a terminal and the output is not JSON.
+fn start_progress(suite: &str, json: bool) {
+    use std::io::IsTerminal;
+    let bar = (!json && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("template"));
+        bar.set_message(format!("{suite}: starting"));
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar
+    });
+    PROGRESS.with(|p| *p.borrow_mut() = bar);
+}
+
+fn finish_progress() {
+    PROGRESS.with(|p| {
+        if let Some(bar) = p.borrow_mut().take() {
+            bar.finish_and_clear();
+        }
+    });
+}
+
 /// Boot a bench configuration; the run must succeed.
 pub fn run_config(config: &VmConfig) -> Result<RunReport, Failure> {
     let guest = config.kernel_arg0.as_str();
+    PROGRESS.with(|p| {
+        if let Some(bar) = p.borrow().as_ref() {
+            bar.inc(1);
+            bar.set_message(format!("run {}: {guest} {}", bar.position(), config.cmdline));
+        }
+    });
     let vm = Vm::build(config).map_err(|e| Failure::usage(e.to_string()))?;
     let report = vm.run(Instant::now());
     if report.end.exit_code() != 0 {
@@ -78,17 +110,22 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
     let mut results = serde_json::Map::new();
     results.insert("machine".into(), machine());
     for suite in &suites {
-        eprintln!("perfvm bench: running {suite} ...");
-        let (text, value): (String, Value) = match suite.as_str() {
-            "pmu-ops" => pmu_ops::run(reps, args.quick)?,
-            "ctxsw" => ctxsw::run(reps, args.quick)?,
-            "precision" => precision::run(reps, args.quick)?,
-            "transitions" => transitions::run(reps, args.quick)?,
-            "nmi-order" => nmi_order::run(reps, args.quick)?,
-            "pv" => pv::run(reps, args.quick)?,
-            "scaling" => scaling::run(reps, args.quick)?,
+        if !args.json {
+            eprintln!("perfvm bench: running {suite} ...");
+        }
+        start_progress(suite, args.json);
+        let result: Result<(String, Value), Failure> = match suite.as_str() {
+            "pmu-ops" => pmu_ops::run(reps, args.quick),
+            "ctxsw" => ctxsw::run(reps, args.quick),
+            "precision" => precision::run(reps, args.quick),
+            "transitions" => transitions::run(reps, args.quick),
+            "nmi-order" => nmi_order::run(reps, args.quick),
+            "pv" => pv::run(reps, args.quick),
+            "scaling" => scaling::run(reps, args.quick),
             _ => unreachable!(),
         };
+        finish_progress();
+        let (text, value) = result?;
         if !args.json {
             println!("{text}");
         }
