@@ -20,7 +20,7 @@ pub fn run(args: ReportArgs) -> Result<i32, Failure> {
     if let Some(svg) = &args.flamegraph {
         let folded = file.profile.folded();
         let mut options = inferno::flamegraph::Options::default();
-        options.title = format!("perfvm: {} {} ({} samples of {})", file.guest, file.args.join(" "), file.samples, file.event);
+        options.title = format!("perfvm: {} ({} samples of {})", command(&file), file.samples, file.event);
         let out = std::fs::File::create(svg).map_err(|e| Failure::usage(format!("cannot write {svg}: {e}")))?;
         inferno::flamegraph::from_lines(&mut options, folded.lines(), std::io::BufWriter::new(out))
             .map_err(|e| Failure::usage(format!("flamegraph: {e}")))?;
@@ -29,11 +29,15 @@ pub fn run(args: ReportArgs) -> Result<i32, Failure> {
     Ok(0)
 }
 
+/// The command as the user ran it: guest and workload arguments.
+fn command(f: &RecordFile) -> String {
+    std::iter::once(f.guest.as_str()).chain(f.args.iter().map(String::as_str)).collect::<Vec<_>>().join(" ")
+}
+
 fn header(f: &RecordFile) -> String {
     format!(
-        "# perfvm record of '{} {}': {} mode, period {}, {}\n# backend: {}\n# policy: {}\n#\n",
-        f.guest,
-        f.args.join(" "),
+        "# perfvm record of '{}': {} mode, period {}, {}\n# backend: {}\n# policy: {}\n#\n",
+        command(f),
         f.mode,
         f.period,
         if f.samples_dropped > 0 { format!("{} samples dropped", f.samples_dropped) } else { "no samples dropped".into() },
