@@ -4,9 +4,7 @@ use std::path::{Path, PathBuf};
 
 /// Where `cargo build` put the guest kit's images (overridable at run time).
 pub fn guest_dir() -> PathBuf {
-    std::env::var_os("PERFVM_GUEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("PERFVM_GUEST_DIR")))
+    std::env::var_os("PERFVM_GUEST_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("PERFVM_GUEST_DIR")))
 }
 
 /// Names of the built-in guests.

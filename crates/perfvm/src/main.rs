@@ -39,7 +39,8 @@ fn main() {
             std::process::exit(0);
         }
         Err(e) => {
-            let first = e.to_string().lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_owned();
+            let first =
+                e.to_string().lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_owned();
             eprintln!("perfvm: {first} (see perfvm --help)");
             std::process::exit(2);
         }

@@ -25,7 +25,10 @@ impl Profile {
         for r in rows {
             *merged.entry((r.command, r.object, r.symbol)).or_default() += r.weight;
         }
-        let mut rows: Vec<ProfileRow> = merged.into_iter().map(|((command, object, symbol), weight)| ProfileRow { command, object, symbol, weight }).collect();
+        let mut rows: Vec<ProfileRow> = merged
+            .into_iter()
+            .map(|((command, object, symbol), weight)| ProfileRow { command, object, symbol, weight })
+            .collect();
         rows.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.symbol.cmp(&b.symbol)));
         Profile { rows }
     }
@@ -47,11 +50,18 @@ impl Profile {
     /// The perf-report table.
     pub fn render(&self, event: &str, samples: u64) -> String {
         let total = self.total().max(1) as f64;
-        let mut out = format!("# Samples: {samples} of event '{event}'\n# Event count (approx.): {}\n#\n", self.total());
+        let mut out =
+            format!("# Samples: {samples} of event '{event}'\n# Event count (approx.): {}\n#\n", self.total());
         out.push_str("# Overhead  Command          Shared Object    Symbol\n");
         out.push_str("# ........  ...............  ...............  ......................\n#\n");
         for r in &self.rows {
-            out.push_str(&format!("  {:>7.2}%  {:<15}  {:<15}  [.] {}\n", 100.0 * r.weight as f64 / total, r.command, r.object, r.symbol));
+            out.push_str(&format!(
+                "  {:>7.2}%  {:<15}  {:<15}  [.] {}\n",
+                100.0 * r.weight as f64 / total,
+                r.command,
+                r.object,
+                r.symbol
+            ));
         }
         out
     }

@@ -6,7 +6,6 @@ use crate::cli::{BackendArg, RecordArgs};
 use crate::events::{self, Event};
 use crate::profile::{Profile, ProfileRow};
 use crate::run::{boot, vm_config};
-use vmm::VmConfig;
 use crate::stat::agent_cmdline;
 use crate::symbols::Symbols;
 use crate::Failure;
@@ -14,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
+use vmm::VmConfig;
 
 /// Format tag of record files.
 pub const FORMAT: &str = "perfvm-record-1";
@@ -49,7 +49,8 @@ pub struct RecordFile {
 impl RecordFile {
     pub fn load(path: &Path) -> Result<RecordFile, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let file: RecordFile = serde_json::from_str(&text).map_err(|e| format!("{}: not a perfvm record file: {e}", path.display()))?;
+        let file: RecordFile =
+            serde_json::from_str(&text).map_err(|e| format!("{}: not a perfvm record file: {e}", path.display()))?;
         if file.format != FORMAT {
             return Err(format!("{}: unsupported record format '{}'", path.display(), file.format));
         }
@@ -67,7 +68,10 @@ fn period(args: &RecordArgs, event: Event) -> Result<u64, Failure> {
             let freq = freq.unwrap_or(crate::cli::DEFAULT_RECORD_FREQ);
             let is_cycles = matches!(event.raw, 0x003c | 0x013c);
             if !is_cycles || args.vm.pmu.backend == BackendArg::Exact {
-                return Err(Failure::usage(format!("-F needs a cycles event on the perf backend; give -c PERIOD for {}", event.name)));
+                return Err(Failure::usage(format!(
+                    "-F needs a cycles event on the perf backend; give -c PERIOD for {}",
+                    event.name
+                )));
             }
             if freq == 0 {
                 return Err(Failure::usage("-F FREQ must be positive"));
@@ -124,7 +128,13 @@ pub fn record(
             *weights.entry((s.rip, s.task)).or_default() += 1;
         }
     }
-    let command_of = |task: u32| if task == 0 { object.clone() } else { report.agent.tasks.get(&task).cloned().unwrap_or_else(|| format!("task-{task}")) };
+    let command_of = |task: u32| {
+        if task == 0 {
+            object.clone()
+        } else {
+            report.agent.tasks.get(&task).cloned().unwrap_or_else(|| format!("task-{task}"))
+        }
+    };
     let profile = Profile::from_rows(weights.iter().map(|(&(rip, task), &weight)| ProfileRow {
         command: command_of(task),
         object: object.clone(),
@@ -166,7 +176,8 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
     let json = serde_json::to_string(&file).expect("JSON");
     std::fs::write(&args.output, &json).map_err(|e| Failure::usage(format!("cannot write {}: {e}", args.output)))?;
     let folded = format!("{}.folded", args.output);
-    std::fs::write(&folded, file.profile.folded()).map_err(|e| Failure::usage(format!("cannot write {folded}: {e}")))?;
+    std::fs::write(&folded, file.profile.folded())
+        .map_err(|e| Failure::usage(format!("cannot write {folded}: {e}")))?;
     eprintln!(
         "[ perfvm record: Captured and wrote {:.3} MB {} ({} samples{}) ]",
         json.len() as f64 / 1e6,
@@ -175,7 +186,10 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
         if file.samples_dropped > 0 { format!(", {} dropped", file.samples_dropped) } else { String::new() }
     );
     if file.samples == 0 && code == 0 {
-        eprintln!("perfvm: no samples (is the guest built with the guest kit's perf agent, and does the backend count {}?)", file.event);
+        eprintln!(
+            "perfvm: no samples (is the guest built with the guest kit's perf agent, and does the backend count {}?)",
+            file.event
+        );
     }
     Ok(code)
 }

@@ -40,7 +40,11 @@ fn header(f: &RecordFile) -> String {
         command(f),
         f.mode,
         f.period,
-        if f.samples_dropped > 0 { format!("{} samples dropped", f.samples_dropped) } else { "no samples dropped".into() },
+        if f.samples_dropped > 0 {
+            format!("{} samples dropped", f.samples_dropped)
+        } else {
+            "no samples dropped".into()
+        },
         f.backend,
         f.policy
     )
@@ -53,7 +57,10 @@ pub fn compare(a: &RecordFile, name_a: &str, b: &RecordFile, name_b: &str) -> St
     symbols.sort();
     symbols.dedup();
     symbols.sort_by(|x, y| sa.get(*y).unwrap_or(&0.0).total_cmp(sa.get(*x).unwrap_or(&0.0)));
-    let mut out = format!("# A: {name_a} ({} {} samples, {})\n# B: {name_b} ({} {} samples, {})\n#\n", a.samples, a.event, a.mode, b.samples, b.event, b.mode);
+    let mut out = format!(
+        "# A: {name_a} ({} {} samples, {})\n# B: {name_b} ({} {} samples, {})\n#\n",
+        a.samples, a.event, a.mode, b.samples, b.event, b.mode
+    );
     out.push_str(&format!("# {:<24} {:>9} {:>9} {:>9}\n", "Symbol", "A", "B", "B-A"));
     for s in symbols {
         let (x, y) = (sa.get(s).copied().unwrap_or(0.0), sb.get(s).copied().unwrap_or(0.0));

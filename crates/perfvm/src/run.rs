@@ -34,7 +34,8 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
         None => None,
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
-            let filter = pmu::PmuEventFilter::parse(&text, pmu::FilterFormat::from_path(path)).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+            let filter = pmu::PmuEventFilter::parse(&text, pmu::FilterFormat::from_path(path))
+                .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
             Some(filter)
         }
     };
@@ -53,7 +54,9 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
 /// Turn the shared VM options into a VM configuration.
 pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failure> {
     let timeout = match args.timeout {
-        Some(t) if !(t > 0.0 && t.is_finite()) => return Err(Failure::usage("--timeout must be a positive number of seconds")),
+        Some(t) if !(t > 0.0 && t.is_finite()) => {
+            return Err(Failure::usage("--timeout must be a positive number of seconds"))
+        }
         Some(t) => Some(Duration::from_secs_f64(t)),
         None => None,
     };
@@ -71,7 +74,9 @@ pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failu
             OrderArg::Legacy => vmm::requests::RequestOrder::Legacy,
         },
         nmi_interval: match args.pmu.nmi_every {
-            Some(ms) if !(ms > 0.0 && ms.is_finite()) => return Err(Failure::usage("--nmi-every must be a positive number of milliseconds")),
+            Some(ms) if !(ms > 0.0 && ms.is_finite()) => {
+                return Err(Failure::usage("--nmi-every must be a positive number of milliseconds"))
+            }
             Some(ms) => Some(Duration::from_secs_f64(ms / 1000.0)),
             None => None,
         },

@@ -41,7 +41,10 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
     }
     let whole: Vec<_> = report.agent.counts.iter().filter(|c| c.task == 0).collect();
     if whole.is_empty() {
-        return Err(Failure { code: if code == 0 { 1 } else { code }, message: "the guest sent no counts (is it built with the guest kit's perf agent?)".into() });
+        return Err(Failure {
+            code: if code == 0 { 1 } else { code },
+            message: "the guest sent no counts (is it built with the guest kit's perf agent?)".into(),
+        });
     }
     let command = std::iter::once(args.vm.guest.clone()).chain(args.args.iter().cloned()).collect::<Vec<_>>().join(" ");
     let seconds = report.agent.workload_ns().unwrap_or(report.stats.wall_ns) as f64 / 1e9;
@@ -73,7 +76,8 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
 pub fn render(command: &str, agent: &AgentData, seconds: f64, backend: &str) -> String {
     let mut out = format!("\n Performance counter stats for '{command}':\n\n");
     let whole: Vec<_> = agent.counts.iter().filter(|c| c.task == 0).collect();
-    let value_of = |raw: u16| whole.iter().find(|c| c.event == raw && c.flags & COUNT_UNSUPPORTED == 0).map(|c| c.value);
+    let value_of =
+        |raw: u16| whole.iter().find(|c| c.event == raw && c.flags & COUNT_UNSUPPORTED == 0).map(|c| c.value);
     for c in &whole {
         let name = events::by_raw(c.event).name;
         if c.flags & COUNT_UNSUPPORTED != 0 {
@@ -81,8 +85,12 @@ pub fn render(command: &str, agent: &AgentData, seconds: f64, backend: &str) -> 
             continue;
         }
         let note = match c.event {
-            0x00c0 => value_of(0x003c).filter(|&cy| cy > 0).map(|cy| format!("#  {:>6.2}  insn per cycle", c.value as f64 / cy as f64)),
-            0x00c5 => value_of(0x00c4).filter(|&b| b > 0).map(|b| format!("#  {:>6.2}% of all branches", 100.0 * c.value as f64 / b as f64)),
+            0x00c0 => value_of(0x003c)
+                .filter(|&cy| cy > 0)
+                .map(|cy| format!("#  {:>6.2}  insn per cycle", c.value as f64 / cy as f64)),
+            0x00c5 => value_of(0x00c4)
+                .filter(|&b| b > 0)
+                .map(|b| format!("#  {:>6.2}% of all branches", 100.0 * c.value as f64 / b as f64)),
             _ => None,
         };
         let line = format!("{:>20}      {:<24}  {}", thousands(c.value), name, note.unwrap_or_default());
@@ -94,7 +102,8 @@ pub fn render(command: &str, agent: &AgentData, seconds: f64, backend: &str) -> 
         out.push_str("\n Per task:\n");
         for c in per_task {
             let task = agent.tasks.get(&c.task).cloned().unwrap_or_else(|| format!("task-{}", c.task));
-            let value = if c.flags & COUNT_UNSUPPORTED != 0 { "<not supported>".to_owned() } else { thousands(c.value) };
+            let value =
+                if c.flags & COUNT_UNSUPPORTED != 0 { "<not supported>".to_owned() } else { thousands(c.value) };
             out.push_str(&format!("  {:<16} {:>18}      {}\n", task, value, events::by_raw(c.event).name));
         }
     }
@@ -113,7 +122,9 @@ mod tests {
     #[test]
     fn renders_like_perf_stat() {
         let mut agent = AgentData::default();
-        for (event, flags, value) in [(0x003c, 0, 2_000_000), (0x00c0, 0, 1_000_000), (0x00c4, 0, 100_000), (0x00c5, COUNT_UNSUPPORTED, 0)] {
+        for (event, flags, value) in
+            [(0x003c, 0, 2_000_000), (0x00c0, 0, 1_000_000), (0x00c4, 0, 100_000), (0x00c5, COUNT_UNSUPPORTED, 0)]
+        {
             agent.counts.push(CountRecord { event, flags, task: 0, value });
         }
         let out = render("ftest 3", &agent, 1.5, "perf");
@@ -123,6 +134,9 @@ mod tests {
         assert!(out.contains("     <not supported>      branch-misses"), "{out}");
         assert!(out.contains("1.500000000 seconds time elapsed"), "{out}");
         assert_eq!(agent_cmdline("stat -e 0x00c0", &["3".into()], ""), "stat -e 0x00c0 -- 3");
-        assert_eq!(raw_list(&[events::parse("cycles").unwrap(), events::parse("ref-cycles").unwrap()]), "0x003c,0x013c");
+        assert_eq!(
+            raw_list(&[events::parse("cycles").unwrap(), events::parse("ref-cycles").unwrap()]),
+            "0x003c,0x013c"
+        );
     }
 }

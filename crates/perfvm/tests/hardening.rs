@@ -32,7 +32,10 @@ fn deny_list_with_and_without_the_measured_event() {
 fn fixed_counters_obey_the_bitmap() {
     require_kvm!();
     // The agent counts instructions on FIXED_CTR0 when it exists (exact backend).
-    assert_eq!(counts_under("action = \"allow\"\nfixed_counters = 0\nevents = [ { event = 0xc0 } ]\n", "instructions"), vec![0]);
+    assert_eq!(
+        counts_under("action = \"allow\"\nfixed_counters = 0\nevents = [ { event = 0xc0 } ]\n", "instructions"),
+        vec![0]
+    );
     assert!(counts_under("action = \"allow\"\nfixed_counters = 1\n", "instructions")[0] > 900_000);
     assert_eq!(counts_under("action = \"deny\"\nfixed_counters = 1\n", "instructions"), vec![0]);
 }
@@ -50,7 +53,18 @@ fn bad_filter_file_is_a_one_line_error_naming_the_line() {
 fn hostile_guest_gets_gp_exactly_where_the_sdm_says() {
     require_kvm!();
     for (backend, policy) in [("perf", "reuse"), ("perf", "legacy"), ("exact", "reuse")] {
-        let o = perfvm(&["run", "hostile", "--backend", backend, "--policy", policy, "--timeout", "300", "--cmdline", "300"]);
+        let o = perfvm(&[
+            "run",
+            "hostile",
+            "--backend",
+            backend,
+            "--policy",
+            policy,
+            "--timeout",
+            "300",
+            "--cmdline",
+            "300",
+        ]);
         let out = stdout(&o);
         assert_eq!(code(&o), 0, "{backend}/{policy}: {out}{}", stderr(&o));
         let last = out.trim_end().lines().last().unwrap_or("");

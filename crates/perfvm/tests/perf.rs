@@ -16,13 +16,19 @@ fn json(o: &std::process::Output) -> serde_json::Value {
 }
 
 fn count(doc: &serde_json::Value, event: &str) -> Option<u64> {
-    doc["counts"].as_array().unwrap().iter().find(|c| c["event"] == event && c["task"] == 0 && c["supported"] == true).and_then(|c| c["value"].as_u64())
+    doc["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["event"] == event && c["task"] == 0 && c["supported"] == true)
+        .and_then(|c| c["value"].as_u64())
 }
 
 #[test]
 fn stat_exact_counts_are_exact_and_repeatable() {
     require_kvm!();
-    let run = || json(&perfvm(&["stat", "--json", "--backend", "exact", "-e", "instructions,branches,cycles", "ftest"]));
+    let run =
+        || json(&perfvm(&["stat", "--json", "--backend", "exact", "-e", "instructions,branches,cycles", "ftest"]));
     let (a, b) = (run(), run());
     let insns = count(&a, "instructions").expect("instructions counted");
     assert_eq!(Some(insns), count(&b, "instructions"), "same count every run");
@@ -50,7 +56,10 @@ fn stat_prints_perf_shaped_output() {
     assert!(err.contains(" Performance counter stats for 'ftest':"), "{err}");
     assert!(err.contains("seconds time elapsed"), "{err}");
     let cycles = err.lines().find(|l| l.trim_end().ends_with("cycles")).expect("cycles line");
-    assert!(cycles.trim_start().chars().next().unwrap().is_ascii_digit() && cycles.contains(','), "thousands separators: {cycles}");
+    assert!(
+        cycles.trim_start().chars().next().unwrap().is_ascii_digit() && cycles.contains(','),
+        "thousands separators: {cycles}"
+    );
     // No host PMU here: the perf backend counts cycles from a clock and says instructions
     // are not supported rather than inventing them (a host with a PMU counts both).
     if !err.contains("<not supported>      instructions") {
@@ -81,7 +90,8 @@ fn record_and_report_rank_qux_first_within_tvd_bound() {
     let o = perfvm(&["report", "--compare", &reference, &sampled]);
     assert_eq!(code(&o), 0);
     let out = stdout(&o);
-    let tvd: f64 = out.lines().find_map(|l| l.strip_prefix("# total variation distance: ")).unwrap().trim().parse().unwrap();
+    let tvd: f64 =
+        out.lines().find_map(|l| l.strip_prefix("# total variation distance: ")).unwrap().trim().parse().unwrap();
     assert!(tvd <= 0.02, "TVD {tvd} > 0.02\n{out}");
 
     let svg = tmp("flame.svg");
@@ -107,12 +117,19 @@ fn per_task_counts_add_up_to_the_whole() {
     require_kvm!();
     let doc = json(&perfvm(&["stat", "--json", "--backend", "exact", "-p", "-e", "instructions", "tasks"]));
     let counts = doc["counts"].as_array().unwrap();
-    let of_task = |t: u64| counts.iter().find(|c| c["task"] == t && c["event"] == "instructions").and_then(|c| c["value"].as_u64()).unwrap();
+    let of_task = |t: u64| {
+        counts
+            .iter()
+            .find(|c| c["task"] == t && c["event"] == "instructions")
+            .and_then(|c| c["value"].as_u64())
+            .unwrap()
+    };
     let (whole, a, b) = (of_task(0), of_task(1), of_task(2));
     assert!(a + b <= whole, "tasks {a} + {b} exceed the whole {whole}");
     assert!((a + b) as f64 >= 0.95 * whole as f64, "tasks {a} + {b} far below the whole {whole}");
     let ratio = a as f64 / b as f64;
     assert!((1.6..2.4).contains(&ratio), "task-a does about twice task-b's work: {ratio:.2}");
-    let names: Vec<_> = counts.iter().filter(|c| c["task"] != 0).map(|c| c["task_name"].as_str().unwrap_or("")).collect();
+    let names: Vec<_> =
+        counts.iter().filter(|c| c["task"] != 0).map(|c| c["task_name"].as_str().unwrap_or("")).collect();
     assert!(names.contains(&"task-a") && names.contains(&"task-b"), "{names:?}");
 }

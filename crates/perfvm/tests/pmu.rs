@@ -7,7 +7,18 @@ use common::*;
 /// Run pmu_arch and return its console, asserting the suite's last line says no failures.
 fn pmu_arch(backend: &str, policy: &str) -> String {
     let cmdline = if backend == "exact" { "exact" } else { "" };
-    let o = perfvm(&["run", "pmu_arch", "--backend", backend, "--policy", policy, "--cmdline", cmdline, "--timeout", "300"]);
+    let o = perfvm(&[
+        "run",
+        "pmu_arch",
+        "--backend",
+        backend,
+        "--policy",
+        policy,
+        "--cmdline",
+        cmdline,
+        "--timeout",
+        "300",
+    ]);
     let out = stdout(&o);
     assert_eq!(code(&o), 0, "pmu_arch {backend}/{policy}:\n{out}\n{}", stderr(&o));
     let last = out.trim_end().lines().last().unwrap_or("");
@@ -63,13 +74,22 @@ fn stats_report_vpmu_telemetry() {
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let pmu = &doc["stats"]["pmu"];
     assert_eq!(pmu["backend"], "perf");
-    assert!(pmu["backend_detail"].as_str().unwrap().contains("task-clock") || pmu["backend_detail"].as_str().unwrap().contains("hardware"));
+    assert!(
+        pmu["backend_detail"].as_str().unwrap().contains("task-clock")
+            || pmu["backend_detail"].as_str().unwrap().contains("hardware")
+    );
     assert!(pmu["model"]["events_created"].as_u64().unwrap() > 0);
     assert!(pmu["vmm"]["msr_exits"].as_u64().unwrap() > 100);
     assert!(pmu["vmm"]["pmis_delivered"].as_u64().unwrap() >= 2);
     assert!(pmu["host_syscalls"].as_u64().unwrap() > 0);
     // Every PMU MSR exit is accounted to an operation.
-    let ops: u64 = pmu["vmm"]["ops"].as_object().unwrap().iter().filter(|(k, _)| *k != "pmi-delivery").map(|(_, v)| v["count"].as_u64().unwrap()).sum();
+    let ops: u64 = pmu["vmm"]["ops"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "pmi-delivery")
+        .map(|(_, v)| v["count"].as_u64().unwrap())
+        .sum();
     assert_eq!(ops, pmu["vmm"]["msr_exits"].as_u64().unwrap());
 }
 

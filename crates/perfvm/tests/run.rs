@@ -143,7 +143,8 @@ fn truncated_elf() {
 
 #[test]
 fn bad_multiboot_checksum() {
-    let mut bytes = std::fs::read(std::path::Path::new(env!("PERFVM_GUEST_DIR_FOR_TESTS")).join("mbtest.elf")).expect("mbtest built");
+    let mut bytes = std::fs::read(std::path::Path::new(env!("PERFVM_GUEST_DIR_FOR_TESTS")).join("mbtest.elf"))
+        .expect("mbtest built");
     let at = bytes.windows(4).position(|w| w == 0x1bad_b002u32.to_le_bytes()).expect("multiboot header");
     bytes[at + 8] ^= 1;
     let path = temp_file("badsum.elf", &bytes);

@@ -44,7 +44,8 @@ fn idle_pmu_costs_no_syscall_per_exit() {
     }
     let off = stats_json(&["portio", "--pmu", "off"]);
     let on = stats_json(&["portio", "--pmu", "on"]);
-    let per_run = |d: &serde_json::Value| d["stats"]["vcpu_syscalls"].as_f64().unwrap() / d["stats"]["entries"].as_f64().unwrap();
+    let per_run =
+        |d: &serde_json::Value| d["stats"]["vcpu_syscalls"].as_f64().unwrap() / d["stats"]["entries"].as_f64().unwrap();
     let (a, b) = (per_run(&off), per_run(&on));
     assert!(off["stats"]["entries"].as_u64().unwrap() > 2000);
     assert!((a - b).abs() < 0.002, "syscalls per KVM_RUN: pmu off {a:.4}, pmu on (idle) {b:.4}");
@@ -84,7 +85,8 @@ fn batched_programming_of_8_counters_takes_one_exit() {
 #[test]
 fn sampling_with_host_nmis_completes() {
     require_kvm!();
-    let doc = stats_json(&["ftest", "--nmi-every", "1", "--timeout", "120", "--cmdline", "record -e 0x003c -c 1222701 -- 1"]);
+    let doc =
+        stats_json(&["ftest", "--nmi-every", "1", "--timeout", "120", "--cmdline", "record -e 0x003c -c 1222701 -- 1"]);
     assert_eq!(doc["exit_code"], 0);
     let r = &doc["stats"]["requests"];
     assert!(r["pmi_nmis"].as_u64().unwrap() > 100, "{r}");

@@ -5,15 +5,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use pmu::{ArchEvent, EventSel, Initiator, MockSource, MsrIndex, Pmu, PmuConfig, Policy};
 use std::hint::black_box;
 
-const POLICIES: [(&str, Policy); 2] = [
-    (
-        "reuse",
-        Policy::Reuse {
-            release_after_ns: 1_000_000,
-        },
-    ),
-    ("legacy", Policy::Legacy),
-];
+const POLICIES: [(&str, Policy); 2] =
+    [("reuse", Policy::Reuse { release_after_ns: 1_000_000 }), ("legacy", Policy::Legacy)];
 
 fn sel() -> u64 {
     let (e, u) = ArchEvent::Instructions.select();
@@ -21,14 +14,7 @@ fn sel() -> u64 {
 }
 
 fn programmed(policy: Policy) -> Pmu<MockSource> {
-    let mut p = Pmu::new(
-        PmuConfig {
-            policy,
-            ..PmuConfig::default()
-        },
-        MockSource::new(),
-    )
-    .unwrap();
+    let mut p = Pmu::new(PmuConfig { policy, ..PmuConfig::default() }, MockSource::new()).unwrap();
     for i in 0..4 {
         let _ = p.set_msr(MsrIndex::perfevtsel(i), sel(), Initiator::Guest);
     }
@@ -50,8 +36,7 @@ fn bench(c: &mut Criterion) {
             let mut v = sel();
             b.iter(|| {
                 v ^= EventSel::EN;
-                let _ =
-                    black_box(p.set_msr(MsrIndex::perfevtsel(0), black_box(v), Initiator::Guest));
+                let _ = black_box(p.set_msr(MsrIndex::perfevtsel(0), black_box(v), Initiator::Guest));
                 trim(&mut p);
             });
         });
@@ -63,11 +48,7 @@ fn bench(c: &mut Criterion) {
         g.bench_function(BenchmarkId::from_parameter(name), |b| {
             let mut p = programmed(policy);
             b.iter(|| {
-                let _ = black_box(p.set_msr(
-                    MsrIndex::perfevtsel(0),
-                    black_box(sel()),
-                    Initiator::Guest,
-                ));
+                let _ = black_box(p.set_msr(MsrIndex::perfevtsel(0), black_box(sel()), Initiator::Guest));
             });
         });
     }
@@ -80,11 +61,7 @@ fn bench(c: &mut Criterion) {
             let mut v = 0xFu64;
             b.iter(|| {
                 v ^= 0xF;
-                let _ = black_box(p.set_msr(
-                    MsrIndex::IA32_PERF_GLOBAL_CTRL,
-                    black_box(v),
-                    Initiator::Guest,
-                ));
+                let _ = black_box(p.set_msr(MsrIndex::IA32_PERF_GLOBAL_CTRL, black_box(v), Initiator::Guest));
                 trim(&mut p);
             });
         });

@@ -7,9 +7,7 @@ use crate::error::ConfigError;
 use crate::event::{ArchEvent, EventSet, FIXED_EVENTS};
 use crate::eventsel::FixedCtrl;
 use crate::msr::{MsrIndex, MsrRange};
-use crate::pebs::{
-    MISC_ENABLE_BTS_UNAVAIL, MISC_ENABLE_EMON, MISC_ENABLE_PEBS_UNAVAIL, PEBS_RECORD_FORMAT,
-};
+use crate::pebs::{MISC_ENABLE_BTS_UNAVAIL, MISC_ENABLE_EMON, MISC_ENABLE_PEBS_UNAVAIL, PEBS_RECORD_FORMAT};
 use crate::pmc::{PmcIdx, COUNTER_MASK, COUNTER_WIDTH, MAX_FIXED_COUNTERS, MAX_GP_COUNTERS};
 
 /// Architectural perfmon version the model implements.
@@ -47,28 +45,18 @@ pub struct PmuCaps {
 
 impl PmuCaps {
     /// Caps for `gp_counters` GP counters over a backend that counts `available` honestly.
-    pub fn new(
-        gp_counters: u8,
-        full_width_writes: bool,
-        available: EventSet,
-    ) -> Result<PmuCaps, ConfigError> {
+    pub fn new(gp_counters: u8, full_width_writes: bool, available: EventSet) -> Result<PmuCaps, ConfigError> {
         if !(1..=MAX_GP_COUNTERS).contains(&gp_counters) {
             return Err(ConfigError::GpCounters(gp_counters));
         }
-        let fixed_counters = FIXED_EVENTS
-            .iter()
-            .take_while(|&&e| available.contains(e))
-            .count() as u8;
+        let fixed_counters = FIXED_EVENTS.iter().take_while(|&&e| available.contains(e)).count() as u8;
         debug_assert!(fixed_counters <= MAX_FIXED_COUNTERS);
         let gp_bits = (1u64 << gp_counters) - 1;
         let fixed_bits = ((1u64 << fixed_counters) - 1) << PmcIdx::FIXED_BASE;
         let counters = gp_bits | fixed_bits;
         // Per fixed counter OS|USR|PMI are writable; ANY (bit 2) is reserved in v2 (KVM: 0xb).
         let fixed_ctrl_ok = (0..fixed_counters)
-            .map(|j| {
-                u64::from(FixedCtrl::OS | FixedCtrl::USR | FixedCtrl::PMI)
-                    << (j as u32 * FixedCtrl::BITS)
-            })
+            .map(|j| u64::from(FixedCtrl::OS | FixedCtrl::USR | FixedCtrl::PMI) << (j as u32 * FixedCtrl::BITS))
             .fold(0, |a, b| a | b);
         Ok(PmuCaps {
             gp_counters,
@@ -100,11 +88,7 @@ impl PmuCaps {
         full_width_writes: bool,
         backend: &B,
     ) -> Result<PmuCaps, ConfigError> {
-        PmuCaps::new(
-            gp_counters,
-            full_width_writes,
-            EventSet::from_fn(|e| backend.supports(e)),
-        )
+        PmuCaps::new(gp_counters, full_width_writes, EventSet::from_fn(|e| backend.supports(e)))
     }
 
     /// Whether this PMU has software PEBS.
@@ -124,11 +108,7 @@ impl PmuCaps {
     /// IA32_MISC_ENABLE at reset: what KVM gives a vCPU with a PMU: perfmon available, BTS
     /// unavailable, PEBS unavailable unless this PMU has PEBS.
     pub const fn misc_enable_reset(&self) -> u64 {
-        let unavail = if self.pebs {
-            0
-        } else {
-            MISC_ENABLE_PEBS_UNAVAIL
-        };
+        let unavail = if self.pebs { 0 } else { MISC_ENABLE_PEBS_UNAVAIL };
         MISC_ENABLE_EMON | MISC_ENABLE_BTS_UNAVAIL | unavail
     }
 
@@ -208,9 +188,8 @@ impl PmuCaps {
             v |= PERF_CAP_FW_WRITE;
         }
         if self.pebs {
-            v |= PERF_CAP_PEBS_TRAP
-                | PERF_CAP_PEBS_ARCH_REG
-                | (PEBS_RECORD_FORMAT as u64) << PERF_CAP_PEBS_FORMAT_SHIFT;
+            v |=
+                PERF_CAP_PEBS_TRAP | PERF_CAP_PEBS_ARCH_REG | (PEBS_RECORD_FORMAT as u64) << PERF_CAP_PEBS_FORMAT_SHIFT;
         }
         v
     }
@@ -224,10 +203,7 @@ impl PmuCaps {
     /// CPUID leaf 0xA as `[eax, ebx, ecx, edx]`. EBX sets a bit for every architectural
     /// event the backend cannot count (never advertise what is not counted honestly).
     pub fn cpuid_0xa(&self) -> [u32; 4] {
-        let eax = PMU_VERSION
-            | u32::from(self.gp_counters) << 8
-            | COUNTER_WIDTH << 16
-            | ARCH_EVENT_VECTOR_LEN << 24;
+        let eax = PMU_VERSION | u32::from(self.gp_counters) << 8 | COUNTER_WIDTH << 16 | ARCH_EVENT_VECTOR_LEN << 24;
         let ebx = u32::from(!self.available.bits()) & ((1 << ARCH_EVENT_VECTOR_LEN) - 1);
         let edx = u32::from(self.fixed_counters) | COUNTER_WIDTH << 5;
         [eax, ebx, 0, edx]
@@ -237,43 +213,22 @@ impl PmuCaps {
     pub fn msr_ranges(&self) -> Vec<MsrRange> {
         let gp = u32::from(self.gp_counters);
         let mut v = vec![
-            MsrRange {
-                base: MsrIndex::IA32_PMC0,
-                count: gp,
-            },
-            MsrRange {
-                base: MsrIndex::IA32_PERFEVTSEL0,
-                count: gp,
-            },
+            MsrRange { base: MsrIndex::IA32_PMC0, count: gp },
+            MsrRange { base: MsrIndex::IA32_PERFEVTSEL0, count: gp },
         ];
         if self.fixed_counters > 0 {
-            v.push(MsrRange {
-                base: MsrIndex::IA32_FIXED_CTR0,
-                count: u32::from(self.fixed_counters),
-            });
+            v.push(MsrRange { base: MsrIndex::IA32_FIXED_CTR0, count: u32::from(self.fixed_counters) });
         }
-        v.push(MsrRange {
-            base: MsrIndex::IA32_PERF_CAPABILITIES,
-            count: 1,
-        });
+        v.push(MsrRange { base: MsrIndex::IA32_PERF_CAPABILITIES, count: 1 });
         // FIXED_CTR_CTRL, GLOBAL_STATUS, GLOBAL_CTRL, GLOBAL_OVF_CTRL are contiguous.
-        v.push(MsrRange {
-            base: MsrIndex::IA32_FIXED_CTR_CTRL,
-            count: 4,
-        });
+        v.push(MsrRange { base: MsrIndex::IA32_FIXED_CTR_CTRL, count: 4 });
         if self.full_width_writes {
-            v.push(MsrRange {
-                base: MsrIndex::IA32_A_PMC0,
-                count: gp,
-            });
+            v.push(MsrRange { base: MsrIndex::IA32_A_PMC0, count: gp });
         }
         // MISC_ENABLE always: its PEBS_UNAVAIL bit must match the model, whatever the
         // host's KVM would say. Without PEBS, PEBS_ENABLE / DS_AREA stay with KVM, which
         // #GPs them for a vCPU without PEBS.
-        v.push(MsrRange {
-            base: MsrIndex::IA32_MISC_ENABLE,
-            count: 1,
-        });
+        v.push(MsrRange { base: MsrIndex::IA32_MISC_ENABLE, count: 1 });
         if self.pebs {
             for base in [MsrIndex::IA32_PEBS_ENABLE, MsrIndex::IA32_DS_AREA] {
                 v.push(MsrRange { base, count: 1 });
@@ -294,14 +249,8 @@ mod tests {
 
     #[test]
     fn counter_count_limits() {
-        assert_eq!(
-            PmuCaps::new(0, true, EventSet::ALL),
-            Err(ConfigError::GpCounters(0))
-        );
-        assert_eq!(
-            PmuCaps::new(9, true, EventSet::ALL),
-            Err(ConfigError::GpCounters(9))
-        );
+        assert_eq!(PmuCaps::new(0, true, EventSet::ALL), Err(ConfigError::GpCounters(0)));
+        assert_eq!(PmuCaps::new(9, true, EventSet::ALL), Err(ConfigError::GpCounters(9)));
         assert!(PmuCaps::new(1, true, EventSet::ALL).is_ok());
         assert!(PmuCaps::new(8, true, EventSet::ALL).is_ok());
     }
@@ -332,16 +281,10 @@ mod tests {
     #[test]
     fn cpuid_fixed_prefix_rule() {
         // instructions + cycles but no reference cycles: FIXED_CTR0..1 only.
-        assert_eq!(
-            caps(4, true, &[Instructions, CoreCycles]).fixed_counters(),
-            2
-        );
+        assert_eq!(caps(4, true, &[Instructions, CoreCycles]).fixed_counters(), 2);
         assert_eq!(caps(4, true, &[Instructions]).fixed_counters(), 1);
         // reference cycles alone does not bring FIXED_CTR2: the prefix is broken.
-        assert_eq!(
-            caps(4, true, &[Instructions, RefCycles]).fixed_counters(),
-            1
-        );
+        assert_eq!(caps(4, true, &[Instructions, RefCycles]).fixed_counters(), 1);
         let c = caps(4, true, &[Instructions, CoreCycles]);
         assert_eq!(c.cpuid_0xa()[3], 2 | 48 << 5);
         assert_eq!(c.cpuid_0xa()[1], 0b111_1100);
@@ -351,19 +294,13 @@ mod tests {
     fn cpuid_exact_backend() {
         // An exact single-step backend: instructions and branches only.
         let c = caps(2, false, &[Instructions, Branches]);
-        assert_eq!(
-            c.cpuid_0xa(),
-            [2 | 2 << 8 | 48 << 16 | 7 << 24, 0b101_1101, 0, 1 | 48 << 5]
-        );
+        assert_eq!(c.cpuid_0xa(), [2 | 2 << 8 | 48 << 16 | 7 << 24, 0b101_1101, 0, 1 | 48 << 5]);
     }
 
     #[test]
     fn cpuid_nothing_countable() {
         let c = caps(1, false, &[]);
-        assert_eq!(
-            c.cpuid_0xa(),
-            [2 | 1 << 8 | 48 << 16 | 7 << 24, 0x7F, 0, 48 << 5]
-        );
+        assert_eq!(c.cpuid_0xa(), [2 | 1 << 8 | 48 << 16 | 7 << 24, 0x7F, 0, 48 << 5]);
     }
 
     #[test]
@@ -390,31 +327,14 @@ mod tests {
 
     #[test]
     fn msr_ranges_exact() {
-        let r = |b: u32, n: u32| MsrRange {
-            base: MsrIndex(b),
-            count: n,
-        };
+        let r = |b: u32, n: u32| MsrRange { base: MsrIndex(b), count: n };
         assert_eq!(
             caps(4, true, &ArchEvent::ALL).msr_ranges(),
-            vec![
-                r(0xC1, 4),
-                r(0x186, 4),
-                r(0x309, 3),
-                r(0x345, 1),
-                r(0x38D, 4),
-                r(0x4C1, 4),
-                r(0x1A0, 1)
-            ]
+            vec![r(0xC1, 4), r(0x186, 4), r(0x309, 3), r(0x345, 1), r(0x38D, 4), r(0x4C1, 4), r(0x1A0, 1)]
         );
         assert_eq!(
             caps(2, false, &[]).msr_ranges(),
-            vec![
-                r(0xC1, 2),
-                r(0x186, 2),
-                r(0x345, 1),
-                r(0x38D, 4),
-                r(0x1A0, 1)
-            ]
+            vec![r(0xC1, 2), r(0x186, 2), r(0x345, 1), r(0x38D, 4), r(0x1A0, 1)]
         );
     }
 
@@ -429,37 +349,20 @@ mod tests {
         assert_eq!(c.perf_capabilities(), 0x1C0, "PDCM even without FW_WRITE");
         assert!(c.has_perf_capabilities());
         assert_eq!(c.pebs_enable_reserved(), !0xF);
-        assert_eq!(
-            caps(8, true, &[]).with_pebs(true).pebs_enable_reserved(),
-            !0xFF
-        );
+        assert_eq!(caps(8, true, &[]).with_pebs(true).pebs_enable_reserved(), !0xFF);
         assert_eq!(caps(4, true, &[]).pebs_enable_reserved(), u64::MAX);
         assert_eq!(c.misc_enable_reset(), 0x880);
         assert_eq!(caps(4, true, &[]).misc_enable_reset(), 0x1880);
         // The cpuid leaf does not change.
-        assert_eq!(
-            c.cpuid_0xa(),
-            caps(4, false, &[]).with_pebs(false).cpuid_0xa()
-        );
+        assert_eq!(c.cpuid_0xa(), caps(4, false, &[]).with_pebs(false).cpuid_0xa());
     }
 
     #[test]
     fn pebs_msr_ranges_only_with_pebs() {
-        let r = |b: u32, n: u32| MsrRange {
-            base: MsrIndex(b),
-            count: n,
-        };
+        let r = |b: u32, n: u32| MsrRange { base: MsrIndex(b), count: n };
         assert_eq!(
             caps(2, false, &[]).with_pebs(true).msr_ranges(),
-            vec![
-                r(0xC1, 2),
-                r(0x186, 2),
-                r(0x345, 1),
-                r(0x38D, 4),
-                r(0x1A0, 1),
-                r(0x3F1, 1),
-                r(0x600, 1)
-            ]
+            vec![r(0xC1, 2), r(0x186, 2), r(0x345, 1), r(0x38D, 4), r(0x1A0, 1), r(0x3F1, 1), r(0x600, 1)]
         );
         let without = caps(2, false, &[]).msr_ranges();
         for msr in [0x3F1, 0x600] {

@@ -56,11 +56,7 @@ impl<B: CountSource> Pmu<B> {
         let pebs_armed = self.is_pebs_armed(idx);
         let pmc = &mut self.pmcs[idx.slot()];
         pmc.needs_arm = false;
-        let after = if pebs_armed {
-            1
-        } else {
-            period_to_overflow(pmc.saved)
-        };
+        let after = if pebs_armed { 1 } else { period_to_overflow(pmc.saved) };
         self.host.arm_overflow(idx, Some(after));
     }
 
@@ -70,11 +66,7 @@ impl<B: CountSource> Pmu<B> {
         match self.host.open(idx, &config) {
             Ok(()) => {
                 let pmc = &mut self.pmcs[idx.slot()];
-                pmc.host = Some(HostEvent {
-                    config,
-                    enabled: false,
-                    idle_since: None,
-                });
+                pmc.host = Some(HostEvent { config, enabled: false, idle_since: None });
                 pmc.raw_start = 0;
                 pmc.needs_arm = true;
                 self.open_mask |= idx.mask();

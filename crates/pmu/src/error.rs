@@ -32,9 +32,7 @@ pub enum RestoreError {
     #[error("Unsupported snapshot format {0}")]
     Format(u32),
     /// The snapshot has a different number of counters than this PMU.
-    #[error(
-        "Snapshot has {found_gp} GP and {found_fixed} fixed counters, PMU has {gp} and {fixed}"
-    )]
+    #[error("Snapshot has {found_gp} GP and {found_fixed} fixed counters, PMU has {gp} and {fixed}")]
     Shape {
         /// GP counters in the snapshot.
         found_gp: usize,

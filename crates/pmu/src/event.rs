@@ -25,11 +25,7 @@ pub enum ArchEvent {
 
 /// Event each fixed counter counts: FIXED_CTR0 instructions, 1 core cycles, 2 reference
 /// cycles (SDM "Fixed-function Performance Counters"; KVM `fixed_pmc_events`).
-pub const FIXED_EVENTS: [ArchEvent; 3] = [
-    ArchEvent::Instructions,
-    ArchEvent::CoreCycles,
-    ArchEvent::RefCycles,
-];
+pub const FIXED_EVENTS: [ArchEvent; 3] = [ArchEvent::Instructions, ArchEvent::CoreCycles, ArchEvent::RefCycles];
 
 impl ArchEvent {
     /// All architectural events in CPUID bit order.
@@ -63,9 +59,7 @@ impl ArchEvent {
 
     /// The architectural event selected by `event`/`umask`, if any.
     pub fn from_select(event: u8, umask: u8) -> Option<ArchEvent> {
-        ArchEvent::ALL
-            .into_iter()
-            .find(|e| e.select() == (event, umask))
+        ArchEvent::ALL.into_iter().find(|e| e.select() == (event, umask))
     }
 }
 
@@ -81,10 +75,7 @@ impl EventSet {
 
     /// The events for which `pred` holds.
     pub fn from_fn(mut pred: impl FnMut(ArchEvent) -> bool) -> EventSet {
-        ArchEvent::ALL
-            .into_iter()
-            .filter(|&e| pred(e))
-            .fold(EventSet::EMPTY, EventSet::with)
+        ArchEvent::ALL.into_iter().filter(|&e| pred(e)).fold(EventSet::EMPTY, EventSet::with)
     }
 
     /// This set plus `event`.
@@ -146,21 +137,12 @@ mod tests {
 
     #[test]
     fn fixed_events_follow_sdm_order() {
-        assert_eq!(
-            FIXED_EVENTS,
-            [
-                ArchEvent::Instructions,
-                ArchEvent::CoreCycles,
-                ArchEvent::RefCycles
-            ]
-        );
+        assert_eq!(FIXED_EVENTS, [ArchEvent::Instructions, ArchEvent::CoreCycles, ArchEvent::RefCycles]);
     }
 
     #[test]
     fn event_set_ops() {
-        let s: EventSet = [ArchEvent::CoreCycles, ArchEvent::LlcMisses]
-            .into_iter()
-            .collect();
+        let s: EventSet = [ArchEvent::CoreCycles, ArchEvent::LlcMisses].into_iter().collect();
         assert_eq!(s.bits(), 0b1_0001);
         assert!(s.contains(ArchEvent::LlcMisses));
         assert!(!s.contains(ArchEvent::Instructions));

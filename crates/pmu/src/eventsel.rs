@@ -119,34 +119,15 @@ mod tests {
     #[test]
     fn eventsel_fields() {
         let v = EventSel(
-            0xA5 << 24
-                | 1 << 23
-                | 1 << 22
-                | 1 << 20
-                | 1 << 19
-                | 1 << 18
-                | 1 << 17
-                | 1 << 16
-                | 0x4F << 8
-                | 0x2E,
+            0xA5 << 24 | 1 << 23 | 1 << 22 | 1 << 20 | 1 << 19 | 1 << 18 | 1 << 17 | 1 << 16 | 0x4F << 8 | 0x2E,
         );
         assert_eq!(v.event(), 0x2E);
         assert_eq!(v.umask(), 0x4F);
         assert_eq!(v.cmask(), 0xA5);
-        assert!(
-            v.usr() && v.os() && v.edge() && v.pin_control() && v.int() && v.enabled() && v.inv()
-        );
+        assert!(v.usr() && v.os() && v.edge() && v.pin_control() && v.int() && v.enabled() && v.inv());
         assert_eq!(v.arch_event(), Some(ArchEvent::LlcReferences));
         let z = EventSel(0);
-        assert!(
-            !(z.usr()
-                || z.os()
-                || z.edge()
-                || z.pin_control()
-                || z.int()
-                || z.enabled()
-                || z.inv())
-        );
+        assert!(!(z.usr() || z.os() || z.edge() || z.pin_control() || z.int() || z.enabled() || z.inv()));
         assert_eq!(z.arch_event(), None);
     }
 

@@ -89,21 +89,13 @@ impl PmuEventFilter {
     /// A filter that lets exactly `events` count on GP counters, and fixed counters whose bit
     /// is set in `fixed_counter_bitmap`.
     pub fn allow(events: impl IntoIterator<Item = (u8, u8)>, fixed_counter_bitmap: u32) -> Self {
-        PmuEventFilter {
-            action: FilterAction::Allow,
-            events: events.into_iter().collect(),
-            fixed_counter_bitmap,
-        }
+        PmuEventFilter { action: FilterAction::Allow, events: events.into_iter().collect(), fixed_counter_bitmap }
     }
 
     /// A filter that keeps `events` from counting on GP counters, and fixed counters whose
     /// bit is set in `fixed_counter_bitmap`.
     pub fn deny(events: impl IntoIterator<Item = (u8, u8)>, fixed_counter_bitmap: u32) -> Self {
-        PmuEventFilter {
-            action: FilterAction::Deny,
-            events: events.into_iter().collect(),
-            fixed_counter_bitmap,
-        }
+        PmuEventFilter { action: FilterAction::Deny, events: events.into_iter().collect(), fixed_counter_bitmap }
     }
 
     /// Whether a GP counter programmed with `event`/`umask` may count (KVM
@@ -121,31 +113,20 @@ impl PmuEventFilter {
 
     /// Parses the TOML file format (see the module docs).
     pub fn from_toml_str(text: &str) -> Result<Self, FilterError> {
-        toml::from_str::<RawFilter>(text)
-            .map(RawFilter::into_filter)
-            .map_err(|e| {
-                let (line, column) = e
-                    .span()
-                    .map_or((1, 1), |span| line_column(text, span.start));
-                FilterError {
-                    format: FilterFormat::Toml,
-                    line,
-                    column,
-                    message: e.message().trim_end().to_owned(),
-                }
-            })
+        toml::from_str::<RawFilter>(text).map(RawFilter::into_filter).map_err(|e| {
+            let (line, column) = e.span().map_or((1, 1), |span| line_column(text, span.start));
+            FilterError { format: FilterFormat::Toml, line, column, message: e.message().trim_end().to_owned() }
+        })
     }
 
     /// Parses the JSON file format (see the module docs).
     pub fn from_json_str(text: &str) -> Result<Self, FilterError> {
-        serde_json::from_str::<RawFilter>(text)
-            .map(RawFilter::into_filter)
-            .map_err(|e| FilterError {
-                format: FilterFormat::Json,
-                line: e.line(),
-                column: e.column(),
-                message: strip_json_position(&e.to_string()),
-            })
+        serde_json::from_str::<RawFilter>(text).map(RawFilter::into_filter).map_err(|e| FilterError {
+            format: FilterFormat::Json,
+            line: e.line(),
+            column: e.column(),
+            message: strip_json_position(&e.to_string()),
+        })
     }
 
     /// Parses `text` in `format`.
@@ -239,11 +220,7 @@ impl RawFilter {
     fn into_filter(self) -> PmuEventFilter {
         PmuEventFilter {
             action: self.action.0,
-            events: self
-                .events
-                .into_iter()
-                .map(|e| (e.event.0, e.umask.0))
-                .collect(),
+            events: self.events.into_iter().map(|e| (e.event.0, e.umask.0)).collect(),
             fixed_counter_bitmap: self.fixed_counters.0,
         }
     }
@@ -271,9 +248,7 @@ impl<'de> Deserialize<'de> for RawAction {
                 match s {
                     "allow" => Ok(RawAction(FilterAction::Allow)),
                     "deny" => Ok(RawAction(FilterAction::Deny)),
-                    _ => Err(E::custom(format_args!(
-                        "unknown action `{s}`, expected \"allow\" or \"deny\""
-                    ))),
+                    _ => Err(E::custom(format_args!("unknown action `{s}`, expected \"allow\" or \"deny\""))),
                 }
             }
         }
@@ -283,11 +258,7 @@ impl<'de> Deserialize<'de> for RawAction {
 
 /// An unsigned integer no larger than `max`, given as a number or as a string in decimal,
 /// `0x` hex or `0b` binary.
-fn deserialize_uint<'de, D: Deserializer<'de>>(
-    d: D,
-    what: &'static str,
-    max: u64,
-) -> Result<u64, D::Error> {
+fn deserialize_uint<'de, D: Deserializer<'de>>(d: D, what: &'static str, max: u64) -> Result<u64, D::Error> {
     struct V {
         what: &'static str,
         max: u64,
@@ -295,10 +266,7 @@ fn deserialize_uint<'de, D: Deserializer<'de>>(
     impl V {
         fn check<E: de::Error>(&self, v: u64) -> Result<u64, E> {
             if v > self.max {
-                Err(E::custom(format_args!(
-                    "{} {v:#x} is out of range (0..={:#x})",
-                    self.what, self.max
-                )))
+                Err(E::custom(format_args!("{} {v:#x} is out of range (0..={:#x})", self.what, self.max)))
             } else {
                 Ok(v)
             }
@@ -315,10 +283,7 @@ fn deserialize_uint<'de, D: Deserializer<'de>>(
         fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
             match u64::try_from(v) {
                 Ok(v) => self.check(v),
-                Err(_) => Err(E::custom(format_args!(
-                    "{} {v} is negative (expected 0..={:#x})",
-                    self.what, self.max
-                ))),
+                Err(_) => Err(E::custom(format_args!("{} {v} is negative (expected 0..={:#x})", self.what, self.max))),
             }
         }
         fn visit_str<E: de::Error>(self, s: &str) -> Result<u64, E> {
@@ -396,10 +361,7 @@ mod tests {
              events = [ { event = 0xc0, umask = 0x00 }, { event = 0x3c }, { event = \"0x2e\", umask = 79 } ]\n",
         )
         .unwrap();
-        assert_eq!(
-            f,
-            PmuEventFilter::allow([(0xC0, 0), (0x3C, 0), (0x2E, 0x4F)], 0b011)
-        );
+        assert_eq!(f, PmuEventFilter::allow([(0xC0, 0), (0x3C, 0), (0x2E, 0x4F)], 0b011));
     }
 
     #[test]
@@ -427,9 +389,7 @@ mod tests {
 
     #[test]
     fn toml_errors_name_the_line() {
-        let e = toml_err(
-            "action = \"allow\"\nevents = [\n  { event = 0xc0 },\n  { event = 0x1c0 },\n]\n",
-        );
+        let e = toml_err("action = \"allow\"\nevents = [\n  { event = 0xc0 },\n  { event = 0x1c0 },\n]\n");
         assert_eq!((e.line, e.column), (4, 13), "{e}");
         assert!(e.message.contains("event 0x1c0 is out of range"), "{e}");
 
@@ -470,11 +430,7 @@ mod tests {
         let e = toml_err("action = deny\n");
         assert_eq!(e.line, 1, "{e}");
         assert_eq!(e.format, FilterFormat::Toml);
-        assert!(
-            e.to_string()
-                .starts_with("Invalid TOML event filter at line 1"),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with("Invalid TOML event filter at line 1"), "{e}");
     }
 
     #[test]
@@ -504,38 +460,21 @@ mod tests {
         assert_eq!(e.line, 3, "{e}");
         assert!(e.message.contains("unknown field `extra`"), "{e}");
 
-        let e =
-            json_err("{\n  \"action\": \"deny\",\n  \"events\": [ { \"event\": \"0x1ff\" } ]\n}");
+        let e = json_err("{\n  \"action\": \"deny\",\n  \"events\": [ { \"event\": \"0x1ff\" } ]\n}");
         assert_eq!(e.line, 3, "{e}");
 
         let e = json_err("{ \"action\": \"deny\", ");
         assert_eq!(e.line, 1, "{e}");
         assert_eq!(e.format, FilterFormat::Json);
-        assert!(
-            e.to_string()
-                .starts_with("Invalid JSON event filter at line 1"),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with("Invalid JSON event filter at line 1"), "{e}");
     }
 
     #[test]
     fn format_from_path() {
-        assert_eq!(
-            FilterFormat::from_path(Path::new("f.json")),
-            FilterFormat::Json
-        );
-        assert_eq!(
-            FilterFormat::from_path(Path::new("F.JSON")),
-            FilterFormat::Json
-        );
-        assert_eq!(
-            FilterFormat::from_path(Path::new("f.toml")),
-            FilterFormat::Toml
-        );
-        assert_eq!(
-            FilterFormat::from_path(Path::new("filter")),
-            FilterFormat::Toml
-        );
+        assert_eq!(FilterFormat::from_path(Path::new("f.json")), FilterFormat::Json);
+        assert_eq!(FilterFormat::from_path(Path::new("F.JSON")), FilterFormat::Json);
+        assert_eq!(FilterFormat::from_path(Path::new("f.toml")), FilterFormat::Toml);
+        assert_eq!(FilterFormat::from_path(Path::new("filter")), FilterFormat::Toml);
         assert_eq!(
             PmuEventFilter::parse("{\"action\":\"deny\"}", FilterFormat::Json),
             PmuEventFilter::parse("action = 'deny'", FilterFormat::Toml)

@@ -14,10 +14,7 @@ pub(crate) struct HostDriver<B> {
 
 impl<B: CountSource> HostDriver<B> {
     pub fn new(backend: B) -> Self {
-        HostDriver {
-            backend,
-            calls: BackendCalls::default(),
-        }
+        HostDriver { backend, calls: BackendCalls::default() }
     }
     pub fn open(&mut self, pmc: PmcIdx, config: &HostEventConfig) -> Result<(), BackendError> {
         self.calls.open += 1;

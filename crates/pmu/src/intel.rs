@@ -48,9 +48,9 @@ pub(crate) fn decode(caps: &PmuCaps, msr: PmuMsr) -> Option<IntelReg> {
         }
         PmuMsr::FullWidthPmc(_) => None,
         PmuMsr::EventSel(i) => gp(i).map(IntelReg::EventSel),
-        PmuMsr::FixedCtr(j) => PmcIdx::fixed(j)
-            .filter(|&p| caps.has(p))
-            .map(|p| IntelReg::Counter(p, CounterWrite::Fixed)),
+        PmuMsr::FixedCtr(j) => {
+            PmcIdx::fixed(j).filter(|&p| caps.has(p)).map(|p| IntelReg::Counter(p, CounterWrite::Fixed))
+        }
         PmuMsr::FixedCtrCtrl => Some(IntelReg::FixedCtrCtrl),
         PmuMsr::PerfCapabilities => Some(IntelReg::PerfCapabilities),
         PmuMsr::MiscEnable => Some(IntelReg::MiscEnable),
@@ -69,9 +69,7 @@ pub(crate) fn counter_write_value(rule: CounterWrite, data: u64, who: Initiator)
     match (rule, who) {
         (CounterWrite::FullWidth, _) => full_width_write_value(data),
         (CounterWrite::Legacy, Initiator::Guest) => Some(legacy_write_value(data)),
-        (CounterWrite::Legacy, Initiator::Host) | (CounterWrite::Fixed, _) => {
-            Some(data & COUNTER_MASK)
-        }
+        (CounterWrite::Legacy, Initiator::Host) | (CounterWrite::Fixed, _) => Some(data & COUNTER_MASK),
     }
 }
 
@@ -79,11 +77,7 @@ pub(crate) fn counter_write_value(rule: CounterWrite, data: u64, who: Initiator)
 /// number an existing counter (KVM `intel_rdpmc_ecx_to_pmc`).
 pub(crate) fn rdpmc_to_pmc(caps: &PmuCaps, ecx: RdpmcIdx) -> Option<PmcIdx> {
     let n = u8::try_from(ecx.number()).ok()?;
-    let idx = if ecx.is_fixed() {
-        PmcIdx::fixed(n)
-    } else {
-        PmcIdx::gp(n)
-    }?;
+    let idx = if ecx.is_fixed() { PmcIdx::fixed(n) } else { PmcIdx::gp(n) }?;
     caps.has(idx).then_some(idx)
 }
 
@@ -134,29 +128,14 @@ mod tests {
     fn decode_respects_counter_count() {
         let c = caps(true);
         let p = |i| PmcIdx::gp(i).unwrap();
-        assert_eq!(
-            dec(&c, 0xC1),
-            Some(IntelReg::Counter(p(0), CounterWrite::Legacy))
-        );
-        assert_eq!(
-            dec(&c, 0xC4),
-            Some(IntelReg::Counter(p(3), CounterWrite::Legacy))
-        );
+        assert_eq!(dec(&c, 0xC1), Some(IntelReg::Counter(p(0), CounterWrite::Legacy)));
+        assert_eq!(dec(&c, 0xC4), Some(IntelReg::Counter(p(3), CounterWrite::Legacy)));
         assert_eq!(dec(&c, 0xC5), None, "PMC4 with 4 counters");
         assert_eq!(dec(&c, 0x189), Some(IntelReg::EventSel(p(3))));
         assert_eq!(dec(&c, 0x18A), None);
-        assert_eq!(
-            dec(&c, 0x4C4),
-            Some(IntelReg::Counter(p(3), CounterWrite::FullWidth))
-        );
+        assert_eq!(dec(&c, 0x4C4), Some(IntelReg::Counter(p(3), CounterWrite::FullWidth)));
         assert_eq!(dec(&c, 0x4C5), None);
-        assert_eq!(
-            dec(&c, 0x30B),
-            Some(IntelReg::Counter(
-                PmcIdx::fixed(2).unwrap(),
-                CounterWrite::Fixed
-            ))
-        );
+        assert_eq!(dec(&c, 0x30B), Some(IntelReg::Counter(PmcIdx::fixed(2).unwrap(), CounterWrite::Fixed)));
         assert_eq!(dec(&c, 0x30C), None);
         assert_eq!(dec(&c, 0x38F), None, "globals are not Intel-specific");
     }
@@ -192,32 +171,14 @@ mod tests {
     fn write_rules() {
         use CounterWrite::*;
         use Initiator::*;
-        assert_eq!(
-            counter_write_value(Legacy, 0x8000_0000, Guest),
-            Some(0xFFFF_8000_0000)
-        );
-        assert_eq!(
-            counter_write_value(Legacy, 0x8000_0000, Host),
-            Some(0x8000_0000)
-        );
-        assert_eq!(
-            counter_write_value(Legacy, 0x1_0000_0000_0001, Host),
-            Some(1)
-        );
-        assert_eq!(
-            counter_write_value(FullWidth, 0x8000_0000, Guest),
-            Some(0x8000_0000)
-        );
+        assert_eq!(counter_write_value(Legacy, 0x8000_0000, Guest), Some(0xFFFF_8000_0000));
+        assert_eq!(counter_write_value(Legacy, 0x8000_0000, Host), Some(0x8000_0000));
+        assert_eq!(counter_write_value(Legacy, 0x1_0000_0000_0001, Host), Some(1));
+        assert_eq!(counter_write_value(FullWidth, 0x8000_0000, Guest), Some(0x8000_0000));
         assert_eq!(counter_write_value(FullWidth, 1 << 48, Guest), None);
         assert_eq!(counter_write_value(FullWidth, 1 << 48, Host), None);
-        assert_eq!(
-            counter_write_value(Fixed, 0xFFFF_0000_0000_0001, Guest),
-            Some(0x0000_0000_0001)
-        );
-        assert_eq!(
-            counter_write_value(Fixed, 0x8000_0000, Guest),
-            Some(0x8000_0000)
-        );
+        assert_eq!(counter_write_value(Fixed, 0xFFFF_0000_0000_0001, Guest), Some(0x0000_0000_0001));
+        assert_eq!(counter_write_value(Fixed, 0x8000_0000, Guest), Some(0x8000_0000));
     }
 
     #[test]
@@ -236,9 +197,7 @@ mod tests {
     #[test]
     fn gp_config_from_eventsel() {
         let c = caps(true);
-        let sel = EventSel(
-            0x03 << 24 | EventSel::INV | EventSel::INT | EventSel::EDGE | EventSel::OS | 0xC4,
-        );
+        let sel = EventSel(0x03 << 24 | EventSel::INV | EventSel::INT | EventSel::EDGE | EventSel::OS | 0xC4);
         assert_eq!(
             gp_config(&c, sel),
             Some(HostEventConfig {
@@ -251,22 +210,11 @@ mod tests {
                 interrupt: true
             })
         );
-        assert_eq!(
-            gp_config(&c, EventSel(0x01D1)),
-            None,
-            "non-architectural event"
-        );
+        assert_eq!(gp_config(&c, EventSel(0x01D1)), None, "non-architectural event");
         let no_llc = PmuCaps::new(4, true, EventSet::ALL.without(ArchEvent::LlcMisses)).unwrap();
-        assert_eq!(
-            gp_config(&no_llc, EventSel(0x412E)),
-            None,
-            "unavailable event"
-        );
+        assert_eq!(gp_config(&no_llc, EventSel(0x412E)), None, "unavailable event");
         // PC is not part of the host config.
-        assert_eq!(
-            gp_config(&c, EventSel(0xC0)),
-            gp_config(&c, EventSel(0xC0 | EventSel::PC))
-        );
+        assert_eq!(gp_config(&c, EventSel(0xC0)), gp_config(&c, EventSel(0xC0 | EventSel::PC)));
     }
 
     #[test]

@@ -60,8 +60,8 @@ pub use filter::{FilterAction, FilterError, FilterFormat, PmuEventFilter};
 pub use mock::{MockCall, MockEvent, MockSource};
 pub use msr::{Initiator, MsrAccess, MsrIndex, MsrRange, PmuMsr};
 pub use pebs::{
-    GLOBAL_STATUS_OVF_BUFFER, MISC_ENABLE_BTS_UNAVAIL, MISC_ENABLE_EMON, MISC_ENABLE_PEBS_UNAVAIL,
-    PEBS_RECORD_FORMAT, PEBS_RECORD_SIZE,
+    GLOBAL_STATUS_OVF_BUFFER, MISC_ENABLE_BTS_UNAVAIL, MISC_ENABLE_EMON, MISC_ENABLE_PEBS_UNAVAIL, PEBS_RECORD_FORMAT,
+    PEBS_RECORD_SIZE,
 };
 pub use pmc::{PmcIdx, RdpmcIdx, COUNTER_MASK, COUNTER_WIDTH, MAX_FIXED_COUNTERS, MAX_GP_COUNTERS};
 pub use pmu::{Pmu, PmuConfig};

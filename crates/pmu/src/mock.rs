@@ -88,14 +88,7 @@ impl MockSource {
     pub fn advance(&mut self, pmc: PmcIdx, n: u64) -> u64 {
         let cpl = self.cpl;
         match &mut self.events[pmc.slot()] {
-            Some(ev)
-                if ev.enabled
-                    && (if cpl == 0 {
-                        ev.config.os
-                    } else {
-                        ev.config.usr
-                    }) =>
-            {
+            Some(ev) if ev.enabled && (if cpl == 0 { ev.config.os } else { ev.config.usr }) => {
                 ev.raw = ev.raw.wrapping_add(n);
                 n
             }
@@ -135,10 +128,7 @@ impl MockSource {
     /// Whether some enabled event has reached its overflow deadline: the moment a real
     /// backend would signal the VMM.
     pub fn overflow_due(&self) -> bool {
-        self.events
-            .iter()
-            .flatten()
-            .any(|e| e.enabled && e.overflow_at.is_some_and(|at| e.raw >= at))
+        self.events.iter().flatten().any(|e| e.enabled && e.overflow_at.is_some_and(|at| e.raw >= at))
     }
 
     /// Every call so far.
@@ -184,19 +174,12 @@ impl CountSource for MockSource {
             return Err(BackendError::LimitReached);
         }
         if !self.supported.contains(config.event) {
-            self.violations
-                .push(format!("open of unsupported {:?} on {pmc:?}", config.event));
+            self.violations.push(format!("open of unsupported {:?} on {pmc:?}", config.event));
         }
         if self.events[pmc.slot()].is_some() {
-            self.violations
-                .push(format!("open of already open {pmc:?}"));
+            self.violations.push(format!("open of already open {pmc:?}"));
         }
-        self.events[pmc.slot()] = Some(MockEvent {
-            config: *config,
-            enabled: false,
-            raw: 0,
-            overflow_at: None,
-        });
+        self.events[pmc.slot()] = Some(MockEvent { config: *config, enabled: false, raw: 0, overflow_at: None });
         Ok(())
     }
 
@@ -221,8 +204,7 @@ impl CountSource for MockSource {
         if let Some(ev) = self.expect_open(pmc, "disable") {
             let was = std::mem::replace(&mut ev.enabled, false);
             if !was {
-                self.violations
-                    .push(format!("redundant disable of {pmc:?}"));
+                self.violations.push(format!("redundant disable of {pmc:?}"));
             }
         }
     }
@@ -245,15 +227,7 @@ mod tests {
     use super::*;
 
     fn cfg(usr: bool, os: bool) -> HostEventConfig {
-        HostEventConfig {
-            event: ArchEvent::Instructions,
-            usr,
-            os,
-            edge: false,
-            inv: false,
-            cmask: 0,
-            interrupt: false,
-        }
+        HostEventConfig { event: ArchEvent::Instructions, usr, os, edge: false, inv: false, cmask: 0, interrupt: false }
     }
 
     #[test]

@@ -86,12 +86,8 @@ impl PmuMsr {
     /// Decodes `msr`, or `None` if it is not a PMU MSR of this model (at most 8 GP and 3
     /// fixed counters; e.g. IA32_FIXED_CTR3 never exists here).
     pub fn decode(msr: MsrIndex) -> Option<PmuMsr> {
-        let in_range = |base: MsrIndex, n: u8| {
-            msr.0
-                .checked_sub(base.0)
-                .filter(|&off| off < n as u32)
-                .map(|off| off as u8)
-        };
+        let in_range =
+            |base: MsrIndex, n: u8| msr.0.checked_sub(base.0).filter(|&off| off < n as u32).map(|off| off as u8);
         if let Some(i) = in_range(MsrIndex::IA32_PMC0, MAX_GP_COUNTERS) {
             return Some(PmuMsr::Pmc(i));
         }
@@ -244,27 +240,17 @@ mod tests {
         assert_eq!(PmuMsr::decode(MsrIndex(0xC9)), None);
         assert_eq!(PmuMsr::decode(MsrIndex(0x185)), None);
         assert_eq!(PmuMsr::decode(MsrIndex(0x18E)), None);
-        assert_eq!(
-            PmuMsr::decode(MsrIndex(0x30C)),
-            None,
-            "FIXED_CTR3 never exists"
-        );
+        assert_eq!(PmuMsr::decode(MsrIndex(0x30C)), None, "FIXED_CTR3 never exists");
         assert_eq!(PmuMsr::decode(MsrIndex(0x4C9)), None);
         assert_eq!(PmuMsr::decode(MsrIndex(0x391)), None);
         assert_eq!(PmuMsr::decode(MsrIndex(0xC1)), Some(PmuMsr::Pmc(0)));
-        assert_eq!(
-            PmuMsr::decode(MsrIndex(0x4C8)),
-            Some(PmuMsr::FullWidthPmc(7))
-        );
+        assert_eq!(PmuMsr::decode(MsrIndex(0x4C8)), Some(PmuMsr::FullWidthPmc(7)));
         assert_eq!(PmuMsr::decode(MsrIndex(u32::MAX)), None);
     }
 
     #[test]
     fn range_contains() {
-        let r = MsrRange {
-            base: MsrIndex(0xC1),
-            count: 4,
-        };
+        let r = MsrRange { base: MsrIndex(0xC1), count: 4 };
         assert!(r.contains(MsrIndex(0xC1)) && r.contains(MsrIndex(0xC4)));
         assert!(!r.contains(MsrIndex(0xC0)) && !r.contains(MsrIndex(0xC5)));
     }

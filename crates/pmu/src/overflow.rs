@@ -15,10 +15,7 @@ pub(crate) fn period_to_overflow(value: u64) -> u64 {
 
 /// `saved + delta` masked to the width, and whether it wrapped. `saved` is already masked.
 pub(crate) fn accumulate(saved: u64, delta: u64) -> (u64, bool) {
-    (
-        saved.wrapping_add(delta) & COUNTER_MASK,
-        delta > COUNTER_MASK - saved,
-    )
+    (saved.wrapping_add(delta) & COUNTER_MASK, delta > COUNTER_MASK - saved)
 }
 
 impl<B: CountSource> Pmu<B> {

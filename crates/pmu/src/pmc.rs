@@ -208,26 +208,16 @@ mod tests {
 
     #[test]
     fn slots_are_dense_and_distinct() {
-        let all: Vec<_> = (0..8)
-            .map(|i| PmcIdx::gp(i).unwrap())
-            .chain((0..3).map(|j| PmcIdx::fixed(j).unwrap()))
-            .collect();
+        let all: Vec<_> =
+            (0..8).map(|i| PmcIdx::gp(i).unwrap()).chain((0..3).map(|j| PmcIdx::fixed(j).unwrap())).collect();
         let slots: Vec<_> = all.iter().map(|i| i.slot()).collect();
         assert_eq!(slots, (0..SLOTS).collect::<Vec<_>>());
     }
 
     #[test]
     fn iter_mask_skips_non_counter_bits() {
-        let v: Vec<_> =
-            PmcIdx::iter_mask(1 << 0 | 1 << 3 | 1 << 9 | 1 << 33 | 1 << 40 | 1 << 63).collect();
-        assert_eq!(
-            v,
-            vec![
-                PmcIdx::gp(0).unwrap(),
-                PmcIdx::gp(3).unwrap(),
-                PmcIdx::fixed(1).unwrap()
-            ]
-        );
+        let v: Vec<_> = PmcIdx::iter_mask(1 << 0 | 1 << 3 | 1 << 9 | 1 << 33 | 1 << 40 | 1 << 63).collect();
+        assert_eq!(v, vec![PmcIdx::gp(0).unwrap(), PmcIdx::gp(3).unwrap(), PmcIdx::fixed(1).unwrap()]);
     }
 
     #[test]

@@ -34,13 +34,7 @@ pub struct PmuConfig {
 
 impl Default for PmuConfig {
     fn default() -> Self {
-        PmuConfig {
-            gp_counters: 4,
-            full_width_writes: true,
-            policy: Policy::default(),
-            filter: None,
-            pebs: false,
-        }
+        PmuConfig { gp_counters: 4, full_width_writes: true, policy: Policy::default(), filter: None, pebs: false }
     }
 }
 
@@ -86,8 +80,7 @@ pub struct Pmu<B: CountSource> {
 impl<B: CountSource> Pmu<B> {
     /// Builds a PMU in its reset state, asking `backend` once which events it counts.
     pub fn new(config: PmuConfig, backend: B) -> Result<Self, ConfigError> {
-        let caps = PmuCaps::probe(config.gp_counters, config.full_width_writes, &backend)?
-            .with_pebs(config.pebs);
+        let caps = PmuCaps::probe(config.gp_counters, config.full_width_writes, &backend)?.with_pebs(config.pebs);
         Ok(Pmu {
             caps,
             policy: config.policy,
@@ -153,10 +146,7 @@ impl<B: CountSource> Pmu<B> {
     }
     /// Telemetry so far.
     pub fn stats(&self) -> PmuStats {
-        PmuStats {
-            backend_calls: self.host.calls,
-            ..self.stats.clone()
-        }
+        PmuStats { backend_calls: self.host.calls, ..self.stats.clone() }
     }
     /// The MSRs the VMM must route to this model: exactly this PMU's MSRs.
     pub fn msr_ranges(&self) -> Vec<MsrRange> {
@@ -389,10 +379,7 @@ impl<B: CountSource> Pmu<B> {
         }
         if idx.is_fixed() {
             let j = idx.number();
-            Some(intel::fixed_config(
-                j,
-                FixedCtrl::of(self.fixed_ctr_ctrl, j),
-            ))
+            Some(intel::fixed_config(j, FixedCtrl::of(self.fixed_ctr_ctrl, j)))
         } else {
             intel::gp_config(&self.caps, EventSel(self.pmcs[idx.slot()].eventsel))
         }

@@ -34,9 +34,7 @@ pub enum Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy::Reuse {
-            release_after_ns: DEFAULT_RELEASE_AFTER_NS,
-        }
+        Policy::Reuse { release_after_ns: DEFAULT_RELEASE_AFTER_NS }
     }
 }
 
@@ -123,11 +121,7 @@ impl<B: CountSource> Pmu<B> {
             return;
         };
         for idx in PmcIdx::iter_mask(self.open_mask) {
-            if let Some(HostEvent {
-                idle_since: Some(t),
-                ..
-            }) = self.pmcs[idx.slot()].host
-            {
+            if let Some(HostEvent { idle_since: Some(t), .. }) = self.pmcs[idx.slot()].host {
                 if run_time_ns.saturating_sub(t) >= release_after_ns {
                     self.discard_event(idx);
                     self.stats.events_lazily_released += 1;
@@ -177,23 +171,15 @@ mod tests {
         })
     }
 
-    const REUSE: Policy = Policy::Reuse {
-        release_after_ns: 10,
-    };
+    const REUSE: Policy = Policy::Reuse { release_after_ns: 10 };
 
     #[test]
     fn reuse_plans() {
         for changed in [false, true] {
             assert_eq!(plan(REUSE, None, None, changed), Plan::Nothing);
-            assert_eq!(
-                plan(REUSE, None, cfg(0), changed),
-                Plan::Open(cfg(0).unwrap())
-            );
+            assert_eq!(plan(REUSE, None, cfg(0), changed), Plan::Open(cfg(0).unwrap()));
             assert_eq!(plan(REUSE, cfg(0), cfg(0), changed), Plan::Keep);
-            assert_eq!(
-                plan(REUSE, cfg(0), cfg(1), changed),
-                Plan::Replace(cfg(1).unwrap())
-            );
+            assert_eq!(plan(REUSE, cfg(0), cfg(1), changed), Plan::Replace(cfg(1).unwrap()));
             assert_eq!(plan(REUSE, cfg(0), None, changed), Plan::Park);
         }
     }
@@ -203,26 +189,15 @@ mod tests {
         let l = Policy::Legacy;
         assert_eq!(plan(l, None, None, true), Plan::Nothing);
         assert_eq!(plan(l, None, cfg(0), true), Plan::Open(cfg(0).unwrap()));
-        assert_eq!(
-            plan(l, cfg(0), cfg(0), true),
-            Plan::Replace(cfg(0).unwrap())
-        );
+        assert_eq!(plan(l, cfg(0), cfg(0), true), Plan::Replace(cfg(0).unwrap()));
         assert_eq!(plan(l, cfg(0), cfg(0), false), Plan::Keep);
-        assert_eq!(
-            plan(l, cfg(0), cfg(1), false),
-            Plan::Replace(cfg(1).unwrap())
-        );
+        assert_eq!(plan(l, cfg(0), cfg(1), false), Plan::Replace(cfg(1).unwrap()));
         assert_eq!(plan(l, cfg(0), None, true), Plan::Close);
         assert_eq!(plan(l, cfg(0), None, false), Plan::Close);
     }
 
     #[test]
     fn default_is_reuse_1ms() {
-        assert_eq!(
-            Policy::default(),
-            Policy::Reuse {
-                release_after_ns: 1_000_000
-            }
-        );
+        assert_eq!(Policy::default(), Policy::Reuse { release_after_ns: 1_000_000 });
     }
 }

@@ -125,8 +125,6 @@ impl<B: CountSource> Pmu<B> {
     }
 
     fn host_write(&mut self, msr: MsrIndex, value: u64) -> Result<(), RestoreError> {
-        self.set_msr(msr, value, Initiator::Host)
-            .ok()
-            .ok_or(RestoreError::Rejected { msr: msr.0, value })
+        self.set_msr(msr, value, Initiator::Host).ok().ok_or(RestoreError::Rejected { msr: msr.0, value })
     }
 }

@@ -58,11 +58,7 @@ fn fixed_counters_count_their_fixed_events() {
 #[test]
 fn usr_only_counts_nothing_at_cpl0() {
     let mut p = pmu();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(1),
-        sel(ArchEvent::CoreCycles) & !OS | USR,
-    );
+    ok(&mut p, MsrIndex::perfevtsel(1), sel(ArchEvent::CoreCycles) & !OS | USR);
     let cfg = p.backend().event(gp(1)).unwrap().config;
     assert!(cfg.usr && !cfg.os);
     p.backend_mut().advance(gp(1), 100);
@@ -96,11 +92,7 @@ fn unknown_or_unavailable_events_are_accepted_but_count_nothing() {
     assert_eq!(val(&mut p, MsrIndex::pmc(0)), 0);
     assert!(p.is_active(), "the guest enabled counters");
     // Switching to a supported event opens it.
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(1),
-        sel(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(1), sel(ArchEvent::Instructions));
     assert!(p.backend().is_enabled(gp(1)));
 }
 
@@ -110,22 +102,14 @@ fn value_survives_disable_enable() {
         let mut p = pmu_with(policy);
         ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Branches));
         p.backend_mut().advance(gp(0), 100);
-        ok(
-            &mut p,
-            MsrIndex::perfevtsel(0),
-            sel(ArchEvent::Branches) & !EN,
-        );
+        ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Branches) & !EN);
         p.backend_mut().advance(gp(0), 1000);
         assert_eq!(val(&mut p, MsrIndex::pmc(0)), 100, "{policy:?}");
         ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Branches));
         p.backend_mut().advance(gp(0), 23);
         assert_eq!(val(&mut p, MsrIndex::pmc(0)), 123, "{policy:?}");
         // And across a config change (new host event, raw restarts at 0).
-        ok(
-            &mut p,
-            MsrIndex::perfevtsel(0),
-            sel(ArchEvent::BranchMisses),
-        );
+        ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::BranchMisses));
         p.backend_mut().advance(gp(0), 7);
         assert_eq!(val(&mut p, MsrIndex::pmc(0)), 130, "{policy:?}");
         clean(&p);
@@ -166,30 +150,20 @@ fn sched_out_in_does_not_reopen_events() {
     p.sched_out();
     p.sched_in();
     let calls = lifecycle(&take(&mut p));
-    assert_eq!(
-        calls,
-        vec![MockCall::Disable(gp(0)), MockCall::Enable(gp(0))]
-    );
+    assert_eq!(calls, vec![MockCall::Disable(gp(0)), MockCall::Enable(gp(0))]);
 }
 
 #[test]
 fn write_to_running_counter_restarts_from_new_value() {
     let mut p = pmu();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions));
     p.backend_mut().advance(gp(0), 40);
     take(&mut p);
     ok(&mut p, MsrIndex::a_pmc(0), 1000);
     let calls = take(&mut p);
     assert_eq!(
         calls,
-        vec![
-            MockCall::Read(gp(0)),
-            MockCall::Arm(gp(0), Some((1 << 48) - 1000))
-        ],
+        vec![MockCall::Read(gp(0)), MockCall::Arm(gp(0), Some((1 << 48) - 1000))],
         "fold, then re-arm; no reopen"
     );
     p.backend_mut().advance(gp(0), 5);
@@ -200,49 +174,30 @@ fn write_to_running_counter_restarts_from_new_value() {
 #[test]
 fn write_to_stopped_counter_is_armed_on_start() {
     let mut p = pmu();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions));
     ok(&mut p, GCTRL, 0);
     take(&mut p);
     ok(&mut p, MsrIndex::pmc(0), 0xFFFF_FFF0); // -16
     assert_eq!(take(&mut p), vec![], "stopped: no backend call");
     ok(&mut p, GCTRL, 1);
-    assert_eq!(
-        take(&mut p),
-        vec![MockCall::Arm(gp(0), Some(16)), MockCall::Enable(gp(0))]
-    );
+    assert_eq!(take(&mut p), vec![MockCall::Arm(gp(0), Some(16)), MockCall::Enable(gp(0))]);
 }
 
 #[test]
 fn enable_without_value_change_does_not_rearm() {
     let mut p = pmu();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions));
     ok(&mut p, GCTRL, 0);
     take(&mut p);
     ok(&mut p, GCTRL, 1);
-    assert_eq!(
-        take(&mut p),
-        vec![MockCall::Enable(gp(0))],
-        "deadline survives disable"
-    );
+    assert_eq!(take(&mut p), vec![MockCall::Enable(gp(0))], "deadline survives disable");
 }
 
 #[test]
 fn counts_wider_than_48_bits_wrap() {
     let mut p = pmu();
     ok(&mut p, MsrIndex::a_pmc(0), COUNTER_MASK - 1);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions));
     p.backend_mut().advance(gp(0), 3);
     assert_eq!(val(&mut p, MsrIndex::pmc(0)), 1);
     assert_eq!(p.rdpmc(RdpmcIdx(0)), MsrAccess::Ok(1));
@@ -281,12 +236,6 @@ fn is_active_tracks_enables_and_open_events() {
 fn boxed_dyn_backend_works() {
     let backend: Box<dyn pmu::CountSource> = Box::new(MockSource::new());
     let mut p = Pmu::new(PmuConfig::default(), backend).unwrap();
-    assert!(p
-        .set_msr(
-            MsrIndex::perfevtsel(0),
-            sel(ArchEvent::Instructions),
-            Initiator::Guest
-        )
-        .is_ok());
+    assert!(p.set_msr(MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions), Initiator::Guest).is_ok());
     assert!(p.is_active());
 }

@@ -18,15 +18,7 @@ fn filtered(filter: Option<PmuEventFilter>) -> Pmu<MockSource> {
 }
 
 fn filtered_with(filter: Option<PmuEventFilter>, policy: Policy) -> Pmu<MockSource> {
-    Pmu::new(
-        PmuConfig {
-            policy,
-            filter,
-            ..PmuConfig::default()
-        },
-        MockSource::new(),
-    )
-    .unwrap()
+    Pmu::new(PmuConfig { policy, filter, ..PmuConfig::default() }, MockSource::new()).unwrap()
 }
 
 /// Programs PMC0 for branches, lets `LOOP` branches happen, returns what PMC0 counted.
@@ -57,22 +49,11 @@ fn run_fixed(p: &mut Pmu<MockSource>, j: u8) -> u64 {
 
 /// A list like the selftest's base filter: many events, including branches.
 fn base_events() -> Vec<(u8, u8)> {
-    vec![
-        (0x3C, 0x00),
-        (0xC0, 0x00),
-        (0x3C, 0x01),
-        (0x2E, 0x4F),
-        (0x2E, 0x41),
-        BRANCHES,
-        (0xC5, 0x00),
-    ]
+    vec![(0x3C, 0x00), (0xC0, 0x00), (0x3C, 0x01), (0x2E, 0x4F), (0x2E, 0x41), BRANCHES, (0xC5, 0x00)]
 }
 
 fn without_branches() -> Vec<(u8, u8)> {
-    base_events()
-        .into_iter()
-        .filter(|&e| e != BRANCHES)
-        .collect()
+    base_events().into_iter().filter(|&e| e != BRANCHES).collect()
 }
 
 #[test]
@@ -92,13 +73,7 @@ fn member_deny_list() {
     let mut p = filtered(Some(PmuEventFilter::deny(base_events(), 0)));
     assert_eq!(run_branches(&mut p), 0);
     assert_eq!(p.backend().open_events(), 0);
-    assert!(
-        !p.backend()
-            .calls()
-            .iter()
-            .any(|c| matches!(c, MockCall::Open(..))),
-        "no host event for a denied counter"
-    );
+    assert!(!p.backend().calls().iter().any(|c| matches!(c, MockCall::Open(..))), "no host event for a denied counter");
     assert!(p.stats().filtered_programs >= 1);
 }
 
@@ -125,14 +100,7 @@ fn umask_is_part_of_the_key_other_bits_are_not() {
     assert_eq!(val(&mut p, MsrIndex::pmc(0)), 5);
     // CMASK, INV, EDGE, INT, USR do not take the event out of the list.
     let cycles = sel(ArchEvent::CoreCycles);
-    for extra in [
-        1 << 24,
-        EventSel::INV,
-        EventSel::EDGE,
-        INT,
-        USR,
-        EventSel::PC,
-    ] {
+    for extra in [1 << 24, EventSel::INV, EventSel::EDGE, INT, USR, EventSel::PC] {
         ok(&mut p, MsrIndex::perfevtsel(1), cycles | extra);
         assert!(!p.backend().is_open(gp(1)), "extra bits {extra:#x}");
     }
@@ -144,22 +112,14 @@ fn fixed_counter_bitmap_allow_and_deny() {
     for action in [FilterAction::Allow, FilterAction::Deny] {
         for bitmap in 0..8u32 {
             for j in 0..3u8 {
-                let f = PmuEventFilter {
-                    action,
-                    events: vec![],
-                    fixed_counter_bitmap: bitmap,
-                };
+                let f = PmuEventFilter { action, events: vec![], fixed_counter_bitmap: bitmap };
                 let allowed = match action {
                     FilterAction::Allow => bitmap >> j & 1 == 1,
                     FilterAction::Deny => bitmap >> j & 1 == 0,
                 };
                 let mut p = filtered(Some(f));
                 let got = run_fixed(&mut p, j);
-                assert_eq!(
-                    got,
-                    if allowed { LOOP } else { 0 },
-                    "{action:?} bitmap {bitmap:#b} fixed {j}"
-                );
+                assert_eq!(got, if allowed { LOOP } else { 0 }, "{action:?} bitmap {bitmap:#b} fixed {j}");
             }
         }
     }
@@ -172,17 +132,10 @@ fn gp_list_does_not_affect_fixed_counters() {
     for action in [FilterAction::Allow, FilterAction::Deny] {
         for bitmap in 0..8u32 {
             for j in 0..3u8 {
-                let mut p = filtered(Some(PmuEventFilter {
-                    action,
-                    events: base_events(),
-                    fixed_counter_bitmap: bitmap,
-                }));
+                let mut p =
+                    filtered(Some(PmuEventFilter { action, events: base_events(), fixed_counter_bitmap: bitmap }));
                 let allowed = (bitmap >> j & 1 == 1) == (action == FilterAction::Allow);
-                assert_eq!(
-                    run_fixed(&mut p, j) == LOOP,
-                    allowed,
-                    "{action:?} {bitmap:#b} {j}"
-                );
+                assert_eq!(run_fixed(&mut p, j) == LOOP, allowed, "{action:?} {bitmap:#b} {j}");
             }
         }
     }
@@ -200,15 +153,8 @@ fn fixed_bitmap_bits_of_absent_counters_are_ignored() {
 fn filtered_counters_still_read_and_write_without_gp() {
     let mut p = filtered(Some(PmuEventFilter::allow([], 0)));
     for i in 0..4 {
-        ok(
-            &mut p,
-            MsrIndex::perfevtsel(i),
-            sel(ArchEvent::Instructions),
-        );
-        assert_eq!(
-            val(&mut p, MsrIndex::perfevtsel(i)),
-            sel(ArchEvent::Instructions)
-        );
+        ok(&mut p, MsrIndex::perfevtsel(i), sel(ArchEvent::Instructions));
+        assert_eq!(val(&mut p, MsrIndex::perfevtsel(i)), sel(ArchEvent::Instructions));
         ok(&mut p, MsrIndex::pmc(i), 0x1234);
         assert_eq!(val(&mut p, MsrIndex::pmc(i)), 0x1234);
         ok(&mut p, MsrIndex::a_pmc(i), 0xFFFF_0000_0001);
@@ -240,11 +186,7 @@ fn filtered_counters_still_read_and_write_without_gp() {
 fn filtered_counter_never_overflows_or_raises_a_pmi() {
     let mut p = filtered(Some(PmuEventFilter::deny([INSNS], 0b1)));
     ok(&mut p, MsrIndex::a_pmc(0), COUNTER_MASK - 9);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions) | INT,
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions) | INT);
     ok(&mut p, MsrIndex::fixed_ctr(0), COUNTER_MASK - 9);
     ok(&mut p, FCTRL, u64::from(FixedCtrl::OS | FixedCtrl::PMI));
     ok(&mut p, GCTRL, 1 | 1 << 32);
@@ -262,11 +204,7 @@ fn filtered_counter_never_overflows_or_raises_a_pmi() {
 fn set_event_filter_stops_and_restarts_running_counters() {
     let mut p = filtered(None);
     ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Branches));
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(1),
-        sel(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(1), sel(ArchEvent::Instructions));
     ok(&mut p, FCTRL, 0x3);
     ok(&mut p, GCTRL, 0b11 | 1 << 32);
     p.backend_mut().advance_all(10);
@@ -281,10 +219,7 @@ fn set_event_filter_stops_and_restarts_running_counters() {
     assert_eq!(val(&mut p, MsrIndex::fixed_ctr(0)), 10);
     // Guest-visible registers are untouched by the filter change.
     assert_eq!(val(&mut p, GCTRL), 0b11 | 1 << 32);
-    assert_eq!(
-        val(&mut p, MsrIndex::perfevtsel(0)),
-        sel(ArchEvent::Branches)
-    );
+    assert_eq!(val(&mut p, MsrIndex::perfevtsel(0)), sel(ArchEvent::Branches));
     // Reuse parks the stopped event and releases it after a slice.
     assert!(p.backend().is_open(gp(0)));
     p.tick(2_000_000);
@@ -311,10 +246,9 @@ fn legacy_closes_the_event_of_a_newly_denied_counter() {
 
 #[test]
 fn filter_from_file_text_reaches_the_pmu() {
-    let f = PmuEventFilter::from_toml_str(
-        "action = \"allow\"\nfixed_counters = 0b010\nevents = [ { event = 0xc4 } ]\n",
-    )
-    .unwrap();
+    let f =
+        PmuEventFilter::from_toml_str("action = \"allow\"\nfixed_counters = 0b010\nevents = [ { event = 0xc4 } ]\n")
+            .unwrap();
     let mut p = filtered(Some(f.clone()));
     assert_eq!(p.event_filter(), Some(&f));
     assert_eq!(run_branches(&mut p), LOOP);
@@ -346,8 +280,5 @@ fn stats_add_sums_filtered_programs() {
     total.add(&a.stats());
     assert_eq!(total.filtered_programs, 2 * a.stats().filtered_programs);
     assert_eq!(total.faults, 0);
-    assert_eq!(
-        total.msr_writes.get(&0x186),
-        Some(&(2 * a.stats().msr_writes[&0x186]))
-    );
+    assert_eq!(total.msr_writes.get(&0x186), Some(&(2 * a.stats().msr_writes[&0x186])));
 }

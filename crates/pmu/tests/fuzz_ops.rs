@@ -39,11 +39,8 @@ fn env_u64(name: &str, default: u64) -> u64 {
 fn fuzz_model_ops() {
     let ops = env_u64("PERFVM_FUZZ_OPS", 200_000);
     let base = env_u64("PERFVM_FUZZ_SEED", 0x9E37_79B9_7F4A_7C15);
-    let threads = env_u64(
-        "PERFVM_FUZZ_THREADS",
-        std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
-    )
-    .clamp(1, 64);
+    let threads =
+        env_u64("PERFVM_FUZZ_THREADS", std::thread::available_parallelism().map_or(1, |n| n.get() as u64)).clamp(1, 64);
     let seeds = ops.div_ceil(OPS_PER_SEED).max(1);
     let start = Instant::now();
     let total = std::thread::scope(|scope| {

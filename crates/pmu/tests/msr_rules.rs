@@ -26,11 +26,7 @@ fn reset_values() {
 #[test]
 fn reset_restores_reset_values_and_closes_events() {
     let mut p = pmu();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions));
     ok(&mut p, FCTRL, 0x333);
     ok(&mut p, GCTRL, 0x7_0000_0001);
     ok(&mut p, MsrIndex::pmc(1), 55);
@@ -78,16 +74,8 @@ fn fixed_ctr_ctrl_reserved_bits_fault() {
     for bit in 0..64 {
         // Fields of FIXED_CTR0..2 are bits 11:0; ANY (bit 2 of each field) is reserved in v2.
         let reserved = bit >= 12 || bit % 4 == 2;
-        assert_eq!(
-            wr(&mut p, FCTRL, 1 << bit).is_fault(),
-            reserved,
-            "bit {bit}"
-        );
-        assert_eq!(
-            hwr(&mut p, FCTRL, 1 << bit).is_fault(),
-            reserved,
-            "host bit {bit}"
-        );
+        assert_eq!(wr(&mut p, FCTRL, 1 << bit).is_fault(), reserved, "bit {bit}");
+        assert_eq!(hwr(&mut p, FCTRL, 1 << bit).is_fault(), reserved, "host bit {bit}");
     }
     ok(&mut p, FCTRL, 0xBBB);
     assert_eq!(val(&mut p, FCTRL), 0xBBB);
@@ -95,11 +83,7 @@ fn fixed_ctr_ctrl_reserved_bits_fault() {
 
 #[test]
 fn fixed_ctr_ctrl_fields_of_absent_counters_are_reserved() {
-    let mut p = pmu_cfg(
-        4,
-        true,
-        MockSource::supporting(&[ArchEvent::Instructions, ArchEvent::CoreCycles]),
-    );
+    let mut p = pmu_cfg(4, true, MockSource::supporting(&[ArchEvent::Instructions, ArchEvent::CoreCycles]));
     assert_eq!(p.caps().fixed_counters(), 2);
     ok(&mut p, FCTRL, 0xBB);
     for bit in 8..12 {
@@ -117,11 +101,7 @@ fn global_ctrl_reserved_bits_fault() {
         let mut p = pmu_cfg(gp_n, true, MockSource::new());
         for bit in 0..64u32 {
             let valid = bit < u32::from(gp_n) || (32..35).contains(&bit);
-            assert_eq!(
-                wr(&mut p, GCTRL, 1 << bit).is_fault(),
-                !valid,
-                "{gp_n} GP, bit {bit}"
-            );
+            assert_eq!(wr(&mut p, GCTRL, 1 << bit).is_fault(), !valid, "{gp_n} GP, bit {bit}");
         }
         let all = ((1u64 << gp_n) - 1) | (7 << 32);
         ok(&mut p, GCTRL, all);
@@ -140,11 +120,7 @@ fn global_status_is_read_only_to_the_guest() {
     assert_eq!(val(&mut p, STATUS), 0xF | 7 << 32 | 3 << 62);
     for bit in 0..64u32 {
         let valid = bit < 4 || (32..35).contains(&bit) || bit >= 62;
-        assert_eq!(
-            hwr(&mut p, STATUS, 1 << bit).is_fault(),
-            !valid,
-            "bit {bit}"
-        );
+        assert_eq!(hwr(&mut p, STATUS, 1 << bit).is_fault(), !valid, "bit {bit}");
     }
     assert_eq!(p.stats().faults, 2, "host refusals are not guest faults");
 }
@@ -152,9 +128,7 @@ fn global_status_is_read_only_to_the_guest() {
 #[test]
 fn ovf_ctrl_clears_status_and_reads_zero() {
     let mut p = pmu();
-    hwr(&mut p, STATUS, 0b1011 | 1 << 33 | 1 << 63)
-        .ok()
-        .unwrap();
+    hwr(&mut p, STATUS, 0b1011 | 1 << 33 | 1 << 63).ok().unwrap();
     ok(&mut p, OVF, 0b0010 | 1 << 33);
     assert_eq!(val(&mut p, STATUS), 0b1001 | 1 << 63);
     ok(&mut p, OVF, 1 << 63 | 1 << 62);
@@ -220,9 +194,7 @@ fn host_legacy_pmc_write_is_not_sign_extended() {
     let mut p = pmu();
     hwr(&mut p, MsrIndex::pmc(2), 0x8000_0000).ok().unwrap();
     assert_eq!(val(&mut p, MsrIndex::pmc(2)), 0x8000_0000);
-    hwr(&mut p, MsrIndex::pmc(2), 0x1234_5678_9ABC)
-        .ok()
-        .unwrap();
+    hwr(&mut p, MsrIndex::pmc(2), 0x1234_5678_9ABC).ok().unwrap();
     assert_eq!(val(&mut p, MsrIndex::pmc(2)), 0x1234_5678_9ABC);
 }
 
@@ -230,28 +202,14 @@ fn host_legacy_pmc_write_is_not_sign_extended() {
 fn full_width_write_takes_48_bits_and_faults_beyond() {
     let mut p = pmu();
     ok(&mut p, MsrIndex::a_pmc(1), 0x8000_0000);
-    assert_eq!(
-        val(&mut p, MsrIndex::pmc(1)),
-        0x8000_0000,
-        "no sign extension"
-    );
+    assert_eq!(val(&mut p, MsrIndex::pmc(1)), 0x8000_0000, "no sign extension");
     ok(&mut p, MsrIndex::a_pmc(1), COUNTER_MASK);
     assert_eq!(val(&mut p, MsrIndex::a_pmc(1)), COUNTER_MASK);
     for bit in 48..64 {
-        assert!(
-            wr(&mut p, MsrIndex::a_pmc(1), 1 << bit).is_fault(),
-            "bit {bit}"
-        );
-        assert!(
-            hwr(&mut p, MsrIndex::a_pmc(1), 1 << bit).is_fault(),
-            "host bit {bit}"
-        );
+        assert!(wr(&mut p, MsrIndex::a_pmc(1), 1 << bit).is_fault(), "bit {bit}");
+        assert!(hwr(&mut p, MsrIndex::a_pmc(1), 1 << bit).is_fault(), "host bit {bit}");
     }
-    assert_eq!(
-        val(&mut p, MsrIndex::pmc(1)),
-        COUNTER_MASK,
-        "faulting writes change nothing"
-    );
+    assert_eq!(val(&mut p, MsrIndex::pmc(1)), COUNTER_MASK, "faulting writes change nothing");
 }
 
 #[test]
@@ -261,21 +219,14 @@ fn full_width_aliases_fault_when_not_advertised() {
         assert!(rd(&mut p, MsrIndex::a_pmc(i)).is_fault());
         assert!(wr(&mut p, MsrIndex::a_pmc(i), 0).is_fault());
     }
-    assert!(!p
-        .msr_ranges()
-        .iter()
-        .any(|r| r.contains(MsrIndex::a_pmc(0))));
+    assert!(!p.msr_ranges().iter().any(|r| r.contains(MsrIndex::a_pmc(0))));
 }
 
 #[test]
 fn fixed_counter_writes_are_masked_to_width() {
     let mut p = pmu();
     ok(&mut p, MsrIndex::fixed_ctr(0), 0x8000_0000);
-    assert_eq!(
-        val(&mut p, MsrIndex::fixed_ctr(0)),
-        0x8000_0000,
-        "no sign extension"
-    );
+    assert_eq!(val(&mut p, MsrIndex::fixed_ctr(0)), 0x8000_0000, "no sign extension");
     ok(&mut p, MsrIndex::fixed_ctr(1), 0xFFFF_0000_0000_0042);
     assert_eq!(val(&mut p, MsrIndex::fixed_ctr(1)), 0x42);
     ok(&mut p, MsrIndex::fixed_ctr(2), u64::MAX);
@@ -285,13 +236,7 @@ fn fixed_counter_writes_are_masked_to_width() {
 #[test]
 fn nonexistent_counters_fault() {
     let mut p = pmu();
-    for msr in [
-        MsrIndex::pmc(4),
-        MsrIndex::pmc(7),
-        MsrIndex::perfevtsel(4),
-        MsrIndex::a_pmc(4),
-        MsrIndex(0x30C),
-    ] {
+    for msr in [MsrIndex::pmc(4), MsrIndex::pmc(7), MsrIndex::perfevtsel(4), MsrIndex::a_pmc(4), MsrIndex(0x30C)] {
         assert!(rd(&mut p, msr).is_fault(), "read {:#x}", msr.0);
         assert!(wr(&mut p, msr, 0).is_fault(), "write {:#x}", msr.0);
         assert!(hwr(&mut p, msr, 0).is_fault(), "host write {:#x}", msr.0);
@@ -350,41 +295,12 @@ fn msr_access_stats_by_msr() {
 fn cpuid_follows_backend() {
     let p = pmu();
     assert_eq!(p.caps().cpuid_0xa(), [0x0730_0402, 0, 0, 3 | 48 << 5]);
-    let p = pmu_cfg(
-        2,
-        true,
-        MockSource::supporting(&[ArchEvent::Instructions, ArchEvent::Branches]),
-    );
-    assert_eq!(
-        p.caps().cpuid_0xa(),
-        [0x0730_0202, 0b101_1101, 0, 1 | 48 << 5]
-    );
-    let p = pmu_cfg(
-        4,
-        true,
-        MockSource::supporting(&[ArchEvent::CoreCycles, ArchEvent::RefCycles]),
-    );
-    assert_eq!(
-        p.caps().cpuid_0xa()[3] & 0x1F,
-        0,
-        "no instructions => no fixed counters"
-    );
-    assert!(Pmu::new(
-        PmuConfig {
-            gp_counters: 9,
-            ..PmuConfig::default()
-        },
-        MockSource::new()
-    )
-    .is_err());
-    assert!(Pmu::new(
-        PmuConfig {
-            gp_counters: 0,
-            ..PmuConfig::default()
-        },
-        MockSource::new()
-    )
-    .is_err());
+    let p = pmu_cfg(2, true, MockSource::supporting(&[ArchEvent::Instructions, ArchEvent::Branches]));
+    assert_eq!(p.caps().cpuid_0xa(), [0x0730_0202, 0b101_1101, 0, 1 | 48 << 5]);
+    let p = pmu_cfg(4, true, MockSource::supporting(&[ArchEvent::CoreCycles, ArchEvent::RefCycles]));
+    assert_eq!(p.caps().cpuid_0xa()[3] & 0x1F, 0, "no instructions => no fixed counters");
+    assert!(Pmu::new(PmuConfig { gp_counters: 9, ..PmuConfig::default() }, MockSource::new()).is_err());
+    assert!(Pmu::new(PmuConfig { gp_counters: 0, ..PmuConfig::default() }, MockSource::new()).is_err());
 }
 
 #[test]
@@ -394,10 +310,7 @@ fn rdpmc_decoding_and_fast_reads() {
     ok(&mut p, MsrIndex::fixed_ctr(1), 0xABCD_0000_0001);
     assert_eq!(p.rdpmc(RdpmcIdx(2)), MsrAccess::Ok(0x1234_8765_4321));
     assert_eq!(p.rdpmc(RdpmcIdx(1 << 31 | 2)), MsrAccess::Ok(0x8765_4321));
-    assert_eq!(
-        p.rdpmc(RdpmcIdx(1 << 30 | 1)),
-        MsrAccess::Ok(0xABCD_0000_0001)
-    );
+    assert_eq!(p.rdpmc(RdpmcIdx(1 << 30 | 1)), MsrAccess::Ok(0xABCD_0000_0001));
     assert_eq!(p.rdpmc(RdpmcIdx(3 << 30 | 1)), MsrAccess::Ok(1));
     assert!(p.rdpmc(RdpmcIdx(4)).is_fault());
     assert!(p.rdpmc(RdpmcIdx(1 << 30 | 3)).is_fault());

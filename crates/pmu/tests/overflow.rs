@@ -7,11 +7,7 @@ use common::*;
 fn armed(start: u64, extra: u64) -> Pmu<MockSource> {
     let mut p = pmu();
     ok(&mut p, MsrIndex::a_pmc(0), start);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions) | extra,
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions) | extra);
     p
 }
 
@@ -34,10 +30,7 @@ fn overflow_sets_status_and_requests_pmi_with_int() {
     assert_eq!(val(&mut p, STATUS), 1);
     assert_eq!(val(&mut p, MsrIndex::pmc(0)), 0);
     // Re-armed for a full period from the wrapped value.
-    assert_eq!(
-        p.backend().event(gp(0)).unwrap().overflow_at,
-        Some(10 + (1 << 48))
-    );
+    assert_eq!(p.backend().event(gp(0)).unwrap().overflow_at, Some(10 + (1 << 48)));
     assert!(!p.backend().overflow_due());
     assert!(!p.collect_overflows(), "nothing new");
     let s = p.stats();
@@ -92,13 +85,7 @@ fn overflow_seen_while_folding_is_not_lost() {
     // The stale deadline is replaced when counting resumes.
     take(&mut p);
     ok(&mut p, GCTRL, 1);
-    assert_eq!(
-        take(&mut p),
-        vec![
-            MockCall::Arm(gp(0), Some((1 << 48) - 3)),
-            MockCall::Enable(gp(0))
-        ]
-    );
+    assert_eq!(take(&mut p), vec![MockCall::Arm(gp(0), Some((1 << 48) - 3)), MockCall::Enable(gp(0))]);
 }
 
 #[test]
@@ -114,11 +101,7 @@ fn pmi_follows_int_of_the_config_counts_accrued_under() {
     // Counts that wrapped under INT=1 request a PMI even if INT is cleared afterwards.
     let mut p = armed(COUNTER_MASK, INT);
     p.backend_mut().advance(gp(0), 1);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions));
     assert!(p.collect_overflows());
 }
 
@@ -127,11 +110,7 @@ fn several_counters_overflow_together() {
     let mut p = pmu();
     for i in 0..4 {
         ok(&mut p, MsrIndex::a_pmc(i), COUNTER_MASK);
-        ok(
-            &mut p,
-            MsrIndex::perfevtsel(i),
-            sel(ArchEvent::CoreCycles) | if i == 2 { INT } else { 0 },
-        );
+        ok(&mut p, MsrIndex::perfevtsel(i), sel(ArchEvent::CoreCycles) | if i == 2 { INT } else { 0 });
     }
     ok(&mut p, MsrIndex::fixed_ctr(1), COUNTER_MASK);
     ok(&mut p, FCTRL, 0x1 << 4);

@@ -11,14 +11,7 @@ const DS: MsrIndex = MsrIndex::IA32_DS_AREA;
 
 /// 4 GP counters, full-width writes, PEBS.
 fn pebs_pmu() -> Pmu<MockSource> {
-    Pmu::new(
-        PmuConfig {
-            pebs: true,
-            ..PmuConfig::default()
-        },
-        MockSource::new(),
-    )
-    .unwrap()
+    Pmu::new(PmuConfig { pebs: true, ..PmuConfig::default() }, MockSource::new()).unwrap()
 }
 
 /// PMC0 counting instructions from `start` with PEBS on it (and `extra` EVENTSEL bits).
@@ -26,11 +19,7 @@ fn pebs_counter(start: u64, extra: u64) -> Pmu<MockSource> {
     let mut p = pebs_pmu();
     ok(&mut p, PEBS, 1);
     ok(&mut p, MsrIndex::a_pmc(0), start);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions) | extra,
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions) | extra);
     p
 }
 
@@ -68,23 +57,12 @@ fn perf_capabilities_advertise_format_1_trap_like_with_registers() {
     assert_eq!(caps & 1 << 14, 0, "no PEBS baseline");
     assert!(wr(&mut p, PERF_CAP, caps).is_fault(), "read-only");
     // Without full-width writes PERF_CAPABILITIES still exists (PDCM) for PEBS.
-    let mut p = Pmu::new(
-        PmuConfig {
-            pebs: true,
-            full_width_writes: false,
-            ..PmuConfig::default()
-        },
-        MockSource::new(),
-    )
-    .unwrap();
+    let mut p = Pmu::new(PmuConfig { pebs: true, full_width_writes: false, ..PmuConfig::default() }, MockSource::new())
+        .unwrap();
     assert_eq!(val(&mut p, PERF_CAP), 0x1C0);
     let ranges = p.msr_ranges();
     for msr in [MISC, PEBS, DS] {
-        assert!(
-            ranges.iter().any(|r| r.contains(msr)),
-            "{:#x} routed",
-            msr.0
-        );
+        assert!(ranges.iter().any(|r| r.contains(msr)), "{:#x} routed", msr.0);
     }
 }
 
@@ -99,15 +77,7 @@ fn pebs_enable_one_bit_per_gp_counter() {
         assert!(hwr(&mut p, PEBS, 1 << bit).is_fault(), "host, bit {bit}");
     }
     assert_eq!(val(&mut p, PEBS), 0xF, "a faulting write changes nothing");
-    let mut p = Pmu::new(
-        PmuConfig {
-            pebs: true,
-            gp_counters: 8,
-            ..PmuConfig::default()
-        },
-        MockSource::new(),
-    )
-    .unwrap();
+    let mut p = Pmu::new(PmuConfig { pebs: true, gp_counters: 8, ..PmuConfig::default() }, MockSource::new()).unwrap();
     ok(&mut p, PEBS, 0xFF);
     assert!(wr(&mut p, PEBS, 0x100).is_fault());
     clean(&p);
@@ -134,10 +104,7 @@ fn misc_enable_as_kvm_with_pebs_available() {
     let mut p = pebs_pmu();
     // EMON (7) and BTS_UNAVAIL (11) set, PEBS_UNAVAIL (12) clear.
     assert_eq!(val(&mut p, MISC), 0x880);
-    assert!(
-        wr(&mut p, MISC, 0x880 | 1 << 12).is_fault(),
-        "PEBS_UNAVAIL is RO"
-    );
+    assert!(wr(&mut p, MISC, 0x880 | 1 << 12).is_fault(), "PEBS_UNAVAIL is RO");
     assert!(wr(&mut p, MISC, 0x080).is_fault(), "BTS_UNAVAIL is RO");
     // EMON: writes ignored, no fault.
     ok(&mut p, MISC, 0x800);
@@ -160,21 +127,13 @@ fn pebs_effective_needs_en_and_global_ctrl() {
     ok(&mut p, GCTRL, 0);
     ok(&mut p, PEBS, 0b11);
     assert_eq!(p.pebs_effective(), 0);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions));
     assert_eq!(p.pebs_effective(), 0, "EN without GLOBAL_CTRL");
     ok(&mut p, GCTRL, 0b10);
     assert_eq!(p.pebs_effective(), 0, "GLOBAL_CTRL of another counter");
     ok(&mut p, GCTRL, 0b11);
     assert_eq!(p.pebs_effective(), 0b01, "PMC1 has no EN");
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions) & !EN,
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions) & !EN);
     assert_eq!(p.pebs_effective(), 0, "GLOBAL_CTRL without EN");
 }
 
@@ -186,11 +145,7 @@ fn pebs_without_en_or_global_ctrl_never_assists() {
         ok(&mut p, GCTRL, gctrl);
         ok(&mut p, MsrIndex::a_pmc(0), COUNTER_MASK - 1);
         let s = sel(ArchEvent::Instructions) | INT;
-        ok(
-            &mut p,
-            MsrIndex::perfevtsel(0),
-            if evtsel_en { s } else { s & !EN },
-        );
+        ok(&mut p, MsrIndex::perfevtsel(0), if evtsel_en { s } else { s & !EN });
         assert_eq!(p.backend_mut().advance(gp(0), 100), 0, "not counting");
         assert!(!p.collect_overflows());
         assert!(!p.pebs_pending());
@@ -207,10 +162,7 @@ fn overflow_arms_and_the_next_event_triggers_the_assist() {
     p.backend_mut().advance(gp(0), 3);
     assert!(p.backend().overflow_due());
     // The wrap arms PEBS: status bit set, no PMI despite INT, no assist yet.
-    assert!(
-        !p.collect_overflows(),
-        "a PEBS counter raises no counter PMI"
-    );
+    assert!(!p.collect_overflows(), "a PEBS counter raises no counter PMI");
     assert_eq!(p.global_status(), 1);
     assert!(!p.pebs_pending());
     // Armed: notified at the very next event.
@@ -263,11 +215,7 @@ fn a_skipped_assist_leaves_status_and_counter() {
     assert_eq!(val(&mut p, MsrIndex::pmc(0)), 1, "no reload");
     p.backend_mut().advance(gp(0), 10);
     assert!(!p.collect_overflows());
-    assert_eq!(
-        p.take_pebs_overflows(),
-        0,
-        "no new assist before the next wrap"
-    );
+    assert_eq!(p.take_pebs_overflows(), 0, "no new assist before the next wrap");
     assert_eq!(val(&mut p, MsrIndex::pmc(0)), 11);
     let s = p.stats();
     assert_eq!((s.pebs_records, s.pebs_dropped), (0, 1));
@@ -290,11 +238,7 @@ fn ordinary_overflow_when_pebs_is_off_for_that_counter() {
     let mut p = pebs_pmu();
     ok(&mut p, PEBS, 0b10);
     ok(&mut p, MsrIndex::a_pmc(0), COUNTER_MASK);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions) | INT,
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions) | INT);
     p.backend_mut().advance(gp(0), 1);
     assert!(p.collect_overflows(), "ordinary PMI");
     assert_eq!(p.take_pebs_overflows(), 0);
@@ -327,11 +271,7 @@ fn pebs_enable_writes_fold_first() {
     // before the VMM noticed it.
     let mut p = pebs_pmu();
     ok(&mut p, MsrIndex::a_pmc(0), COUNTER_MASK);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions) | INT,
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions) | INT);
     p.backend_mut().advance(gp(0), 1);
     ok(&mut p, PEBS, 1);
     assert!(p.collect_overflows(), "ordinary PMI for the earlier wrap");
@@ -342,11 +282,7 @@ fn pebs_enable_writes_fold_first() {
     p.collect_overflows();
     assert_eq!(overflow_at(&p, gp(0)), Some(2), "armed");
     ok(&mut p, PEBS, 0);
-    assert_eq!(
-        overflow_at(&p, gp(0)),
-        Some(1 + (1 << 48)),
-        "back to the wrap"
-    );
+    assert_eq!(overflow_at(&p, gp(0)), Some(1 + (1 << 48)), "back to the wrap");
     p.backend_mut().advance(gp(0), 1);
     assert!(!p.collect_overflows());
     assert_eq!(p.take_pebs_overflows(), 0);
@@ -371,11 +307,7 @@ fn several_counters_assist_in_one_collect() {
     ok(&mut p, PEBS, 0b101);
     for i in 0..3 {
         ok(&mut p, MsrIndex::a_pmc(i), COUNTER_MASK);
-        ok(
-            &mut p,
-            MsrIndex::perfevtsel(i),
-            sel(ArchEvent::Instructions),
-        );
+        ok(&mut p, MsrIndex::perfevtsel(i), sel(ArchEvent::Instructions));
     }
     p.backend_mut().advance_all(2);
     p.collect_overflows();
@@ -392,25 +324,16 @@ fn save_restore_and_reset_cover_the_pebs_registers() {
     ok(&mut p, DS, 0x30_0000);
     ok(&mut p, MISC, 0x881);
     let s = p.save();
-    assert_eq!(
-        (s.pebs_enable, s.ds_area, s.misc_enable),
-        (0b11, 0x30_0000, Some(0x881))
-    );
+    assert_eq!((s.pebs_enable, s.ds_area, s.misc_enable), (0b11, 0x30_0000, Some(0x881)));
     p.reset();
-    assert_eq!(
-        (val(&mut p, PEBS), val(&mut p, DS), val(&mut p, MISC)),
-        (0, 0, 0x880)
-    );
+    assert_eq!((val(&mut p, PEBS), val(&mut p, DS), val(&mut p, MISC)), (0, 0, 0x880));
     p.restore(&s).unwrap();
     assert_eq!(p.save(), s);
     // A PMU without PEBS refuses a snapshot that uses it, and saves none.
     let mut q = pmu();
     assert!(q.restore(&s).is_err());
     let plain = q.save();
-    assert_eq!(
-        (plain.pebs_enable, plain.ds_area, plain.misc_enable),
-        (0, 0, Some(0x1880))
-    );
+    assert_eq!((plain.pebs_enable, plain.ds_area, plain.misc_enable), (0, 0, Some(0x1880)));
     // An old snapshot (no PEBS fields) restores into a PEBS PMU with them at reset.
     let json = serde_json::to_value(&plain).unwrap();
     let mut obj = json.as_object().unwrap().clone();

@@ -33,26 +33,16 @@ fn reuse_en_toggle_is_enable_disable_not_open() {
         ok(&mut p, MsrIndex::perfevtsel(0), v);
     }
     let calls = lifecycle(&take(&mut p));
-    assert_eq!(
-        calls,
-        [MockCall::Disable(gp(0)), MockCall::Enable(gp(0))].repeat(3)
-    );
+    assert_eq!(calls, [MockCall::Disable(gp(0)), MockCall::Enable(gp(0))].repeat(3));
     let s = p.stats();
-    assert_eq!(
-        (s.events_created, s.events_reused, s.events_closed),
-        (1, 3, 0)
-    );
+    assert_eq!((s.events_created, s.events_reused, s.events_closed), (1, 3, 0));
     clean(&p);
 }
 
 #[test]
 fn reuse_global_ctrl_toggle_is_enable_disable() {
     let mut p = pmu();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
     ok(&mut p, MsrIndex::perfevtsel(1), SEL(ArchEvent::CoreCycles));
     ok(&mut p, FCTRL, 0x3);
     ok(&mut p, GCTRL, 0b11 | 1 << 32);
@@ -60,12 +50,7 @@ fn reuse_global_ctrl_toggle_is_enable_disable() {
     ok(&mut p, GCTRL, 0);
     ok(&mut p, GCTRL, 0b11 | 1 << 32);
     let calls = lifecycle(&take(&mut p));
-    assert!(
-        calls
-            .iter()
-            .all(|c| matches!(c, MockCall::Enable(_) | MockCall::Disable(_))),
-        "{calls:?}"
-    );
+    assert!(calls.iter().all(|c| matches!(c, MockCall::Enable(_) | MockCall::Disable(_))), "{calls:?}");
     assert_eq!(calls.len(), 6);
     // Flipping one bit touches one counter.
     ok(&mut p, GCTRL, 0b10 | 1 << 32);
@@ -80,10 +65,7 @@ fn reuse_fixed_ctrl_toggle_is_enable_disable() {
     take(&mut p);
     ok(&mut p, FCTRL, 0x303);
     ok(&mut p, FCTRL, 0x333);
-    assert_eq!(
-        lifecycle(&take(&mut p)),
-        vec![MockCall::Disable(fixed(1)), MockCall::Enable(fixed(1))]
-    );
+    assert_eq!(lifecycle(&take(&mut p)), vec![MockCall::Disable(fixed(1)), MockCall::Enable(fixed(1))]);
 }
 
 #[test]
@@ -99,11 +81,7 @@ fn reuse_config_change_closes_and_reopens() {
     ];
     for v in changes {
         let mut p = pmu();
-        ok(
-            &mut p,
-            MsrIndex::perfevtsel(0),
-            SEL(ArchEvent::Instructions),
-        );
+        ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
         take(&mut p);
         ok(&mut p, MsrIndex::perfevtsel(0), v);
         let calls = lifecycle(&take(&mut p));
@@ -118,17 +96,9 @@ fn reuse_config_change_closes_and_reopens() {
 #[test]
 fn reuse_pin_control_is_not_a_config_change() {
     let mut p = pmu();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
     take(&mut p);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions) | EventSel::PC,
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions) | EventSel::PC);
     assert_eq!(take(&mut p), vec![]);
 }
 
@@ -140,25 +110,15 @@ fn reuse_fixed_config_change_reopens() {
     take(&mut p);
     ok(&mut p, FCTRL, 0x9);
     let calls = lifecycle(&take(&mut p));
-    assert!(
-        matches!(calls.as_slice(), [MockCall::Close(_), MockCall::Open(_, c), MockCall::Enable(_)] if c.interrupt)
-    );
+    assert!(matches!(calls.as_slice(), [MockCall::Close(_), MockCall::Open(_, c), MockCall::Enable(_)] if c.interrupt));
 }
 
 #[test]
 fn reuse_lazy_release_after_the_slice_and_not_before() {
     let mut p = pmu();
     p.tick(5_000);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions) & !EN,
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions) & !EN);
     assert!(p.backend().is_open(gp(0)));
     p.tick(5_000 + 999_999);
     assert!(p.backend().is_open(gp(0)), "not before the slice");
@@ -170,26 +130,15 @@ fn reuse_lazy_release_after_the_slice_and_not_before() {
     assert!(!p.is_active());
     // Re-enabling after release creates a new event and keeps the value.
     p.backend_mut().take_calls();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
-    assert!(matches!(
-        lifecycle(&take(&mut p)).as_slice(),
-        [MockCall::Open(..), MockCall::Enable(_)]
-    ));
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
+    assert!(matches!(lifecycle(&take(&mut p)).as_slice(), [MockCall::Open(..), MockCall::Enable(_)]));
     clean(&p);
 }
 
 #[test]
 fn reuse_counting_events_are_never_released() {
     let mut p = pmu();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
     p.tick(1_000_000_000);
     assert!(p.backend().is_enabled(gp(0)));
     // Nor are events merely scheduled out.
@@ -201,11 +150,7 @@ fn reuse_counting_events_are_never_released() {
 #[test]
 fn reuse_re_enable_resets_the_idle_clock() {
     let mut p = pmu();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
     ok(&mut p, GCTRL, 0);
     p.tick(900_000);
     ok(&mut p, GCTRL, 1);
@@ -218,14 +163,8 @@ fn reuse_re_enable_resets_the_idle_clock() {
 
 #[test]
 fn reuse_release_slice_is_configurable() {
-    let mut p = pmu_with(Policy::Reuse {
-        release_after_ns: 0,
-    });
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
+    let mut p = pmu_with(Policy::Reuse { release_after_ns: 0 });
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
     ok(&mut p, GCTRL, 0);
     p.tick(0);
     assert!(!p.backend().is_open(gp(0)));
@@ -234,16 +173,8 @@ fn reuse_release_slice_is_configurable() {
 #[test]
 fn reuse_idle_event_replaced_on_reenable_with_new_config() {
     let mut p = pmu();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Branches) & !EN,
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Branches) & !EN);
     take(&mut p);
     ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Branches));
     assert!(matches!(
@@ -263,10 +194,7 @@ fn legacy_every_changing_write_recreates() {
     ok(&mut p, MsrIndex::perfevtsel(0), v & !EN);
     assert_eq!(lifecycle(&take(&mut p)), vec![MockCall::Close(gp(0))]);
     ok(&mut p, MsrIndex::perfevtsel(0), v);
-    assert!(matches!(
-        lifecycle(&take(&mut p)).as_slice(),
-        [MockCall::Open(..), MockCall::Enable(_)]
-    ));
+    assert!(matches!(lifecycle(&take(&mut p)).as_slice(), [MockCall::Open(..), MockCall::Enable(_)]));
     // A change that leaves the host config alike still recreates (PC bit).
     ok(&mut p, MsrIndex::perfevtsel(0), v | EventSel::PC);
     assert!(matches!(
@@ -277,29 +205,20 @@ fn legacy_every_changing_write_recreates() {
     ok(&mut p, MsrIndex::perfevtsel(0), v | EventSel::PC);
     assert_eq!(take(&mut p), vec![]);
     let s = p.stats();
-    assert_eq!(
-        (s.events_created, s.events_reused, s.events_closed),
-        (3, 0, 2)
-    );
+    assert_eq!((s.events_created, s.events_reused, s.events_closed), (3, 0, 2));
     clean(&p);
 }
 
 #[test]
 fn legacy_global_ctrl_recreates_flipped_counters_only() {
     let mut p = pmu_with(Policy::Legacy);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
     ok(&mut p, MsrIndex::perfevtsel(1), SEL(ArchEvent::CoreCycles));
     take(&mut p);
     ok(&mut p, GCTRL, 0b1101);
     assert_eq!(lifecycle(&take(&mut p)), vec![MockCall::Close(gp(1))]);
     ok(&mut p, GCTRL, 0b1111);
-    assert!(
-        matches!(lifecycle(&take(&mut p)).as_slice(), [MockCall::Open(i, _), MockCall::Enable(_)] if *i == gp(1))
-    );
+    assert!(matches!(lifecycle(&take(&mut p)).as_slice(), [MockCall::Open(i, _), MockCall::Enable(_)] if *i == gp(1)));
     // Bits for counters with EN clear flip without any backend call.
     ok(&mut p, GCTRL, 0b0011);
     assert_eq!(take(&mut p), vec![]);
@@ -322,11 +241,7 @@ fn legacy_fixed_ctrl_recreates_changed_fields_only() {
 #[test]
 fn legacy_never_keeps_idle_events_and_tick_does_nothing() {
     let mut p = pmu_with(Policy::Legacy);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
     ok(&mut p, GCTRL, 0);
     assert_eq!(p.backend().open_events(), 0);
     p.tick(u64::MAX);
@@ -355,13 +270,7 @@ fn policies_agree_on_guest_visible_values() {
         a.backend_mut().advance_all(17);
         b.backend_mut().advance_all(17);
         for m in [MsrIndex::pmc(0), MsrIndex::fixed_ctr(0), STATUS] {
-            assert_eq!(
-                val(&mut a, m),
-                val(&mut b, m),
-                "after {:#x} <- {v:#x}, {:#x}",
-                msr.0,
-                m.0
-            );
+            assert_eq!(val(&mut a, m), val(&mut b, m), "after {:#x} <- {v:#x}, {:#x}", msr.0, m.0);
         }
     }
     assert!(a.stats().events_created < b.stats().events_created);
@@ -373,11 +282,7 @@ fn policies_agree_on_guest_visible_values() {
 fn failed_open_counts_nothing_and_is_retried() {
     let mut p = pmu();
     p.backend_mut().set_fail_open(true);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
     assert_eq!(p.stats().open_failures, 1);
     assert!(!p.backend().is_open(gp(0)));
     assert_eq!(val(&mut p, MsrIndex::pmc(0)), 0);
@@ -395,28 +300,16 @@ fn failed_open_counts_nothing_and_is_retried() {
 fn failed_open_retried_on_next_write() {
     let mut p = pmu();
     p.backend_mut().set_fail_open(true);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
     p.backend_mut().set_fail_open(false);
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions) | INT,
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions) | INT);
     assert!(p.backend().is_enabled(gp(0)));
 }
 
 #[test]
 fn stats_serialize() {
     let mut p = pmu();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        SEL(ArchEvent::Instructions),
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), SEL(ArchEvent::Instructions));
     let json = serde_json::to_value(p.stats()).unwrap();
     assert_eq!(json["events_created"], 1);
     assert_eq!(json["backend_calls"]["open"], 1);

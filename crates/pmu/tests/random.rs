@@ -40,9 +40,7 @@ fn rule(caps: &PmuCaps, msr: MsrIndex, host: bool) -> Rule {
     let has_gp = |i: u8| i < caps.gp_counters();
     match PmuMsr::decode(msr) {
         Some(PmuMsr::Pmc(i)) if has_gp(i) => Rule::Reserved(0),
-        Some(PmuMsr::FullWidthPmc(i)) if has_gp(i) && caps.full_width_writes() => {
-            Rule::Reserved(!COUNTER_MASK)
-        }
+        Some(PmuMsr::FullWidthPmc(i)) if has_gp(i) && caps.full_width_writes() => Rule::Reserved(!COUNTER_MASK),
         Some(PmuMsr::EventSel(i)) if has_gp(i) => Rule::Reserved(0xFFFF_FFFF_0020_0000),
         Some(PmuMsr::FixedCtr(j)) if j < caps.fixed_counters() => Rule::Reserved(0),
         Some(PmuMsr::FixedCtrCtrl) => Rule::Reserved(caps.fixed_ctr_ctrl_reserved()),
@@ -58,8 +56,8 @@ fn rule(caps: &PmuCaps, msr: MsrIndex, host: bool) -> Rule {
 
 fn random_msr(r: &mut Rng) -> MsrIndex {
     const POOL: &[u32] = &[
-        0xC1, 0xC2, 0xC3, 0xC4, 0xC5, 0xC8, 0x186, 0x187, 0x188, 0x189, 0x18A, 0x309, 0x30A, 0x30B,
-        0x30C, 0x345, 0x38D, 0x38E, 0x38F, 0x390, 0x4C1, 0x4C2, 0x4C4, 0x4C5, 0x391, 0x10,
+        0xC1, 0xC2, 0xC3, 0xC4, 0xC5, 0xC8, 0x186, 0x187, 0x188, 0x189, 0x18A, 0x309, 0x30A, 0x30B, 0x30C, 0x345,
+        0x38D, 0x38E, 0x38F, 0x390, 0x4C1, 0x4C2, 0x4C4, 0x4C5, 0x391, 0x10,
     ];
     MsrIndex(POOL[r.below(POOL.len() as u64) as usize])
 }
@@ -74,9 +72,7 @@ fn random_value(r: &mut Rng, caps: &PmuCaps, msr: MsrIndex) -> u64 {
             Some(PmuMsr::EventSel(_)) => {
                 let ev = pmu::ArchEvent::ALL[r.below(7) as usize];
                 let (e, u) = ev.select();
-                let mut v = u64::from(e)
-                    | u64::from(u) << 8
-                    | r.next() & (USR | OS | INT | EN | EventSel::PC);
+                let mut v = u64::from(e) | u64::from(u) << 8 | r.next() & (USR | OS | INT | EN | EventSel::PC);
                 if r.chance(10) {
                     v |= r.below(4) << 24;
                 }
@@ -86,9 +82,7 @@ fn random_value(r: &mut Rng, caps: &PmuCaps, msr: MsrIndex) -> u64 {
                 v
             }
             Some(PmuMsr::FixedCtrCtrl) => r.next() & !caps.fixed_ctr_ctrl_reserved(),
-            Some(PmuMsr::GlobalCtrl | PmuMsr::GlobalOvfCtrl | PmuMsr::GlobalStatus) => {
-                r.next() & caps.counters()
-            }
+            Some(PmuMsr::GlobalCtrl | PmuMsr::GlobalOvfCtrl | PmuMsr::GlobalStatus) => r.next() & caps.counters(),
             _ => COUNTER_MASK - r.below(64),
         },
     }
@@ -99,31 +93,18 @@ fn guest_enabled(p: &mut Pmu<MockSource>) -> bool {
     let gctrl = h(p, GCTRL);
     let fctrl = h(p, FCTRL);
     let caps = *p.caps();
-    let gp_on = (0..caps.gp_counters())
-        .any(|i| gctrl >> i & 1 == 1 && h(p, MsrIndex::perfevtsel(i)) & EN != 0);
-    let fx_on = (0..caps.fixed_counters())
-        .any(|j| gctrl >> (32 + j) & 1 == 1 && FixedCtrl::of(fctrl, j).enabled());
+    let gp_on = (0..caps.gp_counters()).any(|i| gctrl >> i & 1 == 1 && h(p, MsrIndex::perfevtsel(i)) & EN != 0);
+    let fx_on = (0..caps.fixed_counters()).any(|j| gctrl >> (32 + j) & 1 == 1 && FixedCtrl::of(fctrl, j).enabled());
     gp_on || fx_on
 }
 
 fn check_invariants(p: &mut Pmu<MockSource>, ctx: &str) {
-    assert!(
-        p.backend().violations().is_empty(),
-        "{ctx}: {:?}",
-        p.backend().violations()
-    );
+    assert!(p.backend().violations().is_empty(), "{ctx}: {:?}", p.backend().violations());
     let enabled = guest_enabled(p);
-    assert_eq!(
-        p.is_active(),
-        enabled || p.backend().open_events() > 0,
-        "{ctx}: is_active"
-    );
+    assert_eq!(p.is_active(), enabled || p.backend().open_events() > 0, "{ctx}: is_active");
     if !p.is_scheduled_in() {
         for idx in p.caps().pmcs().collect::<Vec<_>>() {
-            assert!(
-                !p.backend().is_enabled(idx),
-                "{ctx}: {idx:?} runs while scheduled out"
-            );
+            assert!(!p.backend().is_enabled(idx), "{ctx}: {idx:?} runs while scheduled out");
         }
     }
 }
@@ -140,31 +121,19 @@ fn run(seed: u64, config: PmuConfig, source: MockSource, ops: usize) -> pmu::Pmu
                 let msr = random_msr(&mut r);
                 let v = random_value(&mut r, &caps, msr);
                 let host = r.chance(10);
-                let who = if host {
-                    Initiator::Host
-                } else {
-                    Initiator::Guest
-                };
+                let who = if host { Initiator::Host } else { Initiator::Guest };
                 let res = p.set_msr(msr, v, who);
                 let must_fault = match rule(&caps, msr, host) {
                     Rule::Absent | Rule::ReadOnly => true,
                     Rule::Reserved(mask) => v & mask != 0,
                     Rule::Exact(x) => v != x,
                 };
-                assert_eq!(
-                    res.is_fault(),
-                    must_fault,
-                    "{ctx}: {who:?} {:#x} <- {v:#x}",
-                    msr.0
-                );
+                assert_eq!(res.is_fault(), must_fault, "{ctx}: {who:?} {:#x} <- {v:#x}", msr.0);
             }
             45..=52 => {
                 // Toggle an enable, as guests do around measured regions.
                 let (msr, bit) = match r.below(3) {
-                    0 => (
-                        MsrIndex::perfevtsel(r.below(u64::from(caps.gp_counters())) as u8),
-                        EN,
-                    ),
+                    0 => (MsrIndex::perfevtsel(r.below(u64::from(caps.gp_counters())) as u8), EN),
                     1 => (GCTRL, 1 << r.below(u64::from(caps.gp_counters()))),
                     _ => (FCTRL, 3 << (4 * r.below(3))),
                 };
@@ -179,16 +148,9 @@ fn run(seed: u64, config: PmuConfig, source: MockSource, ops: usize) -> pmu::Pmu
             53..=59 => {
                 let msr = random_msr(&mut r);
                 let res = p.get_msr(msr, Initiator::Guest);
-                assert_eq!(
-                    res.is_fault(),
-                    matches!(rule(&caps, msr, false), Rule::Absent),
-                    "{ctx}: read {:#x}",
-                    msr.0
-                );
-                if let (
-                    Some(PmuMsr::Pmc(_) | PmuMsr::FullWidthPmc(_) | PmuMsr::FixedCtr(_)),
-                    Some(v),
-                ) = (PmuMsr::decode(msr), res.ok())
+                assert_eq!(res.is_fault(), matches!(rule(&caps, msr, false), Rule::Absent), "{ctx}: read {:#x}", msr.0);
+                if let (Some(PmuMsr::Pmc(_) | PmuMsr::FullWidthPmc(_) | PmuMsr::FixedCtr(_)), Some(v)) =
+                    (PmuMsr::decode(msr), res.ok())
                 {
                     assert!(v <= COUNTER_MASK, "{ctx}: counter read {v:#x}");
                 }
@@ -198,11 +160,7 @@ fn run(seed: u64, config: PmuConfig, source: MockSource, ops: usize) -> pmu::Pmu
                 let _ = p.rdpmc(RdpmcIdx(ecx));
             }
             65..=79 => {
-                let n = if r.chance(5) {
-                    1 << 47
-                } else {
-                    r.below(1 << 20)
-                };
+                let n = if r.chance(5) { 1 << 47 } else { r.below(1 << 20) };
                 p.backend_mut().advance_all(n);
                 if p.backend().overflow_due() {
                     let _ = p.collect_overflows();
@@ -239,49 +197,27 @@ fn run(seed: u64, config: PmuConfig, source: MockSource, ops: usize) -> pmu::Pmu
 fn random_ops_never_panic_and_respect_the_rules() {
     let configs = [
         (PmuConfig::default(), MockSource::new()),
-        (
-            PmuConfig {
-                policy: Policy::Legacy,
-                ..PmuConfig::default()
-            },
-            MockSource::new(),
-        ),
+        (PmuConfig { policy: Policy::Legacy, ..PmuConfig::default() }, MockSource::new()),
         (
             PmuConfig {
                 gp_counters: 8,
                 full_width_writes: false,
-                policy: Policy::Reuse {
-                    release_after_ns: 0,
-                },
+                policy: Policy::Reuse { release_after_ns: 0 },
                 filter: None,
                 pebs: false,
             },
             MockSource::new(),
         ),
         (
-            PmuConfig {
-                gp_counters: 1,
-                ..PmuConfig::default()
-            },
+            PmuConfig { gp_counters: 1, ..PmuConfig::default() },
             MockSource::supporting(&[ArchEvent::Instructions, ArchEvent::LlcMisses]),
         ),
-        (
-            PmuConfig {
-                gp_counters: 2,
-                ..PmuConfig::default()
-            },
-            MockSource::supporting(&[]),
-        ),
+        (PmuConfig { gp_counters: 2, ..PmuConfig::default() }, MockSource::supporting(&[])),
     ];
     let mut total = pmu::PmuStats::default();
     for seed in 1..=40u64 {
         for (i, (config, source)) in configs.iter().enumerate() {
-            let s = run(
-                seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i as u64,
-                config.clone(),
-                source.clone(),
-                400,
-            );
+            let s = run(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i as u64, config.clone(), source.clone(), 400);
             total.events_created += s.events_created;
             total.events_reused += s.events_reused;
             total.events_lazily_released += s.events_lazily_released;
@@ -311,9 +247,7 @@ fn random_ops_never_panic_and_respect_the_rules() {
 fn policies_are_guest_indistinguishable() {
     for seed in 1..=60u64 {
         let mut r = Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1);
-        let mut a = pmu_with(Policy::Reuse {
-            release_after_ns: 300_000,
-        });
+        let mut a = pmu_with(Policy::Reuse { release_after_ns: 300_000 });
         let mut b = pmu_with(Policy::Legacy);
         let caps = *a.caps();
         let mut now = 0;
@@ -346,19 +280,12 @@ fn policies_are_guest_indistinguishable() {
                     }
                 }
             }
-            for m in (0..4)
-                .map(MsrIndex::pmc)
-                .chain((0..3).map(MsrIndex::fixed_ctr))
-                .chain([STATUS, GCTRL, FCTRL])
-            {
+            for m in (0..4).map(MsrIndex::pmc).chain((0..3).map(MsrIndex::fixed_ctr)).chain([STATUS, GCTRL, FCTRL]) {
                 assert_eq!(rd(&mut a, m), rd(&mut b, m), "{ctx}: MSR {:#x}", m.0);
             }
         }
         clean(&a);
         clean(&b);
-        assert!(
-            a.stats().events_created <= b.stats().events_created,
-            "seed {seed}"
-        );
+        assert!(a.stats().events_created <= b.stats().events_created, "seed {seed}");
     }
 }

@@ -6,16 +6,8 @@ use pmu::{PmuState, RestoreError, STATE_FORMAT};
 
 fn busy() -> Pmu<MockSource> {
     let mut p = pmu();
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(0),
-        sel(ArchEvent::Instructions) | INT,
-    );
-    ok(
-        &mut p,
-        MsrIndex::perfevtsel(2),
-        sel(ArchEvent::Branches) & !EN,
-    );
+    ok(&mut p, MsrIndex::perfevtsel(0), sel(ArchEvent::Instructions) | INT);
+    ok(&mut p, MsrIndex::perfevtsel(2), sel(ArchEvent::Branches) & !EN);
     ok(&mut p, MsrIndex::a_pmc(2), 0xFFFF_0000_0000);
     ok(&mut p, FCTRL, 0x0B3);
     ok(&mut p, GCTRL, 0b0101 | 3 << 32);
@@ -39,20 +31,13 @@ fn save_restore_roundtrip_through_json() {
     b.restore(&back).unwrap();
     assert_eq!(b.save(), s);
     // The restored PMU counts where the old one did.
-    assert!(
-        b.backend().is_enabled(gp(0))
-            && b.backend().is_enabled(fixed(0))
-            && b.backend().is_enabled(fixed(1))
-    );
+    assert!(b.backend().is_enabled(gp(0)) && b.backend().is_enabled(fixed(0)) && b.backend().is_enabled(fixed(1)));
     assert!(!b.backend().is_open(gp(2)));
     b.backend_mut().advance(gp(0), 6);
     assert_eq!(val(&mut b, MsrIndex::pmc(0)), 1240);
     assert_eq!(val(&mut b, STATUS), 1 << 63 | 1 << 1);
     // The overflow deadline follows the restored value.
-    assert_eq!(
-        b.backend().event(gp(0)).unwrap().overflow_at,
-        Some((1 << 48) - 1234)
-    );
+    assert_eq!(b.backend().event(gp(0)).unwrap().overflow_at, Some((1 << 48) - 1234));
     clean(&b);
 }
 
@@ -98,53 +83,28 @@ fn restore_rejects_bad_snapshots() {
 
     let mut s = good.clone();
     s.eventsel[1] = 1 << 21;
-    assert_eq!(
-        p.restore(&s),
-        Err(RestoreError::Rejected {
-            msr: 0x187,
-            value: 1 << 21
-        })
-    );
+    assert_eq!(p.restore(&s), Err(RestoreError::Rejected { msr: 0x187, value: 1 << 21 }));
     assert_eq!(p.save(), pmu().save(), "left reset on error");
 
     let mut s = good.clone();
     s.pmc[3] = 1 << 48;
-    assert_eq!(
-        p.restore(&s),
-        Err(RestoreError::Rejected {
-            msr: 0xC4,
-            value: 1 << 48
-        })
-    );
+    assert_eq!(p.restore(&s), Err(RestoreError::Rejected { msr: 0xC4, value: 1 << 48 }));
 
     let mut s = good.clone();
     s.global_ctrl = 1 << 10;
-    assert!(matches!(
-        p.restore(&s),
-        Err(RestoreError::Rejected { msr: 0x38F, .. })
-    ));
+    assert!(matches!(p.restore(&s), Err(RestoreError::Rejected { msr: 0x38F, .. })));
 
     let mut s = good;
     s.global_status = 1 << 40;
-    assert!(matches!(
-        p.restore(&s),
-        Err(RestoreError::Rejected { msr: 0x38E, .. })
-    ));
+    assert!(matches!(p.restore(&s), Err(RestoreError::Rejected { msr: 0x38E, .. })));
     clean(&p);
 }
 
 #[test]
 fn restore_error_messages() {
+    assert_eq!(RestoreError::Format(3).to_string(), "Unsupported snapshot format 3");
     assert_eq!(
-        RestoreError::Format(3).to_string(),
-        "Unsupported snapshot format 3"
-    );
-    assert_eq!(
-        RestoreError::Rejected {
-            msr: 0x38F,
-            value: 0x400
-        }
-        .to_string(),
+        RestoreError::Rejected { msr: 0x38F, value: 0x400 }.to_string(),
         "Snapshot value 0x400 rejected by MSR 0x38f"
     );
 }

@@ -43,7 +43,11 @@ pub struct BootParams {
 }
 
 /// Write GDT, page tables, command line and the protocol's info struct.
-pub fn write_boot_data(mem: &GuestMemoryMmap, protocol: BootProtocol, p: &BootParams) -> vm_memory::GuestMemoryResult<()> {
+pub fn write_boot_data(
+    mem: &GuestMemoryMmap,
+    protocol: BootProtocol,
+    p: &BootParams,
+) -> vm_memory::GuestMemoryResult<()> {
     let gdt: Vec<u8> = GDT.iter().flat_map(|d| d.to_le_bytes()).collect();
     mem.write_slice(&gdt, GuestAddress(GDT_ADDR))?;
     write_identity_map(mem)?;

@@ -52,13 +52,19 @@ impl VmEnd {
     pub fn message(&self) -> Option<String> {
         match self {
             VmEnd::Status { .. } => None,
-            VmEnd::TripleFault { vcpu, rip } => Some(format!("guest shutdown (triple fault) at RIP={rip:#x} on vcpu {vcpu}")),
+            VmEnd::TripleFault { vcpu, rip } => {
+                Some(format!("guest shutdown (triple fault) at RIP={rip:#x} on vcpu {vcpu}"))
+            }
             VmEnd::InternalError { vcpu, suberror, rip } => {
                 Some(format!("KVM internal error, suberror {suberror} at RIP={rip:#x} on vcpu {vcpu}"))
             }
-            VmEnd::Timeout { after_ms } => Some(format!("timeout: guest still running after {:.1} s, stopped", *after_ms as f64 / 1000.0)),
+            VmEnd::Timeout { after_ms } => {
+                Some(format!("timeout: guest still running after {:.1} s, stopped", *after_ms as f64 / 1000.0))
+            }
             VmEnd::Failed { vcpu, reason } => Some(format!("vcpu {vcpu} failed: {reason}")),
-            VmEnd::Signal { signal } => Some(format!("stopped by {}", if *signal == libc::SIGINT { "SIGINT" } else { "SIGTERM" })),
+            VmEnd::Signal { signal } => {
+                Some(format!("stopped by {}", if *signal == libc::SIGINT { "SIGINT" } else { "SIGTERM" }))
+            }
         }
     }
 }

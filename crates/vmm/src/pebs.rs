@@ -108,7 +108,10 @@ impl PebsRecord {
         PebsRecord {
             rflags: r.rflags,
             rip: r.rip,
-            gprs: [r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15],
+            gprs: [
+                r.rax, r.rbx, r.rcx, r.rdx, r.rsi, r.rdi, r.rbp, r.rsp, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14,
+                r.r15,
+            ],
             global_status,
         }
     }
@@ -309,7 +312,13 @@ mod tests {
     fn ds_offsets_match_the_sdm_64_bit_layout() {
         // BTS base/index/max/threshold at 0x00..0x18, then the PEBS fields.
         assert_eq!(
-            [DS_PEBS_BUFFER_BASE, DS_PEBS_INDEX, DS_PEBS_ABSOLUTE_MAXIMUM, DS_PEBS_INTERRUPT_THRESHOLD, DS_PEBS_COUNTER_RESET],
+            [
+                DS_PEBS_BUFFER_BASE,
+                DS_PEBS_INDEX,
+                DS_PEBS_ABSOLUTE_MAXIMUM,
+                DS_PEBS_INTERRUPT_THRESHOLD,
+                DS_PEBS_COUNTER_RESET
+            ],
             [0x20, 0x28, 0x30, 0x38, 0x40]
         );
     }

@@ -57,7 +57,8 @@ pub fn raise(vm: &VmFd, vcpu: &VcpuFd) -> std::io::Result<PmiOutcome> {
         PmiOutcome::Nmi => {}
         PmiOutcome::Fixed(vector) => {
             let apic_id = reg(&lapic, APIC_ID) >> 24;
-            let msi = kvm_msi { address_lo: 0xfee0_0000 | (apic_id << 12), data: u32::from(vector), ..Default::default() };
+            let msi =
+                kvm_msi { address_lo: 0xfee0_0000 | (apic_id << 12), data: u32::from(vector), ..Default::default() };
             vm.signal_msi(msi).map_err(std::io::Error::from)?;
             // signal_msi changed IRR: read the state again before writing LVTPC back.
             lapic = vcpu.get_lapic().map_err(std::io::Error::from)?;

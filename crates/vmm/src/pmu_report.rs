@@ -5,7 +5,7 @@
 use crate::backends::perf_sys;
 use crate::vm::{BackendKind, PmuSettings};
 use crate::vpmu::{Backend, VcpuPmu, VpmuStats};
-use pmu::{Policy, PmuStats};
+use pmu::{PmuStats, Policy};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -33,13 +33,21 @@ pub struct PmuReport {
 }
 
 impl PmuReport {
-    pub fn new(settings: &PmuSettings, pmu: &VcpuPmu, budget: std::sync::Arc<crate::backends::perf::EventBudget>) -> Self {
+    pub fn new(
+        settings: &PmuSettings,
+        pmu: &VcpuPmu,
+        budget: std::sync::Arc<crate::backends::perf::EventBudget>,
+    ) -> Self {
         let backend_detail = match pmu.pmu.backend() {
             Backend::Perf(p) => p.mode().describe(),
-            Backend::Exact(_) => "single-step: exact instructions and branches; cycles = model clock, 1 per retired instruction".into(),
+            Backend::Exact(_) => {
+                "single-step: exact instructions and branches; cycles = model clock, 1 per retired instruction".into()
+            }
         };
         let policy = match settings.policy {
-            Policy::Reuse { release_after_ns } => format!("reuse (lazy release after {:.3} ms of vCPU run time)", release_after_ns as f64 / 1e6),
+            Policy::Reuse { release_after_ns } => {
+                format!("reuse (lazy release after {:.3} ms of vCPU run time)", release_after_ns as f64 / 1e6)
+            }
             Policy::Legacy => "legacy (re-create host events on every write)".into(),
         };
         let caps = pmu.pmu.caps();

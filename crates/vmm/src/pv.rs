@@ -60,7 +60,11 @@ impl CpuShare {
 
     /// The rate to publish (1.0 before any observation).
     pub fn mult(&self) -> u64 {
-        if self.rate == 0 { 1 << RATE_SHIFT } else { self.rate }
+        if self.rate == 0 {
+            1 << RATE_SHIFT
+        } else {
+            self.rate
+        }
     }
 
     /// The bound to publish.
@@ -86,7 +90,10 @@ pub enum Refusal {
     NotAligned,
     OutsideMemory,
     NewerThanHost(u32),
-    BadSize { version: u32, size: u32 },
+    BadSize {
+        version: u32,
+        size: u32,
+    },
 }
 
 /// A registered page.
@@ -285,7 +292,8 @@ mod tests {
         }
         m.write_obj(3u32, GuestAddress(0x1010)).unwrap();
         assert_eq!(apply_batch(&m, page, &mut pmu), 2);
-        let (done, fault): (u32, u32) = (m.read_obj(GuestAddress(0x1014)).unwrap(), m.read_obj(GuestAddress(0x1018)).unwrap());
+        let (done, fault): (u32, u32) =
+            (m.read_obj(GuestAddress(0x1014)).unwrap(), m.read_obj(GuestAddress(0x1018)).unwrap());
         assert_eq!((done, fault), (2, 3), "third entry sets the reserved ANY bit");
         assert_eq!(pmu.get_msr(MsrIndex(0x186), Initiator::Guest), MsrAccess::Ok(0x43003c));
         assert_eq!(pmu.get_msr(MsrIndex(0xc1), Initiator::Guest), MsrAccess::Ok(0x1234));

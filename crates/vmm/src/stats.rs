@@ -72,11 +72,22 @@ impl VmStats {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let secs = self.wall_ns as f64 / 1e9;
-        out.push_str(&format!("\n VM statistics ({:.6} s wall, {:.6} s in KVM_RUN, {} entries)\n\n", secs, self.run_ns as f64 / 1e9, self.entries));
+        out.push_str(&format!(
+            "\n VM statistics ({:.6} s wall, {:.6} s in KVM_RUN, {} entries)\n\n",
+            secs,
+            self.run_ns as f64 / 1e9,
+            self.entries
+        ));
         out.push_str(&format!("  {:<16} {:>12} {:>14} {:>12}\n", "exit reason", "count", "handle time", "avg"));
         for (reason, c) in &self.exits {
             let avg = c.handle_ns.checked_div(c.count).unwrap_or(0);
-            out.push_str(&format!("  {:<16} {:>12} {:>11.3} ms {:>9} ns\n", reason, c.count, c.handle_ns as f64 / 1e6, avg));
+            out.push_str(&format!(
+                "  {:<16} {:>12} {:>11.3} ms {:>9} ns\n",
+                reason,
+                c.count,
+                c.handle_ns as f64 / 1e6,
+                avg
+            ));
         }
         out.push_str(&format!("  {:<16} {:>12}\n", "total", self.total_exits));
         let r = &self.requests;

@@ -6,7 +6,10 @@ use std::path::Path;
 
 const PERF_TYPE_TRACEPOINT: u32 = 2;
 const TRACEFS: &str = "/sys/kernel/tracing";
-const ID_PATHS: [&str; 2] = ["/sys/kernel/tracing/events/raw_syscalls/sys_enter/id", "/sys/kernel/debug/tracing/events/raw_syscalls/sys_enter/id"];
+const ID_PATHS: [&str; 2] = [
+    "/sys/kernel/tracing/events/raw_syscalls/sys_enter/id",
+    "/sys/kernel/debug/tracing/events/raw_syscalls/sys_enter/id",
+];
 
 fn tracepoint_id() -> Result<u64, String> {
     let read = || ID_PATHS.iter().find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse().ok());
@@ -33,8 +36,10 @@ pub struct SyscallCounter {
 
 impl SyscallCounter {
     fn open(id: u64) -> Result<SyscallCounter, String> {
-        let attr = PerfEventAttr { type_: PERF_TYPE_TRACEPOINT, config: id, flags: FLAG_DISABLED, ..Default::default() };
-        let event = PerfEvent::open_untracked(&attr).map_err(|e| format!("perf_event_open(raw_syscalls:sys_enter): {e}"))?;
+        let attr =
+            PerfEventAttr { type_: PERF_TYPE_TRACEPOINT, config: id, flags: FLAG_DISABLED, ..Default::default() };
+        let event =
+            PerfEvent::open_untracked(&attr).map_err(|e| format!("perf_event_open(raw_syscalls:sys_enter): {e}"))?;
         Ok(SyscallCounter { event })
     }
 

@@ -7,11 +7,11 @@ use crate::requests::RequestOrder;
 use crate::stats::VcpuStats;
 use crate::vpmu::VcpuPmu;
 use kvm_ioctls::{VcpuExit, VcpuFd, VmFd};
-use vm_memory::GuestMemoryMmap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use vm_memory::GuestMemoryMmap;
 
 /// State every vCPU thread of a VM shares.
 #[derive(Debug)]
@@ -93,54 +93,9 @@ impl Vcpu {
                 Err(e) if e.errno() == libc::EAGAIN => ("again", Next::Continue),
                 Err(e) => ("error", Next::End(self.failed(format!("KVM_RUN: {e}")))),
             };
-            let next = match next {
-                Next::PvRegister(gpa) => {
-                    if let Some(pmu) = &mut self.pmu {
-                        pmu.pv_register(&self.fd, &self.mem, gpa);
-                    }
-                    Next::Continue
-                }
-                Next::PvPublish => {
-                    if let Some(pmu) = &mut self.pmu {
-                        pmu.pv_publish(&self.fd, &self.mem);
-                    }
-                    Next::Continue
-                }
-                Next::PvDoorbell => {
-                    if let Some(pmu) = &mut self.pmu {
-                        pmu.pv_doorbell(&self.fd, &self.mem);
-                    }
-                    Next::Continue
-                }
-                Next::Nmi(after) => {
-                    let stepping = self.pmu.as_ref().is_some_and(|p| p.is_stepping());
-                    if after == 0 || !stepping {
-                        self.nmi_request.store(true, Ordering::Release);
-                    } else {
-                        // Counted from the step that retires the OUT itself.
-                        self.nmi_countdown = Some(after + 1);
-                    }
-                    Next::Continue
-                }
-                Next::Step(pc) => {
-                    if let Some(pmu) = &mut self.pmu {
-                        pmu.on_step(&self.fd, &self.mem, pc);
-                    }
-                    if let Some(n) = self.nmi_countdown.as_mut() {
-                        *n -= 1;
-                        if *n == 0 {
-                            self.nmi_countdown = None;
-                            self.nmi_request.store(true, Ordering::Release);
-                        }
-                    }
-                    Next::Continue
-                }
-                Next::TripleFault => Next::End(VmEnd::TripleFault { vcpu: self.index, rip: self.rip() }),
-                Next::InternalError => Next::End(self.internal_error()),
-                other => other,
-            };
+            let end = self.follow_up(next);
             self.stats.record(reason, exited.elapsed());
-            if let Next::End(end) = next {
+            if let Some(end) = end {
                 self.shared.end(end);
             }
         }
@@ -150,6 +105,58 @@ impl Vcpu {
             pmu.finish();
         }
         VcpuResult { stats: self.stats, pmu: self.pmu }
+    }
+
+    /// Work an exit leaves for after the kvm_run borrow: PV page, NMI requests, single-steps,
+    /// and the ends that need registers. Returns how the VM ends, if it does.
+    fn follow_up(&mut self, next: Next) -> Option<VmEnd> {
+        match next {
+            Next::PvRegister(gpa) => {
+                if let Some(pmu) = &mut self.pmu {
+                    pmu.pv_register(&self.fd, &self.mem, gpa);
+                }
+                None
+            }
+            Next::PvPublish => {
+                if let Some(pmu) = &mut self.pmu {
+                    pmu.pv_publish(&self.fd, &self.mem);
+                }
+                None
+            }
+            Next::PvDoorbell => {
+                if let Some(pmu) = &mut self.pmu {
+                    pmu.pv_doorbell(&self.fd, &self.mem);
+                }
+                None
+            }
+            Next::Nmi(after) => {
+                let stepping = self.pmu.as_ref().is_some_and(|p| p.is_stepping());
+                if after == 0 || !stepping {
+                    self.nmi_request.store(true, Ordering::Release);
+                } else {
+                    // Counted from the step that retires the OUT itself.
+                    self.nmi_countdown = Some(after + 1);
+                }
+                None
+            }
+            Next::Step(pc) => {
+                if let Some(pmu) = &mut self.pmu {
+                    pmu.on_step(&self.fd, &self.mem, pc);
+                }
+                if let Some(n) = self.nmi_countdown.as_mut() {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.nmi_countdown = None;
+                        self.nmi_request.store(true, Ordering::Release);
+                    }
+                }
+                None
+            }
+            Next::TripleFault => Some(VmEnd::TripleFault { vcpu: self.index, rip: self.rip() }),
+            Next::InternalError => Some(self.internal_error()),
+            Next::End(end) => Some(end),
+            Next::Continue => None,
+        }
     }
 
     /// The request step before an entry, in `self.order` (see `requests`).
@@ -262,12 +269,17 @@ fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu
             ("msr-write", next)
         }
         VcpuExit::Debug(debug) => ("debug", Next::Step(debug.pc)),
-        VcpuExit::SystemEvent(kind, _) => {
-            ("system-event", Next::End(VmEnd::Failed { vcpu, reason: format!("guest system event {kind} (reset or power-off request)") }))
-        }
-        VcpuExit::FailEntry(reason, cpu) => {
-            ("fail-entry", Next::End(VmEnd::Failed { vcpu, reason: format!("VM entry failed: reason {reason:#x} on host cpu {cpu}") }))
-        }
+        VcpuExit::SystemEvent(kind, _) => (
+            "system-event",
+            Next::End(VmEnd::Failed {
+                vcpu,
+                reason: format!("guest system event {kind} (reset or power-off request)"),
+            }),
+        ),
+        VcpuExit::FailEntry(reason, cpu) => (
+            "fail-entry",
+            Next::End(VmEnd::Failed { vcpu, reason: format!("VM entry failed: reason {reason:#x} on host cpu {cpu}") }),
+        ),
         other => ("other", Next::End(VmEnd::Failed { vcpu, reason: format!("unexpected exit {other:?}") })),
     }
 }

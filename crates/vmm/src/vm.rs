@@ -1,6 +1,8 @@
 //! Building a VM from a configuration and running it to its end. The one place that wires
 //! KVM, memory, loader, devices and vCPU threads together.
 
+use crate::backends::exact::ExactSource;
+use crate::backends::perf::{EventBudget, PerfMode, PerfSource};
 use crate::boot::{self, BootParams};
 use crate::devices::{AgentData, AgentPort, Console, FwCfg, PioBus, SerialPort, DEFAULT_MAX_SAMPLES};
 use crate::exit::VmEnd;
@@ -8,19 +10,17 @@ use crate::kick;
 use crate::kvm::{open_kvm, KvmError};
 use crate::layout::{MAX_MEM_MIB, MAX_VCPUS, MIN_MEM_MIB};
 use crate::loader::{load_kernel, BootProtocol, KernelImage, LoadError};
-use crate::backends::exact::ExactSource;
-use crate::backends::perf::{EventBudget, PerfMode, PerfSource};
+use crate::pmu_report::PmuReport;
+use crate::requests::RequestOrder;
 use crate::stats::VmStats;
 use crate::vcpu::{Shared, Vcpu};
 use crate::vpmu::{Backend, VcpuPmu};
-use crate::pmu_report::PmuReport;
-use crate::requests::RequestOrder;
 use kvm_bindings::{kvm_enable_cap, KVM_CAP_X86_USER_SPACE_MSR, KVM_MSR_EXIT_REASON_FILTER};
+use kvm_bindings::{kvm_mp_state, kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES, KVM_MP_STATE_RUNNABLE};
+use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use kvm_ioctls::{MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags};
 use pmu::{Pmu, PmuConfig, Policy};
 use serde::Serialize;
-use kvm_bindings::{kvm_mp_state, kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES, KVM_MP_STATE_RUNNABLE};
-use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use std::os::unix::thread::JoinHandleExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,7 +86,16 @@ pub struct PmuSettings {
 
 impl Default for PmuSettings {
     fn default() -> Self {
-        PmuSettings { backend: BackendKind::Perf, policy: Policy::default(), gp_counters: 4, max_host_events: None, trace_rips: false, pv: true, filter: None, pebs: false }
+        PmuSettings {
+            backend: BackendKind::Perf,
+            policy: Policy::default(),
+            gp_counters: 4,
+            max_host_events: None,
+            trace_rips: false,
+            pv: true,
+            filter: None,
+            pebs: false,
+        }
     }
 }
 
@@ -186,7 +195,8 @@ impl Vm {
         let kvm = open_kvm()?;
         let vm = kvm.create_vm().map_err(setup("KVM_CREATE_VM"))?;
         let mem_size = config.mem_mib << 20;
-        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), mem_size as usize)]).map_err(setup("guest memory"))?;
+        let mem =
+            GuestMemoryMmap::from_ranges(&[(GuestAddress(0), mem_size as usize)]).map_err(setup("guest memory"))?;
         for (slot, region) in mem.iter().enumerate() {
             let host = mem.get_host_address(region.start_addr()).map_err(setup("guest memory"))?;
             let region = kvm_userspace_memory_region {
@@ -210,8 +220,11 @@ impl Vm {
         }
         let tsc_khz = fds[0].get_tsc_khz().map(u64::from).unwrap_or(0);
         let long_mode = image.protocol == BootProtocol::Direct64;
-        let per_vcpu = config.pmu.as_ref().map_or(0, |s| usize::from(s.gp_counters) + usize::from(pmu::MAX_FIXED_COUNTERS));
-        let budget = EventBudget::new(config.pmu.as_ref().and_then(|s| s.max_host_events).unwrap_or(per_vcpu * config.vcpus as usize));
+        let per_vcpu =
+            config.pmu.as_ref().map_or(0, |s| usize::from(s.gp_counters) + usize::from(pmu::MAX_FIXED_COUNTERS));
+        let budget = EventBudget::new(
+            config.pmu.as_ref().and_then(|s| s.max_host_events).unwrap_or(per_vcpu * config.vcpus as usize),
+        );
         let mut pmus = match &config.pmu {
             Some(settings) => build_pmus(settings, config.vcpus, tsc_khz, long_mode, &budget)?,
             None => Vec::new(),
@@ -260,11 +273,28 @@ impl Vm {
                 nmi_countdown: None,
             })
             .collect();
-        Ok(Vm { _kvm: kvm, _vm: vm, _mem: mem, pmu_report, vcpus, shared, ends, console, timeout: config.timeout, nmi_interval: config.nmi_interval, in_workload })
+        Ok(Vm {
+            _kvm: kvm,
+            _vm: vm,
+            _mem: mem,
+            pmu_report,
+            vcpus,
+            shared,
+            ends,
+            console,
+            timeout: config.timeout,
+            nmi_interval: config.nmi_interval,
+            in_workload,
+        })
     }
 
     /// Wait for the first end (or the timeout), acting as the NMI source meanwhile.
-    fn wait_for_end(&self, started: Instant, threads: &[thread::JoinHandle<crate::vcpu::VcpuResult>], nmi_target: Option<&AtomicBool>) -> VmEnd {
+    fn wait_for_end(
+        &self,
+        started: Instant,
+        threads: &[thread::JoinHandle<crate::vcpu::VcpuResult>],
+        nmi_target: Option<&AtomicBool>,
+    ) -> VmEnd {
         let deadline = self.timeout.map(|t| started + t);
         // Look for SIGINT/SIGTERM this often while waiting.
         const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -283,7 +313,9 @@ impl Vm {
             .min(SIGNAL_POLL);
             match self.ends.recv_timeout(wait) {
                 Ok(end) => return end,
-                Err(mpsc::RecvTimeoutError::Disconnected) => return VmEnd::Failed { vcpu: 0, reason: "all vCPUs exited".into() },
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return VmEnd::Failed { vcpu: 0, reason: "all vCPUs exited".into() }
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
             if let (Some(t), Some(d)) = (self.timeout, deadline) {
@@ -355,9 +387,21 @@ impl Vm {
 }
 
 /// One PMU per vCPU, sharing a per-VM cap on host events.
-fn build_pmus(settings: &PmuSettings, vcpus: u32, tsc_khz: u64, long_mode: bool, budget: &std::sync::Arc<EventBudget>) -> Result<Vec<VcpuPmu>, VmError> {
+fn build_pmus(
+    settings: &PmuSettings,
+    vcpus: u32,
+    tsc_khz: u64,
+    long_mode: bool,
+    budget: &std::sync::Arc<EventBudget>,
+) -> Result<Vec<VcpuPmu>, VmError> {
     let mode = PerfMode::detect(tsc_khz);
-    let config = PmuConfig { gp_counters: settings.gp_counters, policy: settings.policy, filter: settings.filter.clone(), pebs: settings.pebs, ..Default::default() };
+    let config = PmuConfig {
+        gp_counters: settings.gp_counters,
+        policy: settings.policy,
+        filter: settings.filter.clone(),
+        pebs: settings.pebs,
+        ..Default::default()
+    };
     (0..vcpus)
         .map(|_| {
             let backend = match settings.backend {
@@ -385,14 +429,25 @@ fn route_pmu_msrs(vm: &VmFd, pmu: &VcpuPmu) -> Result<(), VmError> {
     let filter: Vec<MsrFilterRange> = ranges
         .iter()
         .zip(&bitmaps)
-        .map(|(r, bitmap)| MsrFilterRange { flags: MsrFilterRangeFlags::READ | MsrFilterRangeFlags::WRITE, base: r.base.0, msr_count: r.count, bitmap })
+        .map(|(r, bitmap)| MsrFilterRange {
+            flags: MsrFilterRangeFlags::READ | MsrFilterRangeFlags::WRITE,
+            base: r.base.0,
+            msr_count: r.count,
+            bitmap,
+        })
         .collect();
     vm.set_msr_filter(MsrFilterDefaultAction::ALLOW, &filter).map_err(setup("KVM_X86_SET_MSR_FILTER"))?;
     Ok(())
 }
 
 /// Give vCPU `index` its CPUID and entry state.
-fn setup_vcpu(fd: &VcpuFd, supported: &CpuId, index: u32, image: &KernelImage, pmu: Option<&pmu::PmuCaps>) -> Result<(), VmError> {
+fn setup_vcpu(
+    fd: &VcpuFd,
+    supported: &CpuId,
+    index: u32,
+    image: &KernelImage,
+    pmu: Option<&pmu::PmuCaps>,
+) -> Result<(), VmError> {
     let cpuid = crate::cpuid::for_vcpu(supported, index, pmu);
     fd.set_cpuid2(&cpuid).map_err(setup("KVM_SET_CPUID2"))?;
     let mut sregs = fd.get_sregs().map_err(setup("KVM_GET_SREGS"))?;

@@ -11,7 +11,10 @@ use crate::pmi::{self, PmiOutcome};
 use crate::pv;
 use kvm_bindings::{kvm_guest_debug, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP};
 use kvm_ioctls::{VcpuFd, VmFd};
-use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, Initiator, MsrAccess, MsrIndex, PmcIdx, Pmu, PmuStats, RdpmcIdx};
+use pmu::{
+    ArchEvent, BackendError, CountSource, HostEventConfig, Initiator, MsrAccess, MsrIndex, PmcIdx, Pmu, PmuStats,
+    RdpmcIdx,
+};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -27,7 +30,9 @@ fn thread_cpu_ns() -> u64 {
 
 /// The guest's TSC now (KVM_GET_MSRS of IA32_TSC).
 fn guest_tsc(vcpu: &VcpuFd) -> u64 {
-    let mut msrs = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry { index: 0x10, ..Default::default() }]).expect("one MSR");
+    let mut msrs =
+        kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry { index: 0x10, ..Default::default() }])
+            .expect("one MSR");
     match vcpu.get_msrs(&mut msrs) {
         Ok(1) => msrs.as_slice()[0].data,
         _ => 0,

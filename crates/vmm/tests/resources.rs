@@ -23,7 +23,10 @@ fn fds_return_to_baseline_after_each_vm() {
         return;
     }
     let Some(kernel) = guest("pmu_arch") else {
-        let _ = writeln!(std::io::stderr(), "SKIP fds_return_to_baseline_after_each_vm: guest/build/pmu_arch.elf not built (cargo build builds it)");
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIP fds_return_to_baseline_after_each_vm: guest/build/pmu_arch.elf not built (cargo build builds it)"
+        );
         return;
     };
     let before = open_fds();

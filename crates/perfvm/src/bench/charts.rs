@@ -31,7 +31,11 @@ pub fn chart_for(suite: &str, v: &Value) -> Option<Chart> {
             title: "Guest context switch, 2 tasks".into(),
             y_label: "µs per switch".into(),
             categories: cats("configuration"),
-            series: vec![pick("switch", "switch_us"), pick("sched-out", "sched_out_us"), pick("sched-in", "sched_in_us")],
+            series: vec![
+                pick("switch", "switch_us"),
+                pick("sched-out", "sched_out_us"),
+                pick("sched-in", "sched_in_us"),
+            ],
         },
         "precision" => Chart {
             title: "Profile distance to the exact reference (ftest)".into(),

@@ -17,7 +17,8 @@ struct Config {
 pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
     let khz = tsc_khz()? as f64;
     let us = |cycles: f64| cycles * 1000.0 / khz;
-    let (plain, counted) = if quick { ("100", "stat -e 0x003c -p -- 100") } else { ("200", "stat -e 0x003c -p -- 200") };
+    let (plain, counted) =
+        if quick { ("100", "stat -e 0x003c -p -- 100") } else { ("200", "stat -e 0x003c -p -- 200") };
     let configs = [
         Config { label: "no perf attached", cmdline: plain, policy: Policy::default() },
         Config { label: "perf attached, legacy", cmdline: counted, policy: Policy::Legacy },
@@ -27,7 +28,8 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
     for _ in 0..reps {
         for (i, c) in configs.iter().enumerate() {
             // MSR programming (no PV page), to isolate what the policy changes.
-            let settings = vmm::vm::PmuSettings { backend: BackendKind::Perf, policy: c.policy, pv: false, ..Default::default() };
+            let settings =
+                vmm::vm::PmuSettings { backend: BackendKind::Perf, policy: c.policy, pv: false, ..Default::default() };
             let report = run_guest("ctxsw", c.cmdline, Some(settings))?;
             let switches = value(&report, "ctxsw.switches").unwrap_or(0.0).max(1.0);
             let vmm_ns = report.stats.pmu.as_ref().map_or(0.0, |p| p.vmm.handle_ns as f64);
@@ -45,7 +47,14 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
     );
     let mut rows = Vec::new();
     for (c, m) in configs.iter().zip(&s) {
-        text.push_str(&format!("{:<26} {:>9} µs {:>9} µs {:>9} µs {:>13} µs\n", c.label, fmt(m[0].median), fmt(m[1].median), fmt(m[2].median), fmt(m[3].median)));
+        text.push_str(&format!(
+            "{:<26} {:>9} µs {:>9} µs {:>9} µs {:>13} µs\n",
+            c.label,
+            fmt(m[0].median),
+            fmt(m[1].median),
+            fmt(m[2].median),
+            fmt(m[3].median)
+        ));
         rows.push(json!({"configuration": c.label, "switch_us": m[0], "sched_out_us": m[1], "sched_in_us": m[2], "vmm_pmu_us": m[3]}));
     }
     text.push_str(&format!(

@@ -21,7 +21,6 @@ use std::time::Instant;
 use vmm::vm::PmuSettings;
 use vmm::{RunReport, Vm, VmConfig};
 
-
 /// The suites, in the order `perfvm bench` runs them.
 pub const SUITES: &[&str] = &["pmu-ops", "ctxsw", "precision", "transitions", "nmi-order", "pv", "scaling"];
 
@@ -100,7 +99,8 @@ pub fn console_value(report: &RunReport, prefix: &str, key: &str) -> Option<f64>
 }
 
 pub fn run(args: BenchArgs) -> Result<i32, Failure> {
-    let suites: Vec<String> = if args.suites.is_empty() { SUITES.iter().map(|s| s.to_string()).collect() } else { args.suites.clone() };
+    let suites: Vec<String> =
+        if args.suites.is_empty() { SUITES.iter().map(|s| s.to_string()).collect() } else { args.suites.clone() };
     for s in &suites {
         if !SUITES.contains(&s.as_str()) {
             return Err(Failure::usage(format!("unknown bench suite '{s}' (available: {})", SUITES.join(", "))));
@@ -160,7 +160,9 @@ pub fn value(report: &RunReport, key: &str) -> Option<f64> {
 fn machine() -> Value {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
         .unwrap_or_default();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
     let module = if std::path::Path::new("/sys/module/kvm_pvm").exists() { "kvm_pvm" } else { "kvm" };

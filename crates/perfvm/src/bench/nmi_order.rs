@@ -34,7 +34,15 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
             per_10s.push(q.cancelled_entries as f64 * 1e10 / r.stats.wall_ns.max(1) as f64);
         }
         let s = [&pmis, &nmis, &cancelled, &per_pmi, &per_10s].map(|v| Summary::of(v));
-        text.push_str(&format!("{:<22} {:>8} {:>10} {:>12} {:>14.3} {:>16}\n", label, fmt(s[0].median), fmt(s[1].median), fmt(s[2].median), s[3].median, fmt(s[4].median)));
+        text.push_str(&format!(
+            "{:<22} {:>8} {:>10} {:>12} {:>14.3} {:>16}\n",
+            label,
+            fmt(s[0].median),
+            fmt(s[1].median),
+            fmt(s[2].median),
+            s[3].median,
+            fmt(s[4].median)
+        ));
         rows.push(json!({"order": label, "pmis": s[0], "external_nmis": s[1], "cancelled_entries": s[2], "per_pmi": s[3], "per_10s": s[4]}));
     }
     Ok((text, json!({"rows": rows, "period_cycles": period, "reps": reps})))

@@ -29,7 +29,8 @@ impl Chart {
         let width = (160 * n as u32).clamp(640, 1600);
         let root = SVGBackend::new(path, (width, 480)).into_drawing_area();
         root.fill(&WHITE)?;
-        let max = self.series.iter().flat_map(|(_, v)| v.iter().copied()).filter(|v| v.is_finite()).fold(0.0f64, f64::max);
+        let max =
+            self.series.iter().flat_map(|(_, v)| v.iter().copied()).filter(|v| v.is_finite()).fold(0.0f64, f64::max);
         let top = if max > 0.0 { max * 1.15 } else { 1.0 };
         let mut chart = ChartBuilder::on(&root)
             .caption(&self.title, ("sans-serif", 18))
@@ -44,7 +45,11 @@ impl Chart {
             .x_labels(n * 2 + 1)
             .x_label_formatter(&|x| {
                 let i = x.floor() as usize;
-                if (x - i as f64 - 0.5).abs() < 0.26 { categories.get(i).cloned().unwrap_or_default() } else { String::new() }
+                if (x - i as f64 - 0.5).abs() < 0.26 {
+                    categories.get(i).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
             })
             .y_desc(&self.y_label)
             .draw()?;

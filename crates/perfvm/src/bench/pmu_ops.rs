@@ -74,10 +74,18 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
         ));
         rows.push(json!({"operation": label, "legacy_mean_ns": lm, "legacy_max_ns": lx.max, "reuse_mean_ns": rm, "reuse_max_ns": rx.max, "ratio": lm.median / rm.median}));
     };
-    let get = |r: &PolicyRuns, op: &PmuOp, max: bool| Summary::of(if max { &r.maxes } else { &r.means }.get(op).map(Vec::as_slice).unwrap_or(&[]));
+    let get = |r: &PolicyRuns, op: &PmuOp, max: bool| {
+        Summary::of(if max { &r.maxes } else { &r.means }.get(op).map(Vec::as_slice).unwrap_or(&[]))
+    };
     for (op, label) in OPS {
         if runs[0].means.contains_key(op) || runs[1].means.contains_key(op) {
-            row(label, get(&runs[0], op, false), get(&runs[0], op, true), get(&runs[1], op, false), get(&runs[1], op, true));
+            row(
+                label,
+                get(&runs[0], op, false),
+                get(&runs[0], op, true),
+                get(&runs[1], op, false),
+                get(&runs[1], op, true),
+            );
         }
     }
     row(
@@ -89,8 +97,18 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
     );
     let created = (Summary::of(&runs[0].created), Summary::of(&runs[1].created));
     let syscalls = (Summary::of(&runs[0].syscalls), Summary::of(&runs[1].syscalls));
-    text.push_str(&format!("\n{:<24} {:>14} {:>27}\n", "host events created/run", fmt(created.0.median), fmt(created.1.median)));
-    text.push_str(&format!("{:<24} {:>14} {:>27}\n", "backend syscalls/run", fmt(syscalls.0.median), fmt(syscalls.1.median)));
+    text.push_str(&format!(
+        "\n{:<24} {:>14} {:>27}\n",
+        "host events created/run",
+        fmt(created.0.median),
+        fmt(created.1.median)
+    ));
+    text.push_str(&format!(
+        "{:<24} {:>14} {:>27}\n",
+        "backend syscalls/run",
+        fmt(syscalls.0.median),
+        fmt(syscalls.1.median)
+    ));
     let value = json!({
         "backend": backend_detail,
         "reps": reps,

@@ -15,7 +15,13 @@ use serde_json::{json, Value};
 use std::time::Instant;
 use vmm::vm::BackendKind;
 
-fn profile(backend: BackendKind, policy: Policy, event: &str, period: u64, reference: bool) -> Result<RecordFile, Failure> {
+fn profile(
+    backend: BackendKind,
+    policy: Policy,
+    event: &str,
+    period: u64,
+    reference: bool,
+) -> Result<RecordFile, Failure> {
     let mut cfg = config("ftest", "", pmu(backend, policy));
     cfg.capture_console = true;
     let (file, code) = record(cfg, "ftest", &[], events::parse(event).unwrap(), period, reference, Instant::now())?;
@@ -37,14 +43,20 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
     let fast_period = khz * 1000 / 2000;
     let reference = profile(BackendKind::Exact, Policy::default(), "instructions", 1, true)?;
     let exact = profile(BackendKind::Exact, Policy::default(), "instructions", 997, false)?;
-    let mut text = String::from("precision — ftest per-function shares vs the exact reference (TVD: 0 same, 1 disjoint)\n\n");
+    let mut text =
+        String::from("precision — ftest per-function shares vs the exact reference (TVD: 0 same, 1 disjoint)\n\n");
     text.push_str(&format!("{:<46} {:>10} {:>8}\n", "profile", "samples", "TVD"));
-    let mut rows = vec![json!({"profile": "reference: exact, every retired instruction", "samples": reference.samples, "tvd": 0.0, "shares": shares(&reference)})];
+    let mut rows = vec![
+        json!({"profile": "reference: exact, every retired instruction", "samples": reference.samples, "tvd": 0.0, "shares": shares(&reference)}),
+    ];
     text.push_str(&format!("{:<46} {:>10} {:>8}\n", "reference (exact, every instruction)", reference.samples, "0"));
     let t = tvd(&reference.profile, &exact.profile);
     text.push_str(&format!("{:<46} {:>10} {:>8.4}\n", "record -e instructions -c 997, exact", exact.samples, t));
     rows.push(json!({"profile": "record -e instructions -c 997 --backend exact", "samples": exact.samples, "tvd": t, "shares": shares(&exact)}));
-    for (label, period) in [(format!("record -e cycles -F {DEFAULT_RECORD_FREQ}, perf"), default_period), ("record -e cycles -F 2000, perf".to_owned(), fast_period)] {
+    for (label, period) in [
+        (format!("record -e cycles -F {DEFAULT_RECORD_FREQ}, perf"), default_period),
+        ("record -e cycles -F 2000, perf".to_owned(), fast_period),
+    ] {
         let mut tvds = Vec::new();
         let mut samples = Vec::new();
         for _ in 0..reps.max(1) {
@@ -53,7 +65,15 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
             samples.push(f.samples as f64);
         }
         let (t, n) = (Summary::of(&tvds), Summary::of(&samples));
-        text.push_str(&format!("{:<46} {:>10} {:>8.4}  (median of {}, {:.4}–{:.4})\n", label, fmt(n.median), t.median, t.n, t.min, t.max));
+        text.push_str(&format!(
+            "{:<46} {:>10} {:>8.4}  (median of {}, {:.4}–{:.4})\n",
+            label,
+            fmt(n.median),
+            t.median,
+            t.n,
+            t.min,
+            t.max
+        ));
         rows.push(json!({"profile": label, "samples": n, "tvd": t}));
     }
     text.push_str("\nshares (reference | exact sampled):\n");
@@ -61,7 +81,12 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
     let mut syms: Vec<_> = rs.iter().filter(|(_, v)| **v >= 0.005).collect();
     syms.sort_by(|a, b| b.1.total_cmp(a.1));
     for (s, v) in syms {
-        text.push_str(&format!("  {:<12} {:>6.2}% | {:>6.2}%\n", s, 100.0 * v, 100.0 * es.get(s).copied().unwrap_or(0.0)));
+        text.push_str(&format!(
+            "  {:<12} {:>6.2}% | {:>6.2}%\n",
+            s,
+            100.0 * v,
+            100.0 * es.get(s).copied().unwrap_or(0.0)
+        ));
     }
 
     // Samples in the same guest run time, and what sampling costs, on the perf backend.

@@ -25,7 +25,10 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
     text.push_str(&format!("exits to program 8 counters: MSRs {msr} | PV page {pv}\n\n"));
     let mut rows = Vec::new();
     let sizes: &[u32] = if quick { &[2, 8] } else { &[2, 4, 8, 16, 32, 64] };
-    text.push_str(&format!("{:<22} {:>16} {:>16} {:>10} {:>14} {:>14}\n", "workload", "MSR µs/switch", "PV µs/switch", "MSR/PV", "MSR exits/sw", "PV exits/sw"));
+    text.push_str(&format!(
+        "{:<22} {:>16} {:>16} {:>10} {:>14} {:>14}\n",
+        "workload", "MSR µs/switch", "PV µs/switch", "MSR/PV", "MSR exits/sw", "PV exits/sw"
+    ));
     let mut line = |label: String, guest: &str, args: String, total_key: &str| -> Result<(), Failure> {
         let mut per = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
         for _ in 0..reps {
@@ -37,13 +40,26 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
             }
         }
         let s = per.each_ref().map(|v| Summary::of(v));
-        text.push_str(&format!("{:<22} {:>16} {:>16} {:>10} {:>14} {:>14}\n", label, fmt(s[0].median), fmt(s[1].median), ratio(s[0].median, s[1].median), fmt(s[2].median), fmt(s[3].median)));
+        text.push_str(&format!(
+            "{:<22} {:>16} {:>16} {:>10} {:>14} {:>14}\n",
+            label,
+            fmt(s[0].median),
+            fmt(s[1].median),
+            ratio(s[0].median, s[1].median),
+            fmt(s[2].median),
+            fmt(s[3].median)
+        ));
         rows.push(json!({"workload": label, "msr_us_per_switch": s[0], "pv_us_per_switch": s[1], "msr_exits_per_switch": s[2], "pv_exits_per_switch": s[3]}));
         Ok(())
     };
     line("2-task switch".into(), "ctxsw", if quick { "100".into() } else { "200".into() }, "ctxsw.total_cycles")?;
     for &n in sizes {
-        line(format!("ring of {n} tasks"), "ring", format!("{n} {}", if quick { 20 } else { 50 }), "ring.total_cycles")?;
+        line(
+            format!("ring of {n} tasks"),
+            "ring",
+            format!("{n} {}", if quick { 20 } else { 50 }),
+            "ring.total_cycles",
+        )?;
     }
     Ok((text, json!({"exits_per_8_counter_programming": {"msr": msr, "pv": pv}, "rows": rows, "reps": reps})))
 }

@@ -1,8 +1,8 @@
 //! Suite `scaling`: how the VMM cost of guest PMU operations grows with the number of
 //! counters (1..8) and of vCPUs (1..2), legacy vs reuse (pmuops, perf backend).
 
-use super::stats::{fmt, ratio, Summary};
 use super::run_config;
+use super::stats::{fmt, ratio, Summary};
 use crate::Failure;
 use pmu::Policy;
 use serde_json::{json, Value};
@@ -13,7 +13,11 @@ use vmm::vpmu::PmuOp;
 fn measure(counters: u8, vcpus: u32, policy: Policy, reps: usize, rounds: u32) -> Result<(Summary, Summary), Failure> {
     let (mut enable, mut per_exit) = (Vec::new(), Vec::new());
     for _ in 0..reps {
-        let mut cfg = super::config("pmuops", &format!("{rounds} 1"), Some(PmuSettings { gp_counters: counters, policy, ..Default::default() }));
+        let mut cfg = super::config(
+            "pmuops",
+            &format!("{rounds} 1"),
+            Some(PmuSettings { gp_counters: counters, policy, ..Default::default() }),
+        );
         cfg.vcpus = vcpus;
         let r = run_config(&cfg)?;
         let p = r.stats.pmu.as_ref().expect("PMU");
@@ -28,7 +32,9 @@ fn measure(counters: u8, vcpus: u32, policy: Policy, reps: usize, rounds: u32) -
 pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
     let rounds = if quick { 30 } else { 100 };
     let reps = reps.min(3);
-    let mut text = format!("scaling — VMM ns per GLOBAL_CTRL enable (all counters on), pmuops {rounds} rounds, {reps} runs each\n\n");
+    let mut text = format!(
+        "scaling — VMM ns per GLOBAL_CTRL enable (all counters on), pmuops {rounds} rounds, {reps} runs each\n\n"
+    );
     text.push_str(&format!("{:<18} {:>14} {:>14} {:>13}\n", "counters x vCPUs", "legacy", "reuse", "legacy/reuse"));
     let mut rows = Vec::new();
     let counters: &[u8] = if quick { &[1, 4, 8] } else { &[1, 2, 3, 4, 5, 6, 7, 8] };
@@ -37,7 +43,13 @@ pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
     for (c, v) in grid {
         let (l, _) = measure(c, v, Policy::Legacy, reps, rounds)?;
         let (r, _) = measure(c, v, Policy::default(), reps, rounds)?;
-        text.push_str(&format!("{:<18} {:>11} ns {:>11} ns {:>13}\n", format!("{c} x {v}"), fmt(l.median), fmt(r.median), ratio(l.median, r.median)));
+        text.push_str(&format!(
+            "{:<18} {:>11} ns {:>11} ns {:>13}\n",
+            format!("{c} x {v}"),
+            fmt(l.median),
+            fmt(r.median),
+            ratio(l.median, r.median)
+        ));
         rows.push(json!({"counters": c, "vcpus": v, "legacy_ns": l, "reuse_ns": r}));
     }
     Ok((text, json!({"rows": rows, "rounds": rounds, "reps": reps})))

@@ -22,7 +22,6 @@ impl Summary {
         let median = if v.len() % 2 == 1 { v[mid] } else { (v[mid - 1] + v[mid]) / 2.0 };
         Summary { median, min: v[0], max: v[v.len() - 1], n: v.len() }
     }
-
 }
 
 /// Engineering-friendly number formatting with thousands separators.

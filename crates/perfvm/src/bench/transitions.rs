@@ -36,7 +36,12 @@ pub fn run(reps: usize, _quick: bool) -> Result<(String, Value), Failure> {
             }
         }
         let (n, p) = (Summary::of(&ns), Summary::of(&per_run));
-        text.push_str(&format!("{:<22} {:>11} ns {:>20}\n", label, fmt(n.median), if p.n > 0 { format!("{:.4}", p.median) } else { "n/a".into() }));
+        text.push_str(&format!(
+            "{:<22} {:>11} ns {:>20}\n",
+            label,
+            fmt(n.median),
+            if p.n > 0 { format!("{:.4}", p.median) } else { "n/a".into() }
+        ));
         rows.push(json!({"configuration": label, "roundtrip_ns": n, "syscalls_per_entry": p}));
     }
     if let Some(reason) = counting {

@@ -2,8 +2,8 @@
 #![allow(dead_code, unused_imports)]
 
 pub use pmu::{
-    ArchEvent, EventSel, FixedCtrl, Initiator, MockCall, MockSource, MsrAccess, MsrIndex, PmcIdx,
-    Pmu, PmuConfig, Policy, RdpmcIdx, COUNTER_MASK,
+    ArchEvent, EventSel, FixedCtrl, Initiator, MockCall, MockSource, MsrAccess, MsrIndex, PmcIdx, Pmu, PmuConfig,
+    Policy, RdpmcIdx, COUNTER_MASK,
 };
 
 pub const EN: u64 = EventSel::EN;
@@ -17,9 +17,7 @@ pub const OVF: MsrIndex = MsrIndex::IA32_PERF_GLOBAL_OVF_CTRL;
 pub const FCTRL: MsrIndex = MsrIndex::IA32_FIXED_CTR_CTRL;
 pub const PERF_CAP: MsrIndex = MsrIndex::IA32_PERF_CAPABILITIES;
 
-pub const REUSE_1MS: Policy = Policy::Reuse {
-    release_after_ns: 1_000_000,
-};
+pub const REUSE_1MS: Policy = Policy::Reuse { release_after_ns: 1_000_000 };
 
 pub fn gp(i: u8) -> PmcIdx {
     PmcIdx::gp(i).unwrap()
@@ -41,28 +39,12 @@ pub fn pmu() -> Pmu<MockSource> {
 }
 
 pub fn pmu_with(policy: Policy) -> Pmu<MockSource> {
-    Pmu::new(
-        PmuConfig {
-            policy,
-            ..PmuConfig::default()
-        },
-        MockSource::new(),
-    )
-    .unwrap()
+    Pmu::new(PmuConfig { policy, ..PmuConfig::default() }, MockSource::new()).unwrap()
 }
 
 pub fn pmu_cfg(gp_counters: u8, full_width_writes: bool, source: MockSource) -> Pmu<MockSource> {
-    Pmu::new(
-        PmuConfig {
-            gp_counters,
-            full_width_writes,
-            policy: REUSE_1MS,
-            filter: None,
-            pebs: false,
-        },
-        source,
-    )
-    .unwrap()
+    Pmu::new(PmuConfig { gp_counters, full_width_writes, policy: REUSE_1MS, filter: None, pebs: false }, source)
+        .unwrap()
 }
 
 pub fn wr(p: &mut Pmu<MockSource>, msr: MsrIndex, v: u64) -> MsrAccess {
@@ -79,28 +61,17 @@ pub fn rd(p: &mut Pmu<MockSource>, msr: MsrIndex) -> MsrAccess<u64> {
 
 /// Guest write that must succeed.
 pub fn ok(p: &mut Pmu<MockSource>, msr: MsrIndex, v: u64) {
-    assert_eq!(
-        wr(p, msr, v),
-        MsrAccess::Ok(()),
-        "WRMSR {:#x} <- {v:#x}",
-        msr.0
-    );
+    assert_eq!(wr(p, msr, v), MsrAccess::Ok(()), "WRMSR {:#x} <- {v:#x}", msr.0);
 }
 
 /// Guest read that must succeed.
 pub fn val(p: &mut Pmu<MockSource>, msr: MsrIndex) -> u64 {
-    rd(p, msr)
-        .ok()
-        .unwrap_or_else(|| panic!("RDMSR {:#x} faulted", msr.0))
+    rd(p, msr).ok().unwrap_or_else(|| panic!("RDMSR {:#x} faulted", msr.0))
 }
 
 /// Asserts the mock saw no protocol breach.
 pub fn clean(p: &Pmu<MockSource>) {
-    assert!(
-        p.backend().violations().is_empty(),
-        "{:?}",
-        p.backend().violations()
-    );
+    assert!(p.backend().violations().is_empty(), "{:?}", p.backend().violations());
 }
 
 /// Calls since the last `take`.
@@ -113,14 +84,6 @@ pub fn lifecycle(calls: &[MockCall]) -> Vec<MockCall> {
     calls
         .iter()
         .copied()
-        .filter(|c| {
-            matches!(
-                c,
-                MockCall::Open(..)
-                    | MockCall::Close(_)
-                    | MockCall::Enable(_)
-                    | MockCall::Disable(_)
-            )
-        })
+        .filter(|c| matches!(c, MockCall::Open(..) | MockCall::Close(_) | MockCall::Enable(_) | MockCall::Disable(_)))
         .collect()
 }

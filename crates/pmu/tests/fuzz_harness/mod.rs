@@ -19,9 +19,8 @@
 #![allow(dead_code)]
 
 use pmu::{
-    ArchEvent, EventSel, FilterAction, FixedCtrl, Initiator, MockCall, MockSource, MsrAccess,
-    MsrIndex, PmcIdx, Pmu, PmuConfig, PmuEventFilter, PmuState, Policy, RdpmcIdx, COUNTER_MASK,
-    FIXED_EVENTS, STATE_FORMAT,
+    ArchEvent, EventSel, FilterAction, FixedCtrl, Initiator, MockCall, MockSource, MsrAccess, MsrIndex, PmcIdx, Pmu,
+    PmuConfig, PmuEventFilter, PmuState, Policy, RdpmcIdx, COUNTER_MASK, FIXED_EVENTS, STATE_FORMAT,
 };
 
 /// A source of random bits.
@@ -193,25 +192,11 @@ pub struct FuzzConfig {
 pub fn gen_filter(e: &mut impl Entropy) -> PmuEventFilter {
     let n = e.below(6) as usize;
     let events = (0..n)
-        .map(|_| {
-            if e.chance(85) {
-                e.pick(EVENT_POOL)
-            } else {
-                (e.next_u64() as u8, e.next_u64() as u8)
-            }
-        })
+        .map(|_| if e.chance(85) { e.pick(EVENT_POOL) } else { (e.next_u64() as u8, e.next_u64() as u8) })
         .collect();
-    let fixed_counter_bitmap = if e.chance(90) {
-        e.below(8) as u32
-    } else {
-        e.next_u64() as u32
-    };
+    let fixed_counter_bitmap = if e.chance(90) { e.below(8) as u32 } else { e.next_u64() as u32 };
     PmuEventFilter {
-        action: if e.chance(50) {
-            FilterAction::Allow
-        } else {
-            FilterAction::Deny
-        },
+        action: if e.chance(50) { FilterAction::Allow } else { FilterAction::Deny },
         events,
         fixed_counter_bitmap,
     }
@@ -222,27 +207,16 @@ pub fn gen_filter(e: &mut impl Entropy) -> PmuEventFilter {
 pub fn gen_config(e: &mut impl Entropy) -> FuzzConfig {
     let policy = match e.below(4) {
         0 => Policy::Legacy,
-        1 => Policy::Reuse {
-            release_after_ns: 0,
-        },
-        2 => Policy::Reuse {
-            release_after_ns: e.below(2_000_000),
-        },
+        1 => Policy::Reuse { release_after_ns: 0 },
+        2 => Policy::Reuse { release_after_ns: e.below(2_000_000) },
         _ => Policy::default(),
     };
     let supported: Vec<ArchEvent> = if e.chance(60) {
         ArchEvent::ALL.to_vec()
     } else {
-        ArchEvent::ALL
-            .into_iter()
-            .filter(|_| e.chance(60))
-            .collect()
+        ArchEvent::ALL.into_iter().filter(|_| e.chance(60)).collect()
     };
-    let filter = if e.chance(50) {
-        Some(gen_filter(e))
-    } else {
-        None
-    };
+    let filter = if e.chance(50) { Some(gen_filter(e)) } else { None };
     FuzzConfig {
         config: PmuConfig {
             gp_counters: 1 + e.below(8) as u8,
@@ -344,8 +318,8 @@ macro_rules! ensure {
 
 impl Harness {
     pub fn new(fc: &FuzzConfig) -> Result<Harness, String> {
-        let pmu = Pmu::new(fc.config.clone(), MockSource::supporting(&fc.supported))
-            .map_err(|e| format!("Pmu::new: {e}"))?;
+        let pmu =
+            Pmu::new(fc.config.clone(), MockSource::supporting(&fc.supported)).map_err(|e| format!("Pmu::new: {e}"))?;
         let has = |ev| fc.supported.contains(&ev);
         let fixed = FIXED_EVENTS.iter().take_while(|&&ev| has(ev)).count() as u8;
         let gp = fc.config.gp_counters;
@@ -370,10 +344,7 @@ impl Harness {
             tally: Tally::default(),
         };
         let caps = h.pmu.caps();
-        ensure!(
-            caps.gp_counters() == gp && caps.fixed_counters() == fixed,
-            "caps {caps:?} for {fc:?}"
-        );
+        ensure!(caps.gp_counters() == gp && caps.fixed_counters() == fixed, "caps {caps:?} for {fc:?}");
         Ok(h)
     }
 
@@ -482,17 +453,15 @@ impl Harness {
         let enabled = self.exists(slot) && self.gctrl >> bit & 1 == 1 && self.local_enable(slot);
         let config = if slot < 8 {
             let s = EventSel(self.eventsel[slot]);
-            s.arch_event()
-                .filter(|ev| self.supported.contains(ev))
-                .map(|event| pmu::HostEventConfig {
-                    event,
-                    usr: s.usr(),
-                    os: s.os(),
-                    edge: s.edge(),
-                    inv: s.inv(),
-                    cmask: s.cmask(),
-                    interrupt: s.int(),
-                })
+            s.arch_event().filter(|ev| self.supported.contains(ev)).map(|event| pmu::HostEventConfig {
+                event,
+                usr: s.usr(),
+                os: s.os(),
+                edge: s.edge(),
+                inv: s.inv(),
+                cmask: s.cmask(),
+                interrupt: s.int(),
+            })
         } else {
             let j = (slot - 8) as u8;
             let c = FixedCtrl::of(self.fctrl, j);
@@ -607,11 +576,7 @@ impl Harness {
             0..=39 => {
                 let msr = e.pick(MSR_POOL);
                 let value = self.gen_value(e, msr);
-                Op::Write {
-                    msr,
-                    value,
-                    host: e.chance(10),
-                }
+                Op::Write { msr, value, host: e.chance(10) }
             }
             40..=47 => {
                 // Toggle an enable bit, as guests do around measured regions.
@@ -621,32 +586,19 @@ impl Harness {
                     _ => (0x38D, 3 << (4 * e.below(3))),
                 };
                 let value = self.shadow_read(msr) ^ bit;
-                Op::Write {
-                    msr,
-                    value,
-                    host: false,
-                }
+                Op::Write { msr, value, host: false }
             }
-            48..=55 => Op::Read {
-                msr: e.pick(MSR_POOL),
-                host: e.chance(10),
-            },
+            48..=55 => Op::Read { msr: e.pick(MSR_POOL), host: e.chance(10) },
             56..=58 => {
                 let ecx = match e.below(4) {
                     0 => e.next_u64() as u32,
                     1 => 1 << 30 | e.below(4) as u32,
                     _ => e.below(10) as u32,
                 };
-                Op::Rdpmc {
-                    ecx: ecx | if e.chance(20) { 1 << 31 } else { 0 },
-                }
+                Op::Rdpmc { ecx: ecx | if e.chance(20) { 1 << 31 } else { 0 } }
             }
             59..=74 => {
-                let slot = if e.chance(50) {
-                    None
-                } else {
-                    Some(e.below(SLOTS as u64) as u8)
-                };
+                let slot = if e.chance(50) { None } else { Some(e.below(SLOTS as u64) as u8) };
                 let n = match e.below(10) {
                     0 => 1 << 47,
                     // Up to 2^50 (several wraps of a 48-bit counter) but no more: the
@@ -663,17 +615,13 @@ impl Harness {
                 Op::Advance { slot, n }
             }
             75..=80 => Op::Collect,
-            81..=85 => Op::Tick {
-                dt: e.pick(&[0, 1, 100_000, 600_000, 1_000_000, 5_000_000]),
-            },
+            81..=85 => Op::Tick { dt: e.pick(&[0, 1, 100_000, 600_000, 1_000_000, 5_000_000]) },
             86 | 87 => Op::SchedOut,
             88..=91 => Op::SchedIn,
             92 => Op::Reset,
             93 | 94 => Op::SaveRestore,
             95 => Op::RestoreRandom { seed: e.next_u64() },
-            96 => Op::SetFilter {
-                seed: e.chance(70).then(|| e.next_u64()),
-            },
+            96 => Op::SetFilter { seed: e.chance(70).then(|| e.next_u64()) },
             97 => Op::SetFailOpen(e.chance(15)),
             98 => Op::SetCpl(if e.chance(85) { 0 } else { 3 }),
             _ => Op::Collect,
@@ -689,9 +637,7 @@ impl Harness {
         let mut s = PmuState {
             format: STATE_FORMAT,
             pmc: (0..gp).map(|_| e.next_u64() & COUNTER_MASK).collect(),
-            eventsel: (0..gp)
-                .map(|i| self.valid_value(&mut e, 0x186 + i as u32))
-                .collect(),
+            eventsel: (0..gp).map(|i| self.valid_value(&mut e, 0x186 + i as u32)).collect(),
             fixed_ctr: (0..fixed).map(|_| e.next_u64() & COUNTER_MASK).collect(),
             fixed_ctr_ctrl: self.valid_value(&mut e, 0x38D),
             global_ctrl: self.valid_value(&mut e, 0x38F),
@@ -758,16 +704,9 @@ impl Harness {
         match op {
             Op::Read { msr, host } => {
                 let r = self.pmu.get_msr(MsrIndex(msr), who(host));
-                ensure!(
-                    r.is_fault() == self.read_faults(msr, host),
-                    "read {msr:#x}: {r:?}"
-                );
+                ensure!(r.is_fault() == self.read_faults(msr, host), "read {msr:#x}: {r:?}");
                 if let MsrAccess::Ok(v) = r {
-                    ensure!(
-                        v == self.shadow_read(msr),
-                        "read {msr:#x} = {v:#x}, shadow {:#x}",
-                        self.shadow_read(msr)
-                    );
+                    ensure!(v == self.shadow_read(msr), "read {msr:#x} = {v:#x}, shadow {:#x}", self.shadow_read(msr));
                 }
             }
             Op::Write { msr, value, host } => {
@@ -798,11 +737,7 @@ impl Harness {
                 };
                 match (slot, r) {
                     (Some(s), MsrAccess::Ok(v)) => {
-                        let want = if ecx & 1 << 31 != 0 {
-                            self.counters[s] & 0xFFFF_FFFF
-                        } else {
-                            self.counters[s]
-                        };
+                        let want = if ecx & 1 << 31 != 0 { self.counters[s] & 0xFFFF_FFFF } else { self.counters[s] };
                         ensure!(v == want, "rdpmc {ecx:#x} = {v:#x}, shadow {want:#x}");
                     }
                     (None, MsrAccess::Fault) => {}
@@ -818,20 +753,13 @@ impl Harness {
                     let want = self.want(s);
                     let c = self.pmu.backend_mut().advance(idx_of(s), n);
                     // A counter that is not counting never receives counts.
-                    ensure!(
-                        c == 0 || want.counts,
-                        "slot {s} counted {c} while not counting ({want:?})"
-                    );
+                    ensure!(c == 0 || want.counts, "slot {s} counted {c} while not counting ({want:?})");
                     counted[s] = c;
                 }
             }
             Op::Collect => {
                 let pmi = self.pmu.collect_overflows();
-                ensure!(
-                    pmi == self.pending,
-                    "collect_overflows = {pmi}, shadow pending {}",
-                    self.pending
-                );
+                ensure!(pmi == self.pending, "collect_overflows = {pmi}, shadow pending {}", self.pending);
                 self.pending = false;
                 if pmi {
                     self.tally.pmis += 1;
@@ -912,11 +840,8 @@ impl Harness {
     fn apply_write(&mut self, msr: u32, v: u64, host: bool) {
         match msr {
             0xC1..=0xC8 => {
-                self.counters[(msr - 0xC1) as usize] = if host {
-                    v & COUNTER_MASK
-                } else {
-                    (v as u32 as i32 as i64 as u64) & COUNTER_MASK
-                }
+                self.counters[(msr - 0xC1) as usize] =
+                    if host { v & COUNTER_MASK } else { (v as u32 as i32 as i64 as u64) & COUNTER_MASK }
             }
             0x4C1..=0x4C8 => self.counters[(msr - 0x4C1) as usize] = v,
             0x309..=0x30B => self.counters[8 + (msr - 0x309) as usize] = v & COUNTER_MASK,
@@ -938,24 +863,13 @@ impl Harness {
             if !self.exists(s) {
                 continue;
             }
-            let interrupt = self
-                .pmu
-                .backend()
-                .event(idx_of(s))
-                .is_some_and(|ev| ev.config.interrupt);
-            let msr = if s < 8 {
-                0xC1 + s as u32
-            } else {
-                0x309 + s as u32 - 8
-            };
+            let interrupt = self.pmu.backend().event(idx_of(s)).is_some_and(|ev| ev.config.interrupt);
+            let msr = if s < 8 { 0xC1 + s as u32 } else { 0x309 + s as u32 - 8 };
             let r = self.pmu.get_msr(MsrIndex(msr), Initiator::Host);
             let MsrAccess::Ok(v) = r else {
                 return Err(format!("read of existing counter {msr:#x} faulted"));
             };
-            ensure!(
-                v <= COUNTER_MASK,
-                "counter {msr:#x} = {v:#x} is wider than 48 bits"
-            );
+            ensure!(v <= COUNTER_MASK, "counter {msr:#x} = {v:#x} is wider than 48 bits");
             let sum = u128::from(self.counters[s]) + u128::from(delivered);
             let want = (sum & u128::from(COUNTER_MASK)) as u64;
             ensure!(
@@ -974,17 +888,9 @@ impl Harness {
                 }
             }
         }
-        for (msr, shadow) in [
-            (0x38E, self.status),
-            (0x38F, self.gctrl),
-            (0x38D, self.fctrl),
-            (0x1A0, self.misc),
-        ] {
+        for (msr, shadow) in [(0x38E, self.status), (0x38F, self.gctrl), (0x38D, self.fctrl), (0x1A0, self.misc)] {
             let r = self.pmu.get_msr(MsrIndex(msr), Initiator::Host);
-            ensure!(
-                r == MsrAccess::Ok(shadow),
-                "{msr:#x} = {r:?}, shadow {shadow:#x}"
-            );
+            ensure!(r == MsrAccess::Ok(shadow), "{msr:#x} = {r:?}, shadow {shadow:#x}");
         }
         ensure!(
             self.status & !(self.counter_bits() | OVF_BUF_COND_CHGD) == 0,
@@ -992,14 +898,8 @@ impl Harness {
             self.status
         );
         for i in 0..usize::from(self.gp) {
-            let r = self
-                .pmu
-                .get_msr(MsrIndex(0x186 + i as u32), Initiator::Host);
-            ensure!(
-                r == MsrAccess::Ok(self.eventsel[i]),
-                "EVENTSEL{i} = {r:?}, shadow {:#x}",
-                self.eventsel[i]
-            );
+            let r = self.pmu.get_msr(MsrIndex(0x186 + i as u32), Initiator::Host);
+            ensure!(r == MsrAccess::Ok(self.eventsel[i]), "EVENTSEL{i} = {r:?}, shadow {:#x}", self.eventsel[i]);
         }
         ensure!(
             self.pmu.pmi_pending() == self.pending,
@@ -1013,11 +913,7 @@ impl Harness {
             if let MockCall::Open(idx, cfg) = call {
                 let s = slot_of(idx);
                 ensure!(self.exists(s), "open of absent counter {idx:?}");
-                ensure!(
-                    self.filter_allows(s),
-                    "open of {idx:?} ({cfg:?}) denied by {:?}",
-                    self.filter
-                );
+                ensure!(self.filter_allows(s), "open of {idx:?} ({cfg:?}) denied by {:?}", self.filter);
                 self.tally.opens += 1;
                 if self.fail_open {
                     self.open_failed |= 1 << s;
@@ -1049,10 +945,7 @@ impl Harness {
                 self.filter
             );
             if let Some(ev) = ev.filter(|e| e.enabled) {
-                ensure!(
-                    Some(ev.config) == want.config,
-                    "slot {s}: host config {ev:?}, want {want:?}"
-                );
+                ensure!(Some(ev.config) == want.config, "slot {s}: host config {ev:?}, want {want:?}");
                 // The backend is armed to signal exactly when the counter wraps (or has
                 // already signalled a wrap that collect_overflows has not re-armed yet).
                 let to_wrap = COUNTER_MASK + 1 - self.counters[s];
@@ -1073,18 +966,11 @@ impl Harness {
         }
         for s in 0..SLOTS {
             if !self.exists(s) {
-                ensure!(
-                    self.pmu.backend().event(idx_of(s)).is_none(),
-                    "absent counter {s} has a host event"
-                );
+                ensure!(self.pmu.backend().event(idx_of(s)).is_none(), "absent counter {s} has a host event");
             }
         }
         let active = self.gctrl & local != 0 || self.pmu.backend().open_events() > 0;
-        ensure!(
-            self.pmu.is_active() == active,
-            "is_active {}, expected {active}",
-            self.pmu.is_active()
-        );
+        ensure!(self.pmu.is_active() == active, "is_active {}, expected {active}", self.pmu.is_active());
         Ok(())
     }
 }
@@ -1116,10 +1002,7 @@ pub fn run_seed(seed: u64, ops: u64) -> Tally {
             }
             recent.push(op);
             if let Err(m) = h.step(op) {
-                panic!(
-                    "seed {seed:#x}, op {} of config {fc:?}: {m}\nlast ops (oldest first): {recent:#?}",
-                    step
-                );
+                panic!("seed {seed:#x}, op {} of config {fc:?}: {m}\nlast ops (oldest first): {recent:#?}", step);
             }
         }
         done += len;

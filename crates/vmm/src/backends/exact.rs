@@ -121,7 +121,14 @@ impl CountSource for ExactSource {
         if !self.supports(config.event) {
             return Err(BackendError::Unsupported);
         }
-        let counter = ExactCounter { config: *config, enabled: false, count: 0, deadline: None, last_condition: false, skip_inflight: false };
+        let counter = ExactCounter {
+            config: *config,
+            enabled: false,
+            count: 0,
+            deadline: None,
+            last_condition: false,
+            skip_inflight: false,
+        };
         self.counters[pmc.bit() as usize] = Some(counter);
         Ok(())
     }

@@ -33,7 +33,12 @@ pub enum PerfMode {
 impl PerfMode {
     /// Hardware if the host can open a hardware instructions event, else software clock.
     pub fn detect(tsc_khz: u64) -> PerfMode {
-        let probe = PerfEventAttr { type_: PERF_TYPE_HARDWARE, config: PERF_COUNT_HW_INSTRUCTIONS, flags: FLAG_DISABLED | FLAG_EXCLUDE_HOST, ..Default::default() };
+        let probe = PerfEventAttr {
+            type_: PERF_TYPE_HARDWARE,
+            config: PERF_COUNT_HW_INSTRUCTIONS,
+            flags: FLAG_DISABLED | FLAG_EXCLUDE_HOST,
+            ..Default::default()
+        };
         match PerfEvent::open(&probe) {
             Ok(_) => PerfMode::Hardware,
             Err(_) => PerfMode::SoftwareClock { tsc_khz: tsc_khz.max(1) },
@@ -63,7 +68,12 @@ pub struct EventBudget {
 
 impl EventBudget {
     pub fn new(limit: usize) -> Arc<Self> {
-        Arc::new(EventBudget { limit, open: AtomicUsize::new(0), peak: AtomicUsize::new(0), refused: AtomicUsize::new(0) })
+        Arc::new(EventBudget {
+            limit,
+            open: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            refused: AtomicUsize::new(0),
+        })
     }
 
     fn take(&self) -> bool {
@@ -201,7 +211,8 @@ impl PerfSource {
 
 impl CountSource for PerfSource {
     fn supports(&self, event: ArchEvent) -> bool {
-        let config = HostEventConfig { event, usr: false, os: true, edge: false, inv: false, cmask: 0, interrupt: false };
+        let config =
+            HostEventConfig { event, usr: false, os: true, edge: false, inv: false, cmask: 0, interrupt: false };
         match self.mode {
             PerfMode::SoftwareClock { .. } => self.attr(&config).is_some(),
             PerfMode::Hardware => self.attr(&config).is_some_and(|a| PerfEvent::open(&a).is_ok()),
@@ -291,7 +302,15 @@ mod tests {
     use super::*;
 
     fn cycles() -> HostEventConfig {
-        HostEventConfig { event: ArchEvent::CoreCycles, usr: false, os: true, edge: false, inv: false, cmask: 0, interrupt: false }
+        HostEventConfig {
+            event: ArchEvent::CoreCycles,
+            usr: false,
+            os: true,
+            edge: false,
+            inv: false,
+            cmask: 0,
+            interrupt: false,
+        }
     }
 
     #[test]

@@ -102,7 +102,9 @@ impl PerfEvent {
             counted();
         }
         // SAFETY: attr is a valid, fully initialised perf_event_attr of the size we declare.
-        let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC) };
+        let fd = unsafe {
+            libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC)
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -207,7 +209,12 @@ mod tests {
     use super::*;
 
     fn task_clock() -> PerfEventAttr {
-        PerfEventAttr { type_: PERF_TYPE_SOFTWARE, config: PERF_COUNT_SW_TASK_CLOCK, flags: FLAG_DISABLED, ..Default::default() }
+        PerfEventAttr {
+            type_: PERF_TYPE_SOFTWARE,
+            config: PERF_COUNT_SW_TASK_CLOCK,
+            flags: FLAG_DISABLED,
+            ..Default::default()
+        }
     }
 
     #[test]

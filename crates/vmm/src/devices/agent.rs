@@ -95,7 +95,14 @@ pub struct AgentPort {
 
 impl AgentPort {
     pub fn new(mem: GuestMemoryMmap, max_samples: usize) -> Self {
-        AgentPort { mem, started: Instant::now(), max_samples, data: AgentData::default(), in_workload: Default::default(), sample_buffer: None }
+        AgentPort {
+            mem,
+            started: Instant::now(),
+            max_samples,
+            data: AgentData::default(),
+            in_workload: Default::default(),
+            sample_buffer: None,
+        }
     }
 
     /// An OUT to the port: `data` holds the message address.
@@ -146,7 +153,12 @@ impl AgentPort {
                 let n = u32_at(0)? as usize;
                 for i in 0..n {
                     let o = 8 + i * 16;
-                    let record = CountRecord { event: u16_at(o)?, flags: u16_at(o + 2)?, task: u32_at(o + 4)?, value: u64_at(o + 8)? };
+                    let record = CountRecord {
+                        event: u16_at(o)?,
+                        flags: u16_at(o + 2)?,
+                        task: u32_at(o + 4)?,
+                        value: u64_at(o + 8)?,
+                    };
                     self.data.counts.push(record);
                 }
             }

@@ -6,7 +6,9 @@ mod fw_cfg;
 mod serial;
 mod shutdown;
 
-pub use agent::{AgentData, AgentPort, CountRecord, SampleRecord, AGENT_PORT, COUNT_FIXED, COUNT_UNSUPPORTED, DEFAULT_MAX_SAMPLES};
+pub use agent::{
+    AgentData, AgentPort, CountRecord, SampleRecord, AGENT_PORT, COUNT_FIXED, COUNT_UNSUPPORTED, DEFAULT_MAX_SAMPLES,
+};
 pub use debug_exit::DebugExit;
 pub use fw_cfg::FwCfg;
 pub use serial::{Console, SerialPort};

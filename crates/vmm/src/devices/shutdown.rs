@@ -12,11 +12,7 @@ pub struct ShutdownPort {
 impl ShutdownPort {
     pub fn write(&mut self, data: &[u8]) -> DeviceAction {
         for &b in data {
-            self.matched = if b == WORD[self.matched] {
-                self.matched + 1
-            } else {
-                usize::from(b == WORD[0])
-            };
+            self.matched = if b == WORD[self.matched] { self.matched + 1 } else { usize::from(b == WORD[0]) };
             if self.matched == WORD.len() {
                 self.matched = 0;
                 return DeviceAction::Exit(0);

@@ -23,7 +23,11 @@ pub enum LoadError {
     NoSegments,
     #[error("segment {index} [{start:#x}, {end:#x}) does not fit in guest memory ({mem_mib} MiB)")]
     OutOfMemory { index: usize, start: u64, end: u64, mem_mib: u64 },
-    #[error("segment {index} [{start:#x}, {end:#x}) overlaps the VMM boot area [{:#x}, {:#x})", BOOT_AREA_START, BOOT_AREA_END)]
+    #[error(
+        "segment {index} [{start:#x}, {end:#x}) overlaps the VMM boot area [{:#x}, {:#x})",
+        BOOT_AREA_START,
+        BOOT_AREA_END
+    )]
     BootArea { index: usize, start: u64, end: u64 },
     #[error("segments {0} and {1} overlap")]
     Overlap(usize, usize),
