@@ -232,12 +232,19 @@ mod tests {
             }
         };
         assert_eq!(ev.read().unwrap(), 0);
+        // Spin for 5 ms of this thread's own CPU time, so host load cannot shorten it.
+        let cpu_ns = || {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: clock_gettime writes one timespec we own.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+        };
         ev.enable().unwrap();
-        let spin = std::time::Instant::now();
-        while spin.elapsed().as_millis() < 5 {}
+        let start = cpu_ns();
+        while cpu_ns() - start < 5_000_000 {}
         ev.disable().unwrap();
         let counted = ev.read().unwrap();
-        assert!(counted >= 4_000_000, "task-clock counted {counted} ns over a 5 ms spin");
+        assert!(counted >= 4_500_000, "task-clock counted {counted} ns over 5 ms of thread CPU time");
         let spin = std::time::Instant::now();
         while spin.elapsed().as_millis() < 2 {}
         assert_eq!(ev.read().unwrap(), counted, "a disabled event must not advance");
