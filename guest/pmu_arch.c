@@ -415,9 +415,7 @@ static void check_running_write(void)
 
 int main(int argc, char **argv)
 {
-	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], "exact"))
-			exact = 1;
+	exact = has_arg(argc, argv, "exact");
 	pmu_probe(&caps);
 	if (caps.version < 2) {
 		report_skip("no architectural PMU (CPUID.0AH version %u)", caps.version);

@@ -13,6 +13,8 @@ int strncmp(const char *a, const char *b, size_t n);
 char *strchr(const char *s, int c);
 /* base 0 accepts 0x.. hex, 0.. octal and decimal, as in C. */
 unsigned long strtoul(const char *s, char **end, int base);
+/* Whether one of argv[1..argc) is exactly `word`. */
+int has_arg(int argc, char **argv, const char *word);
 long strtol(const char *s, char **end, int base);
 
 #endif

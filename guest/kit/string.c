@@ -117,3 +117,11 @@ long strtol(const char *s, char **end, int base)
 {
 	return (long)strtoul(s, end, base);
 }
+
+int has_arg(int argc, char **argv, const char *word)
+{
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], word))
+			return 1;
+	return 0;
+}

@@ -3,6 +3,7 @@
 
 mod elf;
 mod multiboot;
+pub mod synthetic;
 
 pub use elf::{parse_segments, Segment};
 pub use multiboot::{find_header, MultibootHeader, MULTIBOOT_BOOTLOADER_MAGIC};
