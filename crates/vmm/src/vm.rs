@@ -394,7 +394,8 @@ fn build_pmus(
     long_mode: bool,
     budget: &std::sync::Arc<EventBudget>,
 ) -> Result<Vec<VcpuPmu>, VmError> {
-    let mode = PerfMode::detect(tsc_khz);
+    // Probe the host PMU only for the backend that uses it.
+    let mode = (settings.backend == BackendKind::Perf).then(|| PerfMode::detect(tsc_khz));
     let config = PmuConfig {
         gp_counters: settings.gp_counters,
         policy: settings.policy,
@@ -405,7 +406,7 @@ fn build_pmus(
     (0..vcpus)
         .map(|_| {
             let backend = match settings.backend {
-                BackendKind::Perf => Backend::Perf(PerfSource::new(mode, budget.clone())),
+                BackendKind::Perf => Backend::Perf(PerfSource::new(mode.expect("probed for perf"), budget.clone())),
                 BackendKind::Exact => Backend::Exact(ExactSource::new()),
             };
             let mut vpmu = VcpuPmu::new(Pmu::new(config.clone(), backend)?, long_mode);
