@@ -124,6 +124,10 @@ pub struct VmArgs {
     /// Stop the guest after this many seconds.
     #[arg(long, allow_negative_numbers = true)]
     pub timeout: Option<f64>,
+    /// Run the guest natively (at host speed, kvm_pvm's VIF mode): auto = when the host
+    /// supports it and the guest carries the perfvm VIF note; on = any 64-bit guest.
+    #[arg(long, value_enum, default_value_t = NativeArg::Auto)]
+    pub native: NativeArg,
     #[command(flatten)]
     pub pmu: PmuArgs,
 }
@@ -167,6 +171,23 @@ pub struct PmuArgs {
     /// Inject an NMI into vCPU 0 every this many milliseconds (a host NMI source).
     #[arg(long, value_name = "MS")]
     pub nmi_every: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NativeArg {
+    Auto,
+    On,
+    Off,
+}
+
+impl From<NativeArg> for vmm::native::NativeMode {
+    fn from(arg: NativeArg) -> Self {
+        match arg {
+            NativeArg::Auto => vmm::native::NativeMode::Auto,
+            NativeArg::On => vmm::native::NativeMode::On,
+            NativeArg::Off => vmm::native::NativeMode::Off,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -69,6 +69,7 @@ pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failu
         timeout,
         capture_console,
         pmu: pmu_settings(&args.pmu)?,
+        native: args.native.into(),
         request_order: match args.pmu.request_order {
             OrderArg::PmiFirst => vmm::requests::RequestOrder::PmiFirst,
             OrderArg::Legacy => vmm::requests::RequestOrder::Legacy,

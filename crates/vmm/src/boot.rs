@@ -15,6 +15,9 @@ const EFER_LMA: u64 = 1 << 10;
 const EFER_NXE: u64 = 1 << 11;
 const PTE_PRESENT: u64 = 1 << 0;
 const PTE_RW: u64 = 1 << 1;
+/// U/S: set at every level in both modes; native mode runs the guest at hardware CPL3,
+/// where a supervisor-only entry page-faults forever inside KVM_RUN.
+const PTE_US: u64 = 1 << 2;
 const PTE_PWT: u64 = 1 << 3;
 const PTE_PCD: u64 = 1 << 4;
 const PTE_PS: u64 = 1 << 7;
@@ -40,6 +43,8 @@ pub struct BootParams {
     pub cmdline: String,
     pub nr_vcpus: u32,
     pub tsc_khz: u64,
+    /// Native mode: the vCPUs' VIF pages start here (`layout::VIF_BASE`); None when emulated.
+    pub vif_base: Option<u64>,
 }
 
 /// Write GDT, page tables, command line and the protocol's info struct.
@@ -62,18 +67,19 @@ pub fn write_boot_data(
     }
 }
 
-/// 4 GiB identity map with 2 MiB pages; the top GiB (LAPIC/IOAPIC) is uncached.
+/// 4 GiB identity map with 2 MiB pages; the top GiB (LAPIC/IOAPIC) is uncached. Every
+/// entry is user-accessible (see [`PTE_US`]).
 fn write_identity_map(mem: &GuestMemoryMmap) -> vm_memory::GuestMemoryResult<()> {
     let pdpt = PML4_ADDR + 0x1000;
     let pd_base = pdpt + 0x1000;
-    mem.write_obj(pdpt | PTE_PRESENT | PTE_RW, GuestAddress(PML4_ADDR))?;
+    mem.write_obj(pdpt | PTE_PRESENT | PTE_RW | PTE_US, GuestAddress(PML4_ADDR))?;
     let gibs = IDENTITY_MAP_SIZE >> 30;
     for g in 0..gibs {
         let pd = pd_base + g * 0x1000;
-        mem.write_obj(pd | PTE_PRESENT | PTE_RW, GuestAddress(pdpt + g * 8))?;
+        mem.write_obj(pd | PTE_PRESENT | PTE_RW | PTE_US, GuestAddress(pdpt + g * 8))?;
         let uncached = if g == gibs - 1 { PTE_PCD | PTE_PWT } else { 0 };
         let entries: Vec<u8> = (0..512u64)
-            .map(|i| ((g << 30) + (i << 21)) | PTE_PRESENT | PTE_RW | PTE_PS | uncached)
+            .map(|i| ((g << 30) + (i << 21)) | PTE_PRESENT | PTE_RW | PTE_US | PTE_PS | uncached)
             .flat_map(u64::to_le_bytes)
             .collect();
         mem.write_slice(&entries, GuestAddress(pd))?;
@@ -83,7 +89,7 @@ fn write_identity_map(mem: &GuestMemoryMmap) -> vm_memory::GuestMemoryResult<()>
 
 /// `struct perfvm_boot_info` of guest/include/perfvm_boot.h.
 fn write_perfvm_boot_info(mem: &GuestMemoryMmap, p: &BootParams, cmdline_len: u32) -> vm_memory::GuestMemoryResult<()> {
-    let mut info = Vec::with_capacity(40);
+    let mut info = Vec::with_capacity(56);
     info.extend_from_slice(&BOOT_MAGIC.to_le_bytes());
     info.extend_from_slice(&BOOT_VERSION.to_le_bytes());
     info.extend_from_slice(&p.mem_size.to_le_bytes());
@@ -91,6 +97,10 @@ fn write_perfvm_boot_info(mem: &GuestMemoryMmap, p: &BootParams, cmdline_len: u3
     info.extend_from_slice(&cmdline_len.to_le_bytes());
     info.extend_from_slice(&p.nr_vcpus.to_le_bytes());
     info.extend_from_slice(&p.tsc_khz.to_le_bytes());
+    let flags = if p.vif_base.is_some() { BOOT_F_NATIVE } else { 0 };
+    info.extend_from_slice(&flags.to_le_bytes());
+    info.extend_from_slice(&0u32.to_le_bytes());
+    info.extend_from_slice(&p.vif_base.unwrap_or(0).to_le_bytes());
     mem.write_slice(&info, GuestAddress(BOOT_INFO_ADDR))
 }
 
@@ -187,7 +197,7 @@ mod tests {
     }
 
     fn params() -> BootParams {
-        BootParams { mem_size: 16 << 20, cmdline: "hello a b".into(), nr_vcpus: 2, tsc_khz: 1000 }
+        BootParams { mem_size: 16 << 20, cmdline: "hello a b".into(), nr_vcpus: 2, tsc_khz: 1000, vif_base: None }
     }
 
     #[test]
@@ -200,6 +210,7 @@ mod tests {
             let pdpte: u64 = m.read_obj(GuestAddress(pdpt + ((va >> 30) & 511) * 8)).unwrap();
             let pde: u64 = m.read_obj(GuestAddress((pdpte & !0xfff) + ((va >> 21) & 511) * 8)).unwrap();
             assert_ne!(pde & PTE_PS, 0);
+            assert_ne!(pml4 & pdpte & pde & PTE_US, 0, "U bit at every level");
             (pde & !0x1f_ffff & !(1 << 63) & 0xf_ffff_ffff_f000) | (va & 0x1f_ffff)
         };
         assert_eq!(walk(0x100123), 0x100123);
@@ -220,6 +231,13 @@ mod tests {
         let mut text = [0u8; 10];
         m.read_slice(&mut text, GuestAddress(CMDLINE_ADDR)).unwrap();
         assert_eq!(&text, b"hello a b\0");
+        let (flags, vif): (u32, u64) =
+            (m.read_obj(GuestAddress(BOOT_INFO_ADDR + 40)).unwrap(), m.read_obj(GuestAddress(BOOT_INFO_ADDR + 48)).unwrap());
+        assert_eq!((flags, vif), (0, 0), "emulated");
+        write_boot_data(&m, BootProtocol::Direct64, &BootParams { vif_base: Some(VIF_BASE), ..params() }).unwrap();
+        let (flags, vif): (u32, u64) =
+            (m.read_obj(GuestAddress(BOOT_INFO_ADDR + 40)).unwrap(), m.read_obj(GuestAddress(BOOT_INFO_ADDR + 48)).unwrap());
+        assert_eq!((flags, vif), (BOOT_F_NATIVE, VIF_BASE), "native");
     }
 
     #[test]

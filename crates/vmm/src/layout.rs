@@ -16,7 +16,9 @@ pub const CMDLINE_MAX: usize = 2048;
 /// Everything the VMM writes lives in `[BOOT_AREA_START, BOOT_AREA_END)`; images may not.
 pub const BOOT_AREA_START: u64 = 0x1000;
 /// End of the VMM's boot area.
-pub const BOOT_AREA_END: u64 = 0x10000;
+pub const BOOT_AREA_END: u64 = 0x18000;
+/// Native mode: vCPU i's VIF page is at `VIF_BASE + i * 0x1000` (inside the boot area).
+pub const VIF_BASE: u64 = 0x10000;
 /// The identity map covers this much guest-physical space (RAM plus the LAPIC page).
 pub const IDENTITY_MAP_SIZE: u64 = 4 << 30;
 /// Local APIC MMIO base.
@@ -36,6 +38,8 @@ pub const SEL_CODE32: u16 = 0x18;
 /// "PFVM" little-endian.
 pub const BOOT_MAGIC: u32 = 0x4d56_4650;
 /// Version of `struct perfvm_boot_info`.
-pub const BOOT_VERSION: u32 = 1;
+pub const BOOT_VERSION: u32 = 2;
+/// Boot info flag: the vCPUs run natively (VIF pages registered).
+pub const BOOT_F_NATIVE: u32 = 1 << 0;
 /// Most vCPUs a VM may have (the guest kit has this many stacks).
 pub const MAX_VCPUS: u32 = 8;

@@ -9,6 +9,7 @@ pub mod kick;
 pub mod kvm;
 pub mod layout;
 pub mod loader;
+pub mod native;
 pub mod pebs;
 pub mod pmi;
 pub mod pmu_report;

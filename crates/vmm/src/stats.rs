@@ -22,6 +22,8 @@ pub struct VcpuStats {
     pub requests: crate::requests::RequestStats,
     /// Syscalls the vCPU thread made (raw_syscalls:sys_enter), when counted.
     pub syscalls: Option<u64>,
+    /// How the vCPU executed: "native" or "emulated".
+    pub mode: &'static str,
 }
 
 impl VcpuStats {
@@ -50,6 +52,10 @@ pub struct VmStats {
     pub console_bytes_dropped: u64,
     /// The virtual PMU's report, when the VM has one.
     pub pmu: Option<crate::pmu_report::PmuReport>,
+    /// How the vCPUs executed and why.
+    pub execution: Option<crate::native::Execution>,
+    /// Per vCPU: its mode, exits, and KVM's own statistics.
+    pub vcpus: Vec<VcpuStats>,
 }
 
 impl VmStats {
@@ -66,6 +72,7 @@ impl VmStats {
         if let Some(n) = v.syscalls {
             *self.vcpu_syscalls.get_or_insert(0) += n;
         }
+        self.vcpus.push(v.clone());
     }
 
     /// Human-readable table, as `--stats` prints it.
@@ -78,6 +85,13 @@ impl VmStats {
             self.run_ns as f64 / 1e9,
             self.entries
         ));
+        if let Some(e) = &self.execution {
+            out.push_str(&format!("  execution: {} ({})\n", e.name(), e.reason));
+            for (i, v) in self.vcpus.iter().enumerate() {
+                out.push_str(&format!("    vcpu{i}: {}, {} exits\n", v.mode, v.exits.values().map(|c| c.count).sum::<u64>()));
+            }
+            out.push('\n');
+        }
         out.push_str(&format!("  {:<16} {:>12} {:>14} {:>12}\n", "exit reason", "count", "handle time", "avg"));
         for (reason, c) in &self.exits {
             let avg = c.handle_ns.checked_div(c.count).unwrap_or(0);

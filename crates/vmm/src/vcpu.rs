@@ -63,6 +63,8 @@ pub struct Vcpu {
     pub count_syscalls: bool,
     /// Single-steps until a requested NMI is due.
     pub nmi_countdown: Option<u32>,
+    /// The vCPU runs natively (its VIF page is registered).
+    pub native: bool,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -100,6 +102,7 @@ impl Vcpu {
             }
         }
         self.stats.syscalls = syscalls.map(|c| c.read());
+        self.stats.mode = if self.native { "native" } else { "emulated" };
         kick::unregister();
         if let Some(pmu) = &mut self.pmu {
             pmu.finish();
@@ -229,6 +232,7 @@ impl Vcpu {
 /// Handle one exit; returns its stats label and what to do next.
 fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu: u32) -> (&'static str, Next) {
     match exit {
+        VcpuExit::IoOut(crate::devices::VIF_PENDING_PORT, _) => ("vif-pending", Next::Continue),
         VcpuExit::IoOut(port, data) => match shared.bus.lock().unwrap().write(port, data) {
             DeviceAction::Continue => ("io-out", Next::Continue),
             DeviceAction::Exit(status) => ("io-out", Next::End(VmEnd::Status { status })),

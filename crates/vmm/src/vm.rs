@@ -10,6 +10,7 @@ use crate::kick;
 use crate::kvm::{open_kvm, KvmError};
 use crate::layout::{MAX_MEM_MIB, MAX_VCPUS, MIN_MEM_MIB};
 use crate::loader::{load_kernel, BootProtocol, KernelImage, LoadError};
+use crate::native::{self, Execution, NativeMode};
 use crate::pmu_report::PmuReport;
 use crate::requests::RequestOrder;
 use crate::stats::VmStats;
@@ -54,6 +55,8 @@ pub struct VmConfig {
     pub nmi_interval: Option<Duration>,
     /// Count the vCPU threads' syscalls (raw_syscalls:sys_enter) for `--stats`.
     pub count_syscalls: bool,
+    /// Whether the vCPUs run natively (`--native`).
+    pub native: NativeMode,
 }
 
 /// Which backend counts for the virtual counters.
@@ -114,6 +117,7 @@ impl Default for VmConfig {
             request_order: RequestOrder::default(),
             nmi_interval: None,
             count_syscalls: false,
+            native: NativeMode::default(),
         }
     }
 }
@@ -133,6 +137,9 @@ pub enum VmError {
     Setup(String),
     #[error("virtual PMU: {0}")]
     Pmu(#[from] pmu::ConfigError),
+    /// `--native on` where the guest or the host cannot run natively.
+    #[error("{0}")]
+    Native(String),
 }
 
 fn setup<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -> VmError {
@@ -186,6 +193,7 @@ pub struct Vm {
     nmi_interval: Option<Duration>,
     /// The guest agent's workload is running (NMIs from the host NMI source only then).
     in_workload: Arc<AtomicBool>,
+    execution: Execution,
 }
 
 impl Vm {
@@ -193,6 +201,7 @@ impl Vm {
     pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         let (image, bytes) = prepare(config)?;
         let kvm = open_kvm()?;
+        let execution = native::decide(config.native, &image).map_err(VmError::Native)?;
         let vm = kvm.create_vm().map_err(setup("KVM_CREATE_VM"))?;
         let mem_size = config.mem_mib << 20;
         let mem =
@@ -226,7 +235,7 @@ impl Vm {
             config.pmu.as_ref().and_then(|s| s.max_host_events).unwrap_or(per_vcpu * config.vcpus as usize),
         );
         let mut pmus = match &config.pmu {
-            Some(settings) => build_pmus(settings, config.vcpus, tsc_khz, long_mode, &budget)?,
+            Some(settings) => build_pmus(settings, config.vcpus, tsc_khz, long_mode, execution.native, &budget)?,
             None => Vec::new(),
         };
         if let Some(first) = pmus.first() {
@@ -235,6 +244,10 @@ impl Vm {
         for (index, fd) in fds.iter().enumerate() {
             let caps = pmus.get(index).map(|p| *p.pmu.caps());
             setup_vcpu(fd, &cpuid, index as u32, &image, caps.as_ref())?;
+            if execution.native {
+                native::register_vif(fd, native::vif_page(index as u32))
+                    .map_err(|e| VmError::Setup(format!("registering the VIF page: {e}")))?;
+            }
         }
         let pmu_report = pmus.first().map(|p| PmuReport::new(config.pmu.as_ref().unwrap(), p, budget.clone()));
         let cmdline = if config.cmdline.is_empty() {
@@ -242,7 +255,8 @@ impl Vm {
         } else {
             format!("{} {}", config.kernel_arg0, config.cmdline)
         };
-        let params = BootParams { mem_size, cmdline, nr_vcpus: config.vcpus, tsc_khz };
+        let vif_base = execution.native.then_some(crate::layout::VIF_BASE);
+        let params = BootParams { mem_size, cmdline, nr_vcpus: config.vcpus, tsc_khz, vif_base };
         boot::write_boot_data(&mem, image.protocol, &params).map_err(setup("writing boot data"))?;
 
         let console = if config.capture_console { Console::capture() } else { Console::stdout() };
@@ -271,6 +285,7 @@ impl Vm {
                 nmi_request: Arc::new(AtomicBool::new(false)),
                 count_syscalls: config.count_syscalls,
                 nmi_countdown: None,
+                native: execution.native,
             })
             .collect();
         Ok(Vm {
@@ -285,6 +300,7 @@ impl Vm {
             timeout: config.timeout,
             nmi_interval: config.nmi_interval,
             in_workload,
+            execution,
         })
     }
 
@@ -370,6 +386,7 @@ impl Vm {
             report.finish();
         }
         stats.pmu = pmu_report;
+        stats.execution = Some(self.execution.clone());
         stats.wall_ns = started.elapsed().as_nanos() as u64;
         stats.first_console_byte_ns = self.console.first_byte().map(|t| (t - started).as_nanos() as u64);
         let mut bus = self.shared.bus.lock().unwrap();
@@ -392,6 +409,7 @@ fn build_pmus(
     vcpus: u32,
     tsc_khz: u64,
     long_mode: bool,
+    native: bool,
     budget: &std::sync::Arc<EventBudget>,
 ) -> Result<Vec<VcpuPmu>, VmError> {
     // Probe the host PMU only for the backend that uses it.
@@ -404,12 +422,13 @@ fn build_pmus(
         ..Default::default()
     };
     (0..vcpus)
-        .map(|_| {
+        .map(|index| {
             let backend = match settings.backend {
                 BackendKind::Perf => Backend::Perf(PerfSource::new(mode.expect("probed for perf"), budget.clone())),
                 BackendKind::Exact => Backend::Exact(ExactSource::new()),
             };
             let mut vpmu = VcpuPmu::new(Pmu::new(config.clone(), backend)?, long_mode);
+            vpmu.vif = native.then(|| native::vif_page(index));
             vpmu.pv_offered = settings.pv;
             if settings.trace_rips && settings.backend == BackendKind::Exact {
                 vpmu.rip_profile = Some(Default::default());

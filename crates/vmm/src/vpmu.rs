@@ -9,7 +9,7 @@ use crate::backends::perf::PerfSource;
 use crate::kick;
 use crate::pmi::{self, PmiOutcome};
 use crate::pv;
-use kvm_bindings::{kvm_guest_debug, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP};
+use kvm_bindings::{kvm_guest_debug, KVM_GUESTDBG_BLOCKIRQ, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP};
 use kvm_ioctls::{VcpuFd, VmFd};
 use pmu::{
     ArchEvent, BackendError, CountSource, HostEventConfig, Initiator, MsrAccess, MsrIndex, PmcIdx, Pmu, PmuStats,
@@ -188,6 +188,9 @@ pub struct VcpuPmu {
     created: Instant,
     /// Whether the VMM accepts PV pages (`--pv on`).
     pub pv_offered: bool,
+    /// Native mode: this vCPU's VIF page, dropped while single-stepping (a native vCPU
+    /// would take the #DB itself) and registered again afterwards.
+    pub vif: Option<u64>,
 }
 
 impl VcpuPmu {
@@ -206,6 +209,7 @@ impl VcpuPmu {
             cpu_share: pv::CpuShare::default(),
             created: Instant::now(),
             pv_offered: true,
+            vif: None,
         }
     }
 
@@ -290,11 +294,22 @@ impl VcpuPmu {
         }
     }
 
+    /// Start or stop single-stepping. Interrupts stay blocked while stepping (BLOCKIRQ):
+    /// one taken mid-step would save TF in its frame and hand the guest a stray #DB later.
     fn set_stepping(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, on: bool) {
-        let control = if on { KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP } else { 0 };
+        let control = if on { KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP | KVM_GUESTDBG_BLOCKIRQ } else { 0 };
         let dbg = kvm_guest_debug { control, ..Default::default() };
+        if let (true, Some(_)) = (on, self.vif) {
+            if crate::native::drop_vif(vcpu).is_err() {
+                return;
+            }
+        }
         if vcpu.set_guest_debug(&dbg).is_err() {
             return;
+        }
+        if let (false, Some(gpa)) = (on, self.vif) {
+            // Without its VIF the vCPU stays emulated: correct, only slow.
+            let _ = crate::native::register_vif(vcpu, gpa);
         }
         self.stepping = on;
         if on {

@@ -40,6 +40,9 @@ pub const SHUTDOWN_PORT: u16 = 0x8900;
 /// A write of v asks the VMM to inject an NMI into the writing vCPU after v more retired
 /// instructions when single-stepping (exact backend), else at once (request-order tests).
 pub const NMI_REQUEST_PORT: u16 = 0x50c;
+/// Native mode: the guest set vif.if_ = 1 with an interrupt pending; the exit itself lets
+/// the host deliver it (PERFVM_PORT_VIF_PENDING).
+pub const VIF_PENDING_PORT: u16 = 0x80;
 
 /// All port-IO devices of a VM. Ports nobody claims read as all-ones and drop writes,
 /// as on a PC with nothing decoding them; they are counted for `--stats`.

@@ -3,6 +3,12 @@
 use super::LoadError;
 use goblin::elf::{header, program_header::PT_LOAD, Elf};
 
+/// Owner and type of the note a guest carries to declare it follows the VIF convention
+/// (guest/include/perfvm_boot.h).
+pub const NOTE_OWNER: &str = "perfvm";
+/// Note type of the VIF declaration.
+pub const NOTE_VIF: u32 = 0x100;
+
 /// One PT_LOAD segment: `filesz` bytes from the file, then zeroes up to `memsz`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segment {
@@ -30,6 +36,8 @@ pub struct ParsedElf {
     pub is_64bit: bool,
     pub entry: u64,
     pub segments: Vec<Segment>,
+    /// The image carries the perfvm VIF note: it follows the native-mode convention.
+    pub vif_note: bool,
 }
 
 /// Parse an x86 ELF executable's loadable segments, checking them against the file size.
@@ -68,5 +76,11 @@ pub fn parse_segments(bytes: &[u8]) -> Result<ParsedElf, LoadError> {
             memsz: ph.p_memsz,
         });
     }
-    Ok(ParsedElf { is_64bit: elf.is_64, entry: elf.entry, segments })
+    let vif_note = elf
+        .iter_note_headers(bytes)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .any(|note| note.n_type == NOTE_VIF && note.name == NOTE_OWNER && note.desc.len() >= 4);
+    Ok(ParsedElf { is_64bit: elf.is_64, entry: elf.entry, segments, vif_note })
 }

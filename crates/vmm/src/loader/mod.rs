@@ -55,6 +55,8 @@ pub struct KernelImage {
     pub segments: Vec<Segment>,
     /// Highest guest-physical address used by the image (exclusive).
     pub end: u64,
+    /// The image declares (ELF note) that it follows the native-mode VIF convention.
+    pub vif_note: bool,
 }
 
 /// Parse and validate `bytes` as a kernel for a guest with `mem_size` bytes of RAM.
@@ -78,7 +80,7 @@ pub fn load_kernel(bytes: &[u8], mem_size: u64) -> Result<KernelImage, LoadError
         return Err(LoadError::EntryOutside(parsed.entry));
     }
     let end = segments.iter().map(Segment::end).max().unwrap_or(0);
-    Ok(KernelImage { protocol, entry: parsed.entry, segments, end })
+    Ok(KernelImage { protocol, entry: parsed.entry, segments, end, vif_note: parsed.vif_note })
 }
 
 /// Every segment inside RAM, outside the boot area, and no two overlapping.

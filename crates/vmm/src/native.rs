@@ -1,0 +1,167 @@
+//! Native execution on this host's `kvm_pvm` (the VIF mode, ../shared/pvm-native/README.md):
+//! a vCPU with a registered VIF page runs CPL0 guest code at host speed instead of through
+//! the host's instruction emulator. This module decides the mode of a VM (`--native`),
+//! probes host support once per process, and registers or drops a vCPU's VIF page.
+
+use crate::layout::VIF_BASE;
+use crate::loader::{BootProtocol, KernelImage};
+use kvm_bindings::{kvm_msr_entry, kvm_userspace_memory_region, Msrs};
+use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use kvm_ioctls::VcpuFd;
+use serde::Serialize;
+use std::sync::OnceLock;
+
+/// The host's VIF registration MSR: `gpa | 1` registers, 0 returns to emulation.
+pub const VIF_MSR: u32 = 0x4b56_4d10;
+const VIF_ENABLE: u64 = 1;
+/// What a registered VIF MSR reads back beside the address.
+const VIF_ACTIVE: u64 = 0x400;
+/// Set to `fail` to make the support probe fail (tests of the fallback paths).
+pub const PROBE_ENV: &str = "PERFVM_NATIVE_PROBE";
+
+/// `--native`: when the vCPUs run natively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NativeMode {
+    /// Native when the host supports it and the guest carries the VIF note.
+    #[default]
+    Auto,
+    /// Native for any 64-bit guest; an error where that cannot be.
+    On,
+    /// Always emulated.
+    Off,
+}
+
+/// How a VM's vCPUs execute, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Execution {
+    pub native: bool,
+    /// Why the mode was chosen, for `--stats` and `--json`.
+    pub reason: String,
+}
+
+impl Execution {
+    /// The mode's name as shown to users.
+    pub fn name(&self) -> &'static str {
+        if self.native {
+            "native"
+        } else {
+            "emulated"
+        }
+    }
+}
+
+/// Whether this host runs vCPUs natively, probed once per process: one `KVM_SET_MSRS` of
+/// the VIF MSR on a scratch vCPU. Err holds the reason it does not.
+pub fn host_support() -> Result<(), String> {
+    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
+    PROBE.get_or_init(probe).clone()
+}
+
+fn probe() -> Result<(), String> {
+    if std::env::var(PROBE_ENV).is_ok_and(|v| v == "fail") {
+        return Err(format!("the native-mode probe was made to fail ({PROBE_ENV}=fail)"));
+    }
+    // The host takes the MSR only for an address backed by guest memory. Declared first,
+    // so it is dropped after the VM.
+    let page = VIF_BASE as usize;
+    let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), page + 0x1000)]).map_err(|e| e.to_string())?;
+    let kvm = crate::kvm::open_kvm().map_err(|e| e.to_string())?;
+    let vm = kvm.create_vm().map_err(|e| format!("probe VM: {e}"))?;
+    let host = mem.get_host_address(GuestAddress(0)).map_err(|e| e.to_string())?;
+    let region = kvm_userspace_memory_region {
+        slot: 0,
+        guest_phys_addr: 0,
+        memory_size: (page + 0x1000) as u64,
+        userspace_addr: host as u64,
+        flags: 0,
+    };
+    // SAFETY: the region maps memory owned by `mem`, which outlives `vm`.
+    unsafe { vm.set_user_memory_region(region) }.map_err(|e| format!("probe memory: {e}"))?;
+    let vcpu = vm.create_vcpu(0).map_err(|e| format!("probe vCPU: {e}"))?;
+    register_vif(&vcpu, VIF_BASE).map_err(|e| format!("the host does not take the VIF MSR {VIF_MSR:#x}: {e}"))
+}
+
+/// Decide the execution mode of a VM running `image`.
+pub fn decide(mode: NativeMode, image: &KernelImage) -> Result<Execution, String> {
+    let emulated = |reason: String| Ok(Execution { native: false, reason });
+    if mode == NativeMode::Off {
+        return emulated("--native off".into());
+    }
+    let long_mode = image.protocol == BootProtocol::Direct64;
+    let support = host_support();
+    match (mode, long_mode, support) {
+        (NativeMode::On, false, _) => Err("--native on needs a 64-bit ELF guest (multiboot guests start in 32-bit mode)".into()),
+        (NativeMode::On, true, Err(why)) => Err(format!("--native on: {why}")),
+        (NativeMode::On, true, Ok(())) => Ok(Execution { native: true, reason: "--native on".into() }),
+        (_, false, _) => emulated("32-bit multiboot entry".into()),
+        (_, true, Err(why)) => emulated(why),
+        (_, true, Ok(())) if !image.vif_note => emulated("the guest has no perfvm VIF note".into()),
+        (_, true, Ok(())) => Ok(Execution { native: true, reason: "host support and the guest's VIF note".into() }),
+    }
+}
+
+/// Guest-physical address of vCPU `index`'s VIF page.
+pub fn vif_page(index: u32) -> u64 {
+    VIF_BASE + u64::from(index) * 0x1000
+}
+
+fn set_vif_msr(vcpu: &VcpuFd, value: u64) -> Result<(), String> {
+    let msrs = Msrs::from_entries(&[kvm_msr_entry { index: VIF_MSR, data: value, ..Default::default() }])
+        .expect("one MSR fits");
+    match vcpu.set_msrs(&msrs) {
+        Ok(1) => Ok(()),
+        Ok(_) => Err("KVM_SET_MSRS refused it".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Register the VIF page at `gpa`: the vCPU runs natively from its next entry.
+pub fn register_vif(vcpu: &VcpuFd, gpa: u64) -> Result<(), String> {
+    set_vif_msr(vcpu, gpa | VIF_ENABLE)?;
+    let mut msrs = Msrs::from_entries(&[kvm_msr_entry { index: VIF_MSR, ..Default::default() }]).expect("one MSR");
+    match vcpu.get_msrs(&mut msrs) {
+        Ok(1) if msrs.as_slice()[0].data & VIF_ACTIVE != 0 => Ok(()),
+        Ok(_) => Err(format!("VIF MSR reads back {:#x}", msrs.as_slice()[0].data)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Drop the VIF page: the vCPU is emulated from its next entry (single-stepping needs it).
+pub fn drop_vif(vcpu: &VcpuFd) -> Result<(), String> {
+    set_vif_msr(vcpu, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loader::Segment;
+
+    fn image(protocol: BootProtocol, vif_note: bool) -> KernelImage {
+        let segments = vec![Segment { paddr: 0x100000, file_offset: 0, filesz: 1, memsz: 1 }];
+        KernelImage { protocol, entry: 0x100000, segments, end: 0x100001, vif_note }
+    }
+
+    #[test]
+    fn off_never_probes_and_stays_emulated() {
+        let e = decide(NativeMode::Off, &image(BootProtocol::Direct64, true)).unwrap();
+        assert!(!e.native);
+        assert_eq!(e.reason, "--native off");
+    }
+
+    #[test]
+    fn multiboot_cannot_run_natively() {
+        let auto = decide(NativeMode::Auto, &image(BootProtocol::Multiboot, true)).unwrap();
+        assert!(!auto.native);
+        assert!(auto.reason.contains("32-bit"));
+        let on = decide(NativeMode::On, &image(BootProtocol::Multiboot, true)).unwrap_err();
+        assert!(on.contains("64-bit ELF"), "{on}");
+    }
+
+    #[test]
+    fn vif_pages_are_one_per_vcpu_in_the_boot_area() {
+        assert_eq!(vif_page(0), VIF_BASE);
+        assert_eq!(vif_page(7), VIF_BASE + 7 * 0x1000);
+        assert!(vif_page(crate::layout::MAX_VCPUS - 1) + 0x1000 <= crate::layout::BOOT_AREA_END);
+    }
+}
