@@ -47,6 +47,7 @@ mod pebs;
 mod pmc;
 mod pmu;
 mod policy;
+mod reload;
 mod state;
 mod stats;
 

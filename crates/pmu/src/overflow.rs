@@ -21,13 +21,16 @@ pub(crate) fn accumulate(saved: u64, delta: u64) -> (u64, bool) {
 impl<B: CountSource> Pmu<B> {
     /// Counter `idx` wrapped: set its GLOBAL_STATUS bit and, if the configuration its
     /// counts accrued under asked for a PMI (INT / fixed PMI), owe the guest one (KVM
-    /// `__kvm_perf_overflow`). A PEBS counter arms its assist instead of owing a PMI.
+    /// `__kvm_perf_overflow`). A PEBS counter arms its assist instead of owing a PMI; an
+    /// auto-reloaded counter (`reload.rs`) is reloaded and acknowledged at once.
     pub(crate) fn overflowed(&mut self, idx: PmcIdx) {
-        self.global_status |= idx.mask();
         self.stats.overflows += 1;
         self.pmcs[idx.slot()].needs_arm = true;
-        if self.pebs_overflow(idx) {
-            return;
+        if !self.auto_reload_on_overflow(idx) {
+            self.global_status |= idx.mask();
+            if self.pebs_overflow(idx) {
+                return;
+            }
         }
         let pmc = &self.pmcs[idx.slot()];
         if pmc.host.is_some_and(|h| h.config.interrupt) {

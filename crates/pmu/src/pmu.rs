@@ -74,6 +74,8 @@ pub struct Pmu<B: CountSource> {
     pub(crate) pebs_armed: u64,
     /// PEBS counters whose assist is due: the VMM writes their records.
     pub(crate) pebs_pending: u64,
+    /// Paravirtual auto-reload of sampling counters (`reload.rs`).
+    pub(crate) auto_reload: crate::reload::AutoReload,
     pub(crate) stats: PmuStats,
 }
 
@@ -100,6 +102,7 @@ impl<B: CountSource> Pmu<B> {
             misc_enable: caps.misc_enable_reset(),
             pebs_armed: 0,
             pebs_pending: 0,
+            auto_reload: Default::default(),
             stats: PmuStats::default(),
         })
     }
@@ -200,7 +203,8 @@ impl<B: CountSource> Pmu<B> {
 
     /// SDM reset: counters, EVENTSELs, FIXED_CTR_CTRL and GLOBAL_STATUS zero, GLOBAL_CTRL
     /// with the GP enables set; PEBS_ENABLE and DS_AREA zero, MISC_ENABLE at its reset
-    /// value, no PEBS assist armed or due; every host event is closed. Statistics are kept.
+    /// value, no PEBS assist armed or due, no auto-reload; every host event is closed.
+    /// Statistics are kept.
     pub fn reset(&mut self) {
         for idx in PmcIdx::iter_mask(self.open_mask) {
             self.discard_event(idx);
@@ -216,6 +220,7 @@ impl<B: CountSource> Pmu<B> {
         self.misc_enable = self.caps.misc_enable_reset();
         self.pebs_armed = 0;
         self.pebs_pending = 0;
+        self.auto_reload = Default::default();
     }
 
     fn account<T>(&mut self, r: Option<T>, who: Initiator) -> MsrAccess<T> {

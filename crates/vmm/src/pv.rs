@@ -7,17 +7,21 @@ use serde::Serialize;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// Newest page version this VMM speaks; it also accepts every older one.
-pub const HOST_VERSION: u32 = 2;
+pub const HOST_VERSION: u32 = 3;
 pub const REGISTER_PORT: u16 = 0x504;
 pub const DOORBELL_PORT: u16 = 0x508;
 const F_ACCEPTED: u32 = 1 << 0;
 const F_EXITLESS_READS: u32 = 1 << 1;
+/// Version 3: the sampling section is honoured (pv_sampling.rs).
+const F_AUTO_RELOAD: u32 = 1 << 2;
 const C_RUNNING: u32 = 1 << 0;
 const C_NEEDS_EXIT: u32 = 1 << 1;
 const BATCH_MAX: u32 = 32;
 const V1_SIZE: u32 = 32 + 32 * 16;
 const COUNTER_SIZE: u64 = 40;
-const V2_SIZE: u32 = V1_SIZE + 11 * COUNTER_SIZE as u32;
+/// Size of a version-2 page (the version-3 sampling section starts here).
+pub const V2_SIZE: u32 = V1_SIZE + 11 * COUNTER_SIZE as u32;
+const V3_SIZE: u32 = V2_SIZE + crate::pv_sampling::SIZE;
 const COUNTERS_OFFSET: u64 = V1_SIZE as u64;
 /// Smallest published bound on extrapolation error. The software clock counts vCPU thread
 /// time, which lags the TSC whenever the host preempts the thread: the published rate is
@@ -78,6 +82,7 @@ pub fn expected_size(version: u32) -> Option<u32> {
     match version {
         1 => Some(V1_SIZE),
         2 => Some(V2_SIZE),
+        3 => Some(V3_SIZE),
         _ => None,
     }
 }
@@ -111,6 +116,10 @@ pub struct PvStats {
     pub doorbells: u64,
     pub batched_writes: u64,
     pub publishes: u64,
+    /// Version 3: sampling counters reloaded at the wrap without a guest MSR access.
+    pub auto_reloads: u64,
+    /// Version 3: PMIs delivered as one KVM_NMI, LVTPC left unmasked as the guest asked.
+    pub unmasked_pmis: u64,
 }
 
 /// Negotiate a page at `gpa`: answer host_version and flags in it; Ok if accepted. With
@@ -132,6 +141,8 @@ pub fn register(mem: &GuestMemoryMmap, gpa: u64, offered: bool, exitless_reads: 
         Ok(PvPage { gpa, version: guest_version })
     };
     let flags = match &verdict {
+        Ok(p) if p.version >= 3 && exitless_reads => F_ACCEPTED | F_EXITLESS_READS | F_AUTO_RELOAD,
+        Ok(p) if p.version >= 3 => F_ACCEPTED | F_AUTO_RELOAD,
         Ok(p) if p.version >= 2 && exitless_reads => F_ACCEPTED | F_EXITLESS_READS,
         Ok(_) => F_ACCEPTED,
         Err(_) => 0,
@@ -269,11 +280,13 @@ mod tests {
         assert_eq!(offer(&m, 0x2000, 1, V1_SIZE), Ok(PvPage { gpa: 0x2000, version: 1 }));
         assert_eq!(flags(&m, 0x2000), (HOST_VERSION, F_ACCEPTED));
         // A guest newer than the host is refused; it learns the host's version.
-        assert_eq!(offer(&m, 0x3000, 3, 2048), Err(Refusal::NewerThanHost(3)));
+        assert_eq!(offer(&m, 0x3000, 4, 2048), Err(Refusal::NewerThanHost(4)));
         assert_eq!(flags(&m, 0x3000), (HOST_VERSION, 0));
         assert_eq!(offer(&m, 0x4000, 2, V1_SIZE), Err(Refusal::BadSize { version: 2, size: V1_SIZE }));
         assert_eq!(offer(&m, 0x4008, 2, V2_SIZE), Err(Refusal::NotAligned));
         assert_eq!(offer(&m, 0x5000, 0, V1_SIZE), Err(Refusal::NewerThanHost(0)));
+        assert_eq!(offer(&m, 0x7000, 3, V3_SIZE), Ok(PvPage { gpa: 0x7000, version: 3 }));
+        assert_eq!(flags(&m, 0x7000), (HOST_VERSION, F_ACCEPTED | F_EXITLESS_READS | F_AUTO_RELOAD));
         m.write_obj(2u32, GuestAddress(0x6000)).unwrap();
         m.write_obj(V2_SIZE, GuestAddress(0x6008)).unwrap();
         assert_eq!(register(&m, 0x6000, false, true), Err(Refusal::Disabled));

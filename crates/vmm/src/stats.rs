@@ -24,7 +24,12 @@ pub struct VcpuStats {
     pub syscalls: Option<u64>,
     /// How the vCPU executed: "native" or "emulated".
     pub mode: &'static str,
+    /// KVM's own non-zero statistics of this vCPU at the end (binary stats fd).
+    pub kvm: BTreeMap<String, u64>,
 }
+
+/// KVM statistics `--stats` shows per vCPU (all are in `--json`).
+const KVM_STATS_SHOWN: [&str; 6] = ["exits", "insn_emulation", "nmi_injections", "irq_injections", "halt_exits", "pf_taken"];
 
 impl VcpuStats {
     pub fn record(&mut self, reason: &'static str, handled_in: Duration) {
@@ -88,7 +93,14 @@ impl VmStats {
         if let Some(e) = &self.execution {
             out.push_str(&format!("  execution: {} ({})\n", e.name(), e.reason));
             for (i, v) in self.vcpus.iter().enumerate() {
-                out.push_str(&format!("    vcpu{i}: {}, {} exits\n", v.mode, v.exits.values().map(|c| c.count).sum::<u64>()));
+                let kvm: Vec<String> =
+                    KVM_STATS_SHOWN.iter().filter_map(|k| v.kvm.get(*k).map(|n| format!("{k} {n}"))).collect();
+                out.push_str(&format!(
+                    "    vcpu{i}: {}, {} exits to the VMM; KVM: {}\n",
+                    v.mode,
+                    v.exits.values().map(|c| c.count).sum::<u64>(),
+                    if kvm.is_empty() { "no statistics".into() } else { kvm.join(", ") }
+                ));
             }
             out.push('\n');
         }

@@ -79,6 +79,7 @@ impl Vcpu {
     pub fn run(mut self) -> VcpuResult {
         kick::register(self.fd.get_kvm_run());
         let syscalls = if self.count_syscalls { crate::syscount::SyscallCounter::start().ok() } else { None };
+        let kvm_stats = crate::kvm_stats::KvmStatsFile::open(&self.fd);
         while !self.shared.stop.load(Ordering::Acquire) {
             self.process_requests();
             let entered = Instant::now();
@@ -103,6 +104,7 @@ impl Vcpu {
         }
         self.stats.syscalls = syscalls.map(|c| c.read());
         self.stats.mode = if self.native { "native" } else { "emulated" };
+        self.stats.kvm = kvm_stats.map(|s| s.read()).unwrap_or_default();
         kick::unregister();
         if let Some(pmu) = &mut self.pmu {
             pmu.finish();

@@ -188,6 +188,8 @@ pub struct VcpuPmu {
     created: Instant,
     /// Whether the VMM accepts PV pages (`--pv on`).
     pub pv_offered: bool,
+    /// The guest's PV page asks for PMIs without the LVTPC mask (one KVM_NMI each).
+    pmi_no_mask: bool,
     /// Native mode: this vCPU's VIF page, dropped while single-stepping (a native vCPU
     /// would take the #DB itself) and registered again afterwards.
     pub vif: Option<u64>,
@@ -209,6 +211,7 @@ impl VcpuPmu {
             cpu_share: pv::CpuShare::default(),
             created: Instant::now(),
             pv_offered: true,
+            pmi_no_mask: false,
             vif: None,
         }
     }
@@ -261,6 +264,7 @@ impl VcpuPmu {
                     p.rearm_after_notification();
                 }
             }
+            self.report_reloads(mem);
             if pmi {
                 nmi = self.raise_pmi(vm, vcpu);
                 self.account(PmuOp::PmiDelivery, t);
@@ -268,6 +272,8 @@ impl VcpuPmu {
                 self.stats.handle_ns += t.elapsed().as_nanos() as u64;
             }
         }
+        // A guest RDMSR may also have found (and reloaded) a wrap.
+        self.report_reloads(mem);
         if let Backend::Exact(e) = self.pmu.backend() {
             let wanted = e.stepping_needed();
             if wanted != self.stepping {
@@ -280,8 +286,23 @@ impl VcpuPmu {
         nmi
     }
 
-    /// Raise a PMI through LVTPC; true if it is owed as an NMI.
+    /// Tell the guest's PV page which counters the model reloaded.
+    fn report_reloads(&mut self, mem: &GuestMemoryMmap) {
+        let reloaded = self.pmu.take_auto_reloaded();
+        if let (true, Some(page)) = (reloaded != 0, self.pv) {
+            self.pv_stats.auto_reloads += u64::from(reloaded.count_ones());
+            crate::pv_sampling::publish_reloads(mem, page, &self.pmu, reloaded);
+        }
+    }
+
+    /// Raise a PMI through LVTPC; true if it is owed as an NMI. A PV guest that needs no
+    /// LVTPC mask gets its NMI without the two LAPIC ioctls that masking takes.
     fn raise_pmi(&mut self, vm: &VmFd, vcpu: &VcpuFd) -> bool {
+        if self.pmi_no_mask {
+            self.stats.pmis_delivered += 1;
+            self.pv_stats.unmasked_pmis += 1;
+            return true;
+        }
         match pmi::raise(vm, vcpu) {
             Ok(PmiOutcome::Masked) | Err(_) => {
                 self.stats.pmis_masked += 1;
@@ -322,6 +343,7 @@ impl VcpuPmu {
 
     /// The guest offers a PV page at `gpa` (0: unregister).
     pub fn pv_register(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, gpa: u64) {
+        self.forget_sampling();
         if gpa == 0 {
             self.pv = None;
             return;
@@ -330,6 +352,7 @@ impl VcpuPmu {
             Ok(page) => {
                 self.pv_stats.registrations += 1;
                 self.pv = Some(page);
+                self.pmi_no_mask = crate::pv_sampling::configure(mem, page, &mut self.pmu);
                 self.pv_publish(vcpu, mem);
             }
             Err(_) => {
@@ -339,11 +362,23 @@ impl VcpuPmu {
         }
     }
 
+    /// A page goes away: its counters return to the SDM rules.
+    fn forget_sampling(&mut self) {
+        self.pmi_no_mask = false;
+        for bit in 0..pmu::MAX_GP_COUNTERS {
+            self.pmu.set_auto_reload(PmcIdx::gp(bit).expect("in range"), None);
+        }
+        for j in 0..pmu::MAX_FIXED_COUNTERS {
+            self.pmu.set_auto_reload(PmcIdx::fixed(j).expect("in range"), None);
+        }
+    }
+
     /// The doorbell: apply the page's batch in this one exit, then republish.
     pub fn pv_doorbell(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
         let Some(page) = self.pv else { return };
         let t = Instant::now();
         self.pv_stats.doorbells += 1;
+        self.pmi_no_mask = crate::pv_sampling::configure(mem, page, &mut self.pmu);
         self.pv_stats.batched_writes += u64::from(pv::apply_batch(mem, page, &mut self.pmu));
         self.pv_publish(vcpu, mem);
         self.stats.handle_ns += t.elapsed().as_nanos() as u64;
