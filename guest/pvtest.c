@@ -7,7 +7,9 @@
 #include "pmu.h"
 #include "perfvm_pv.h"
 
-static struct pv_page_v2 page __attribute__((aligned(4096)));
+/* Room for every version's page; the checks below mostly use the v2 part. */
+static struct pv_page_v3 page_v3 __attribute__((aligned(4096)));
+#define page (page_v3.v2)
 static struct pmu_caps caps;
 
 static void offer(uint32_t version, uint32_t size)
@@ -21,10 +23,14 @@ static void offer(uint32_t version, uint32_t size)
 static void check_negotiation(void)
 {
 	report_prefix_push("negotiate");
-	offer(PV_HOST_VERSION, sizeof(struct pv_page_v2));
-	report(page.v1.flags & PV_F_ACCEPTED, "same version accepted (flags %#x)", page.v1.flags);
+	offer(2, sizeof(struct pv_page_v2));
+	report(page.v1.flags & PV_F_ACCEPTED, "v2 accepted (flags %#x)", page.v1.flags);
 	report(page.v1.host_version == PV_HOST_VERSION, "host version %u", page.v1.host_version);
 	report(page.v1.flags & PV_F_EXITLESS_READS, "v2 gets exitless reads");
+	report(!(page.v1.flags & PV_F_AUTO_RELOAD), "v2 gets no sampling section");
+	offer(3, sizeof(struct pv_page_v3));
+	report((page.v1.flags & PV_F_ACCEPTED) && (page.v1.flags & PV_F_AUTO_RELOAD),
+	       "v3 accepted with paravirtual sampling (flags %#x)", page.v1.flags);
 	offer(1, sizeof(struct pv_page_v1));
 	report((page.v1.flags & PV_F_ACCEPTED) && !(page.v1.flags & PV_F_EXITLESS_READS),
 	       "older guest (v1) accepted without v2 features (flags %#x)", page.v1.flags);
@@ -63,7 +69,7 @@ static void check_batch(void)
 {
 	uint64_t msr_state[16], pv_state[16];
 	report_prefix_push("batch");
-	offer(PV_HOST_VERSION, sizeof(struct pv_page_v2));
+	offer(2, sizeof(struct pv_page_v2));
 	pmu_reset(&caps);
 	program(0);
 	for (unsigned i = 0; i < caps.gp_counters; i++) {
@@ -116,7 +122,7 @@ static int pv_read(unsigned idx, uint64_t *value, uint32_t *err_ppm, uint64_t *s
 static void check_exitless_reads(void)
 {
 	report_prefix_push("exitless");
-	offer(PV_HOST_VERSION, sizeof(struct pv_page_v2));
+	offer(2, sizeof(struct pv_page_v2));
 	pmu_reset(&caps);
 	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(EV_CYCLES, EVTSEL_OS | EVTSEL_EN));
 	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
@@ -146,7 +152,7 @@ static int program_rounds(const char *how, unsigned long rounds)
 {
 	int pv = !strcmp(how, "pv");
 	if (pv) {
-		offer(PV_HOST_VERSION, sizeof(struct pv_page_v2));
+		offer(2, sizeof(struct pv_page_v2));
 		if (!(page.v1.flags & PV_F_ACCEPTED))
 			return 1;
 	}

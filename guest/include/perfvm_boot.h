@@ -9,14 +9,15 @@
  *   CS = 0x08 (64-bit code), DS/ES/SS/FS/GS = 0x10 (flat data), GDT at PERFVM_GDT_ADDR.
  * Paging: identity map of the first 4 GiB with 2 MiB pages (covers RAM and the LAPIC
  * at 0xFEE00000). CR0.PE|PG, CR4.PAE, EFER.LME|LMA|NXE set.
- * Low memory below 0x100000 is RAM; the kernel image must not use 0x1000-0x17FFF.
+ * Low memory below 0x100000 is RAM; the kernel image must not use 0x1000-0x1FFFF.
  *
  * Native mode (docs/DESIGN.md, "Native mode"): when boot_info.flags has PERFVM_BOOT_F_NATIVE,
  * every vCPU runs at host speed on this host's kvm_pvm VIF convention. vCPU i's VIF page
  * (struct perfvm_vif) is at vif_base + i * 4096, registered by the VMM before the first
  * instruction. The guest must then keep its interrupt flag in vif.if_ (never cli/sti or
  * pushf/popf for IF), read CR2 from vif.cr2, and after setting if_ = 1 with pending != 0 do
- * `out %al, $PERFVM_PORT_VIF_PENDING` so the host delivers what waited. A guest declares
+ * `out %al, $PERFVM_PORT_VIF_PENDING` so the host delivers what waited, and take CPUID
+ * leaves from the table at cpuid_table (struct perfvm_cpuid_entry). A guest declares
  * that it follows the convention with the ELF note below; `--native auto` runs only such
  * guests natively.
  */
@@ -33,6 +34,7 @@
 #define PERFVM_MAX_VCPUS       8
 #define PERFVM_VIF_BASE        0x10000 /* vCPU i's VIF page: PERFVM_VIF_BASE + i * 0x1000 */
 #define PERFVM_BOOT_F_NATIVE   (1u << 0)
+#define PERFVM_CPUID_TABLE     0x18000 /* vCPU i's CPUID table: PERFVM_CPUID_TABLE + i * 0x1000 */
 
 /* ELF note of a guest that follows the VIF convention: owner "perfvm", this type, and a
  * 4-byte descriptor holding PERFVM_NOTE_VIF_VERSION. */
@@ -54,7 +56,21 @@ struct perfvm_boot_info {
 	uint32_t flags;       /* PERFVM_BOOT_F_* */
 	uint32_t reserved;
 	uint64_t vif_base;    /* guest-physical address of vCPU 0's VIF page, 0 when emulated */
+	uint64_t cpuid_table; /* vCPU 0's struct perfvm_cpuid_entry[]; vCPU i's at + i * 4096 */
+	uint32_t cpuid_entries;
+	uint32_t reserved2;
 };
+
+/* The CPUID the VMM gave each vCPU (KVM_SET_CPUID2), in memory: in native mode this host's
+ * CPUID instruction does not follow it (e.g. leaf 0xA, the vPMU, reads 0), so a native guest
+ * looks leaves up here. A leaf absent from the table reads as zeros. */
+struct perfvm_cpuid_entry {
+	uint32_t leaf, subleaf;
+	uint32_t flags;       /* PERFVM_CPUID_F_SUBLEAF: subleaf must match */
+	uint32_t eax, ebx, ecx, edx;
+	uint32_t reserved;
+};
+#define PERFVM_CPUID_F_SUBLEAF 1u
 
 /* The per-vCPU VIF page of this host's native mode (../shared/pvm-native/README.md). */
 struct perfvm_vif {

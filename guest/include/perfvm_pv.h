@@ -22,6 +22,18 @@
  * read without an exit (exact backend): use RDMSR. err_ppm bounds the error of an
  * extrapolated value in parts per million of the elapsed TSC ticks; it grows when the host
  * preempts the vCPU thread unevenly (the software clock counts thread time).
+ *
+ * Paravirtual sampling (version >= 3, flag PV_F_AUTO_RELOAD): the guest sets
+ * sampling.flags and, per counter slot, reload[slot] (0: that counter follows the SDM). The
+ * VMM reads them at registration and at every doorbell. A counter with a reload value is
+ * reloaded by the VMM at the wrap (reload + the events counted past the wrap), its overflow
+ * is acknowledged there (its GLOBAL_STATUS bit never set), and the VMM ORs its bit
+ * (GLOBAL_STATUS layout) into sampling.status and bumps sampling.reloads[slot] before the
+ * guest runs again. The PMI (an NMI) follows if the counter asks for one; with
+ * PV_S_PMI_NO_MASK LVTPC is not masked by it. The PMI handler reads and clears status: no
+ * MSR, no LAPIC access. A counter's events since it was written with value v are
+ * reloads_since * (2^width - reload) + (raw - v), raw and reloads read between the same
+ * two entries (an RDMSR, or the page after a doorbell).
  */
 #ifndef PERFVM_PV_H
 #define PERFVM_PV_H
@@ -29,9 +41,12 @@
 
 #define PERFVM_PORT_PV_REGISTER 0x504
 #define PERFVM_PORT_PV_DOORBELL 0x508
-#define PV_HOST_VERSION 2          /* what this kit's VMM speaks */
+#define PV_HOST_VERSION 3          /* what this kit's VMM speaks */
 #define PV_F_ACCEPTED       (1u << 0)
 #define PV_F_EXITLESS_READS (1u << 1)
+#define PV_F_AUTO_RELOAD    (1u << 2)
+#define PV_S_RELOAD      (1u << 0) /* sampling.flags: reload counters with reload[] */
+#define PV_S_PMI_NO_MASK (1u << 1) /* sampling.flags: PMIs leave LVTPC unmasked */
 #define PV_BATCH_MAX 32
 #define PV_COUNTERS 11             /* GP 0-7, then fixed 0-2 */
 #define PV_C_RUNNING    (1u << 0)
@@ -67,6 +82,19 @@ struct pv_page_v1 {
 struct pv_page_v2 {
 	struct pv_page_v1 v1;
 	struct pv_counter counters[PV_COUNTERS];
+};
+
+struct pv_sampling {
+	uint32_t flags;                          /* PV_S_* */
+	uint32_t reserved;
+	uint64_t reload[PV_COUNTERS];            /* guest: value loaded at each wrap, 0 = none */
+	volatile uint64_t status;                /* VMM ORs reloaded counters; guest clears */
+	volatile uint64_t reloads[PV_COUNTERS];  /* VMM: reloads so far, per counter */
+};
+
+struct pv_page_v3 {
+	struct pv_page_v2 v2;
+	struct pv_sampling sampling;
 };
 
 #endif

@@ -25,12 +25,17 @@ static inline uint64_t rdpmc(uint32_t counter)
 
 struct cpuid_regs { uint32_t eax, ebx, ecx, edx; };
 
-static inline struct cpuid_regs cpuid_count(uint32_t leaf, uint32_t subleaf)
+/* The CPUID instruction itself. Guests use cpuid_count()/cpuid(): in native mode this host's
+ * CPUID instruction does not answer what the VMM configured (kit/cpuid.c). */
+static inline struct cpuid_regs hw_cpuid_count(uint32_t leaf, uint32_t subleaf)
 {
 	struct cpuid_regs r;
 	asm volatile("cpuid" : "=a"(r.eax), "=b"(r.ebx), "=c"(r.ecx), "=d"(r.edx) : "a"(leaf), "c"(subleaf));
 	return r;
 }
+
+/* CPUID as the VMM configured it for this vCPU, in both execution modes (kit/cpuid.c). */
+struct cpuid_regs cpuid_count(uint32_t leaf, uint32_t subleaf);
 
 static inline struct cpuid_regs cpuid(uint32_t leaf) { return cpuid_count(leaf, 0); }
 

@@ -17,7 +17,9 @@
  * When the VMM accepts the paravirtual PMU page (agent_pv.c, perfvm_pv.h), the same writes
  * go through its batch and doorbell: setup in one exit, each start (the enable, a sched-in)
  * in one, each stop in one, after which the stopped counters are read from the page
- * without exits. The PMI handler keeps using MSRs.
+ * without exits. With a version-3 page the VMM also reloads sampling counters at the wrap
+ * and reports the overflows in the page (paravirtual sampling): the PMI handler then
+ * touches no MSR and no LAPIC register, and a sample costs no exit of its own.
  *
  * Counts are kept in software as in perf's x86_perf_event_update: each counter's last raw
  * value, and deltas modulo the counter width, so a sampling counter's wrap adds up.
@@ -50,7 +52,9 @@ struct agent_event {
 	uint32_t rd_msr, wr_msr;
 	uint64_t width_mask, top_bit;
 	const struct pv_counter *pv_counter; /* the counter in the PV page */
+	uint8_t pv_slot;     /* its slot in the PV page: 0-7 PMC, 8-10 fixed */
 	uint8_t pv_entry;    /* its write in the PV start batch (pv_start_n) */
+	uint64_t seen_reloads; /* paravirtual sampling: the VMM's reloads at prev */
 	uint64_t prev;       /* raw counter value at the last update */
 	uint64_t total;      /* everything counted: the task 0 entry */
 };
@@ -72,6 +76,7 @@ static uint8_t task_started[AGENT_MAX_IDS];
 static char *wargv[MAX_WORDS + 1];
 static uint32_t pv_flags;              /* what the VMM answered to the PV page */
 static uint32_t pv_start_n;            /* PV: batch = {GLOBAL_CTRL=0, counters, GLOBAL_CTRL=mask} */
+static int pv_sampling_used;           /* the run sampled with the VMM's reloads */
 
 /* Samples: the message is built in place and sent when full (from the PMI) or at the end. */
 static uint8_t sample_msg[sizeof(struct agent_msg_header) + sizeof(struct agent_samples) +
@@ -93,11 +98,25 @@ static int is_gp(const struct agent_event *e) { return e->hw >= 0 && e->hw < 32;
 
 /* ---- counter bookkeeping ------------------------------------------------------------- */
 
-/* Charge the counter's advance to `raw` to the whole run and the current context. */
+/* Whether the VMM reloads counter i at each wrap (paravirtual sampling). */
+static int pv_reloaded(const struct agent_event *e)
+{
+	return agent_pv_sampling && e->hw >= 0 && (sampling_mask & (1ull << e->hw));
+}
+
+/* Charge the counter's advance to `raw` to the whole run and the current context. A
+ * counter the VMM reloads advanced by a whole period per reload (perfvm_pv.h). */
 static void charge(unsigned i, uint64_t raw)
 {
 	struct agent_event *e = &evs[i];
-	uint64_t delta = (raw - e->prev) & e->width_mask;
+	uint64_t delta;
+	if (pv_reloaded(e)) {
+		uint64_t k = agent_pv_page3.sampling.reloads[e->pv_slot];
+		delta = raw - e->prev + (k - e->seen_reloads) * period;
+		e->seen_reloads = k;
+	} else {
+		delta = (raw - e->prev) & e->width_mask;
+	}
 	e->prev = raw;
 	e->total += delta;
 	if (per_task)
@@ -115,6 +134,7 @@ static void write_counter(unsigned i, uint64_t v)
 	v &= e->width_mask;
 	wrmsr(e->wr_msr, v);
 	e->prev = v;
+	e->seen_reloads = agent_pv_page3.sampling.reloads[e->pv_slot];
 }
 
 /* Set a stopped counter for the next pmu_start(): with the PV page the write goes into
@@ -124,6 +144,7 @@ static void load_counter(unsigned i, uint64_t v)
 	struct agent_event *e = &evs[i];
 	v &= e->width_mask;
 	e->prev = v;
+	e->seen_reloads = agent_pv_page3.sampling.reloads[e->pv_slot]; /* stopped: no reload before the write */
 	if (agent_pv_mode)
 		agent_pv_page.v1.batch[e->pv_entry].value = v;
 	else
@@ -133,7 +154,7 @@ static void load_counter(unsigned i, uint64_t v)
 /* After update(): a sampling counter with its top bit clear has wrapped; restart it. */
 static void reload_if_wrapped(unsigned i)
 {
-	if (!(evs[i].prev & evs[i].top_bit))
+	if (!pv_reloaded(&evs[i]) && !(evs[i].prev & evs[i].top_bit))
 		write_counter(i, -period);
 }
 
@@ -249,11 +270,28 @@ static void add_sample(uint64_t rip, uint32_t task, uint16_t code)
 	}
 }
 
+/* The PMI with paravirtual sampling: the VMM reloaded the counters and left their bits in
+ * the page (taken atomically: it writes there between two entries of this vCPU). */
+static int pv_pmi(struct trap_frame *f)
+{
+	uint64_t mine = __atomic_exchange_n(&agent_pv_page3.sampling.status, 0, __ATOMIC_RELAXED) & sampling_mask;
+	if (!mine)
+		return 0;
+	uint32_t task = current_task_id();
+	nr_pmis++;
+	for (unsigned i = 0; i < nev; i++)
+		if (evs[i].hw >= 0 && (mine & (1ull << evs[i].hw)))
+			add_sample(f->rip, task, evs[i].code);
+	return 1;
+}
+
 /* The PMI (an NMI, via the kit's exception hook for vector 2). */
 static int agent_nmi(struct trap_frame *f)
 {
 	if (!sampling_mask)
 		return 0;
+	if (agent_pv_sampling)
+		return pv_pmi(f);
 	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
 	uint64_t status = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
 	uint64_t mine = status & sampling_mask;
@@ -459,7 +497,8 @@ static void assign_counters(void)
 			e->flags |= AGENT_COUNT_UNSUPPORTED;
 		} else {
 			e->top_bit = (e->width_mask >> 1) + 1;
-			e->pv_counter = &agent_pv_page.counters[is_gp(e) ? e->hw : 8 + (e->hw - 32)];
+			e->pv_slot = (uint8_t)(is_gp(e) ? e->hw : 8 + (e->hw - 32));
+			e->pv_counter = &agent_pv_page.counters[e->pv_slot];
 		}
 	}
 }
@@ -562,9 +601,24 @@ static void program_controls_pv(void)
 	}
 }
 
+/* Paravirtual sampling: every sampling counter reloads with -period at its wrap, and its
+ * PMI leaves LVTPC unmasked. Read by the VMM at the next doorbell. */
+static void setup_pv_sampling(void)
+{
+	struct pv_sampling *s = &agent_pv_page3.sampling;
+	for (unsigned i = 0; i < nev; i++)
+		if (evs[i].hw >= 0)
+			s->reload[evs[i].pv_slot] = -period & evs[i].width_mask;
+	s->flags = PV_S_RELOAD | PV_S_PMI_NO_MASK;
+}
+
 /* Program the counters stopped; pmu_start() enables them. */
 static void program(void)
 {
+	if (agent_pv_sampling && recording)
+		setup_pv_sampling();
+	else
+		agent_pv_sampling = 0; /* counting only: no reloads to account for */
 	if (agent_pv_mode)
 		program_controls_pv();
 	else
@@ -637,11 +691,11 @@ static void print_summary(int pv_kept)
 		printf("agent: msr programming (pv refused)\n");
 	else if (!pv_kept)
 		printf("agent: pv page v%u lost (the workload took it): msr programming from then on\n",
-		       PV_HOST_VERSION);
-	else if (pv_flags & PV_F_EXITLESS_READS)
-		printf("agent: pv page v%u (exitless reads)\n", PV_HOST_VERSION);
+		       agent_pv_page.v1.guest_version);
 	else
-		printf("agent: pv page v%u (batched writes, reads by RDMSR)\n", PV_HOST_VERSION);
+		printf("agent: pv page v%u (%s%s)\n", agent_pv_page.v1.guest_version,
+		       pv_flags & PV_F_EXITLESS_READS ? "exitless reads" : "batched writes, reads by RDMSR",
+		       pv_sampling_used ? ", paravirtual sampling" : "");
 	for (unsigned i = 0; i < nev; i++) {
 		const struct agent_event *e = &evs[i];
 		if (e->hw < 0)
@@ -722,6 +776,7 @@ int agent_run(int argc, char **argv, int (*main_fn)(int, char **))
 	end_critical();
 	agent_mark(AGENT_MARK_END);
 	int pv_kept = agent_pv_mode;
+	pv_sampling_used = agent_pv_sampling;
 	agent_pv_unregister();
 
 	if (sampling_mask)

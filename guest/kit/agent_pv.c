@@ -6,18 +6,27 @@
 #include "kit.h"
 #include "agent_pv.h"
 
-struct pv_page_v2 agent_pv_page __attribute__((aligned(4096)));
+struct pv_page_v3 agent_pv_page3 __attribute__((aligned(4096)));
 int agent_pv_mode;
+int agent_pv_sampling;
+
+static uint32_t offer(uint32_t version, uint32_t size)
+{
+	memset(&agent_pv_page3, 0, sizeof(agent_pv_page3));
+	agent_pv_page.v1.guest_version = version;
+	agent_pv_page.v1.size = size;
+	barrier();
+	outl(PERFVM_PORT_PV_REGISTER, (uint32_t)(uintptr_t)&agent_pv_page3);
+	barrier();
+	return agent_pv_page.v1.flags;
+}
 
 uint32_t agent_pv_register(void)
 {
-	memset(&agent_pv_page, 0, sizeof(agent_pv_page));
-	agent_pv_page.v1.guest_version = PV_HOST_VERSION;
-	agent_pv_page.v1.size = sizeof(struct pv_page_v2);
-	barrier();
-	outl(PERFVM_PORT_PV_REGISTER, (uint32_t)(uintptr_t)&agent_pv_page);
-	barrier();
-	uint32_t flags = agent_pv_page.v1.flags;
+	uint32_t flags = offer(3, sizeof(struct pv_page_v3));
+	if (!(flags & PV_F_ACCEPTED) && agent_pv_page.v1.host_version == 2)
+		flags = offer(2, sizeof(struct pv_page_v2)); /* an older VMM */
+	agent_pv_sampling = (flags & PV_F_ACCEPTED) && (flags & PV_F_AUTO_RELOAD);
 	if (!(flags & PV_F_ACCEPTED))
 		agent_pv_mode = AGENT_PV_OFF;
 	else
@@ -30,6 +39,7 @@ void agent_pv_unregister(void)
 	if (!agent_pv_mode)
 		return;
 	agent_pv_mode = AGENT_PV_OFF;
+	agent_pv_sampling = 0;
 	outl(PERFVM_PORT_PV_REGISTER, 0);
 }
 
@@ -39,6 +49,7 @@ uint32_t agent_pv_lost(uint32_t n)
 	struct pv_page_v1 *p = &agent_pv_page.v1;
 	uint32_t done = 0;
 	agent_pv_mode = AGENT_PV_OFF;
+	agent_pv_sampling = 0;
 	p->batch_fault = 0;
 	for (; done < n; done++) {
 		if (wrmsr_safe(p->batch[done].msr, p->batch[done].value) < 0) {

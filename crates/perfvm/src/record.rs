@@ -44,6 +44,20 @@ pub struct RecordFile {
     pub profile: Profile,
     /// Weight per (rip, task id), for re-symbolization.
     pub rips: Vec<(u64, u32, u64)>,
+    /// VM exits while the workload ran, but its console output (sampling should cost at most
+    /// 2 per sample).
+    #[serde(default)]
+    pub exits: u64,
+    /// The run's VM statistics (`--stats`); not stored in the file.
+    #[serde(skip)]
+    pub stats: Option<vmm::stats::VmStats>,
+}
+
+impl RecordFile {
+    /// VM exits of the workload per sample taken (None without samples).
+    pub fn exits_per_sample(&self) -> Option<f64> {
+        (self.mode == "sampled" && self.samples > 0).then(|| self.exits as f64 / self.samples as f64)
+    }
 }
 
 impl RecordFile {
@@ -143,7 +157,8 @@ pub fn record(
     }));
     let mut rips: Vec<(u64, u32, u64)> = weights.into_iter().map(|((rip, task), w)| (rip, task, w)).collect();
     rips.sort_unstable();
-    let pmu = report.stats.pmu.as_ref();
+    let pmu = report.stats.pmu.clone();
+    let pmu = pmu.as_ref();
     let file = RecordFile {
         format: FORMAT.into(),
         guest: guest.to_owned(),
@@ -161,6 +176,8 @@ pub fn record(
         wall_ns: report.stats.wall_ns,
         profile,
         rips,
+        exits: report.stats.workload_exits_but_console(),
+        stats: Some(report.stats),
     };
     Ok((file, code))
 }
@@ -185,6 +202,17 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
         file.samples,
         if file.samples_dropped > 0 { format!(", {} dropped", file.samples_dropped) } else { String::new() }
     );
+    if args.stats {
+        if let Some(stats) = &file.stats {
+            eprint!("{}", stats.render());
+        }
+        if let Some(per_sample) = file.exits_per_sample() {
+            eprintln!(
+                "\n  {} exits while the workload ran (console output aside), {} samples: {per_sample:.2} exits per sample",
+                file.exits, file.samples
+            );
+        }
+    }
     if file.samples == 0 && code == 0 {
         eprintln!(
             "perfvm: no samples (is the guest built with the guest kit's perf agent, and does the backend count {}?)",

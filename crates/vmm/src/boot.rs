@@ -45,6 +45,8 @@ pub struct BootParams {
     pub tsc_khz: u64,
     /// Native mode: the vCPUs' VIF pages start here (`layout::VIF_BASE`); None when emulated.
     pub vif_base: Option<u64>,
+    /// Entries in each vCPU's CPUID table at `layout::CPUID_TABLE_BASE` (0: none).
+    pub cpuid_entries: u32,
 }
 
 /// Write GDT, page tables, command line and the protocol's info struct.
@@ -89,7 +91,7 @@ fn write_identity_map(mem: &GuestMemoryMmap) -> vm_memory::GuestMemoryResult<()>
 
 /// `struct perfvm_boot_info` of guest/include/perfvm_boot.h.
 fn write_perfvm_boot_info(mem: &GuestMemoryMmap, p: &BootParams, cmdline_len: u32) -> vm_memory::GuestMemoryResult<()> {
-    let mut info = Vec::with_capacity(56);
+    let mut info = Vec::with_capacity(72);
     info.extend_from_slice(&BOOT_MAGIC.to_le_bytes());
     info.extend_from_slice(&BOOT_VERSION.to_le_bytes());
     info.extend_from_slice(&p.mem_size.to_le_bytes());
@@ -101,6 +103,10 @@ fn write_perfvm_boot_info(mem: &GuestMemoryMmap, p: &BootParams, cmdline_len: u3
     info.extend_from_slice(&flags.to_le_bytes());
     info.extend_from_slice(&0u32.to_le_bytes());
     info.extend_from_slice(&p.vif_base.unwrap_or(0).to_le_bytes());
+    let table = if p.cpuid_entries > 0 { CPUID_TABLE_BASE } else { 0 };
+    info.extend_from_slice(&table.to_le_bytes());
+    info.extend_from_slice(&p.cpuid_entries.to_le_bytes());
+    info.extend_from_slice(&0u32.to_le_bytes());
     mem.write_slice(&info, GuestAddress(BOOT_INFO_ADDR))
 }
 
@@ -197,7 +203,7 @@ mod tests {
     }
 
     fn params() -> BootParams {
-        BootParams { mem_size: 16 << 20, cmdline: "hello a b".into(), nr_vcpus: 2, tsc_khz: 1000, vif_base: None }
+        BootParams { mem_size: 16 << 20, cmdline: "hello a b".into(), nr_vcpus: 2, tsc_khz: 1000, vif_base: None, cpuid_entries: 0 }
     }
 
     #[test]
@@ -238,6 +244,10 @@ mod tests {
         let (flags, vif): (u32, u64) =
             (m.read_obj(GuestAddress(BOOT_INFO_ADDR + 40)).unwrap(), m.read_obj(GuestAddress(BOOT_INFO_ADDR + 48)).unwrap());
         assert_eq!((flags, vif), (BOOT_F_NATIVE, VIF_BASE), "native");
+        write_boot_data(&m, BootProtocol::Direct64, &BootParams { cpuid_entries: 9, ..params() }).unwrap();
+        let (table, n): (u64, u32) =
+            (m.read_obj(GuestAddress(BOOT_INFO_ADDR + 56)).unwrap(), m.read_obj(GuestAddress(BOOT_INFO_ADDR + 64)).unwrap());
+        assert_eq!((table, n), (CPUID_TABLE_BASE, 9));
     }
 
     #[test]

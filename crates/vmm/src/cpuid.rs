@@ -1,8 +1,14 @@
 //! Guest CPUID: the host's supported leaves, with per-vCPU APIC IDs and the virtual PMU's
 //! leaf 0xA (generated from the model, never the host's).
 
-use kvm_bindings::{kvm_cpuid_entry2, CpuId};
+use kvm_bindings::{kvm_cpuid_entry2, CpuId, KVM_CPUID_FLAG_SIGNIFCANT_INDEX};
 use pmu::PmuCaps;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+/// Bytes of one entry of the in-memory table (`struct perfvm_cpuid_entry`).
+const TABLE_ENTRY_SIZE: usize = 32;
+/// Most entries a vCPU's one-page table holds.
+pub const TABLE_MAX_ENTRIES: usize = 4096 / TABLE_ENTRY_SIZE;
 
 /// CPUID.1:ECX.PDCM: IA32_PERF_CAPABILITIES exists.
 const LEAF1_ECX_PDCM: u32 = 1 << 15;
@@ -45,4 +51,43 @@ pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>) -> CpuId {
         }
     }
     CpuId::from_entries(&entries).expect("CPUID entries fit")
+}
+
+/// Write `cpuid` into guest memory at `gpa` as `struct perfvm_cpuid_entry[]`
+/// (guest/include/perfvm_boot.h): in native mode this host's CPUID instruction does not
+/// follow KVM_SET_CPUID2, so kit guests look their leaves up there. Returns the entries
+/// written.
+pub fn write_table(mem: &GuestMemoryMmap, gpa: u64, cpuid: &CpuId) -> vm_memory::GuestMemoryResult<u32> {
+    let entries = &cpuid.as_slice()[..cpuid.as_slice().len().min(TABLE_MAX_ENTRIES)];
+    let mut table = Vec::with_capacity(entries.len() * TABLE_ENTRY_SIZE);
+    for e in entries {
+        let significant = e.flags & KVM_CPUID_FLAG_SIGNIFCANT_INDEX;
+        for word in [e.function, e.index, significant, e.eax, e.ebx, e.ecx, e.edx, 0] {
+            table.extend_from_slice(&word.to_le_bytes());
+        }
+    }
+    mem.write_slice(&table, GuestAddress(gpa))?;
+    Ok(entries.len() as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_holds_every_leaf_with_its_index_rule() {
+        let leaves = [
+            kvm_cpuid_entry2 { function: 0, eax: 0xd, ebx: 0x756e_6547, ..Default::default() },
+            kvm_cpuid_entry2 { function: 7, index: 1, flags: KVM_CPUID_FLAG_SIGNIFCANT_INDEX, eax: 5, ..Default::default() },
+        ];
+        let cpuid = for_vcpu(&CpuId::from_entries(&leaves).unwrap(), 3, None);
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
+        let n = write_table(&mem, 0x1000, &cpuid).unwrap();
+        assert_eq!(n as usize, cpuid.as_slice().len());
+        let word = |entry: u64, i: u64| mem.read_obj::<u32>(GuestAddress(0x1000 + entry * 32 + i * 4)).unwrap();
+        assert_eq!((word(0, 0), word(0, 3), word(0, 4)), (0, 0xd, 0x756e_6547));
+        assert_eq!((word(1, 0), word(1, 1), word(1, 2), word(1, 3)), (7, 1, 1, 5));
+        let leaf_a = (0..u64::from(n)).find(|&e| word(e, 0) == 0xa).expect("leaf 0xA added");
+        assert_eq!(word(leaf_a, 3), 0, "no PMU: version 0");
+    }
 }

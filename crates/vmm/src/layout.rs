@@ -16,9 +16,11 @@ pub const CMDLINE_MAX: usize = 2048;
 /// Everything the VMM writes lives in `[BOOT_AREA_START, BOOT_AREA_END)`; images may not.
 pub const BOOT_AREA_START: u64 = 0x1000;
 /// End of the VMM's boot area.
-pub const BOOT_AREA_END: u64 = 0x18000;
+pub const BOOT_AREA_END: u64 = 0x20000;
 /// Native mode: vCPU i's VIF page is at `VIF_BASE + i * 0x1000` (inside the boot area).
 pub const VIF_BASE: u64 = 0x10000;
+/// vCPU i's CPUID table (`struct perfvm_cpuid_entry[]`) is at `CPUID_TABLE_BASE + i * 0x1000`.
+pub const CPUID_TABLE_BASE: u64 = 0x18000;
 /// The identity map covers this much guest-physical space (RAM plus the LAPIC page).
 pub const IDENTITY_MAP_SIZE: u64 = 4 << 30;
 /// Local APIC MMIO base.

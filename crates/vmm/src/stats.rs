@@ -26,6 +26,8 @@ pub struct VcpuStats {
     pub mode: &'static str,
     /// KVM's own non-zero statistics of this vCPU at the end (binary stats fd).
     pub kvm: BTreeMap<String, u64>,
+    /// Exits while the guest agent's workload ran (between its START and END marks), by reason.
+    pub workload_exits: BTreeMap<&'static str, u64>,
 }
 
 /// KVM statistics `--stats` shows per vCPU (all are in `--json`).
@@ -47,6 +49,8 @@ pub struct VmStats {
     pub first_console_byte_ns: Option<u64>,
     pub exits: BTreeMap<&'static str, ExitCount>,
     pub total_exits: u64,
+    /// Exits while the guest agent's workload ran, by reason.
+    pub workload_exits: BTreeMap<&'static str, u64>,
     pub run_ns: u64,
     pub entries: u64,
     pub requests: crate::requests::RequestStats,
@@ -64,12 +68,20 @@ pub struct VmStats {
 }
 
 impl VmStats {
+    /// Exits while the workload ran, less its console output: what sampling and counting cost.
+    pub fn workload_exits_but_console(&self) -> u64 {
+        self.workload_exits.iter().filter(|(r, _)| **r != "serial").map(|(_, n)| n).sum()
+    }
+
     pub fn merge_vcpu(&mut self, v: &VcpuStats) {
         for (reason, c) in &v.exits {
             let e = self.exits.entry(reason).or_default();
             e.count += c.count;
             e.handle_ns += c.handle_ns;
             self.total_exits += c.count;
+        }
+        for (reason, n) in &v.workload_exits {
+            *self.workload_exits.entry(reason).or_default() += n;
         }
         self.run_ns += v.run_ns;
         self.entries += v.entries;

@@ -65,6 +65,8 @@ pub struct Vcpu {
     pub nmi_countdown: Option<u32>,
     /// The vCPU runs natively (its VIF page is registered).
     pub native: bool,
+    /// The guest agent's workload runs (its exits are counted apart).
+    pub in_workload: Arc<AtomicBool>,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -98,6 +100,9 @@ impl Vcpu {
             };
             let end = self.follow_up(next);
             self.stats.record(reason, exited.elapsed());
+            if self.in_workload.load(Ordering::Relaxed) {
+                *self.stats.workload_exits.entry(reason).or_default() += 1;
+            }
             if let Some(end) = end {
                 self.shared.end(end);
             }
@@ -231,12 +236,21 @@ impl Vcpu {
     }
 }
 
+/// Stats label of a port access: console and agent-channel exits apart from other IO.
+fn port_label(io: &'static str, port: u16) -> &'static str {
+    match port {
+        p if crate::devices::SERIAL_PORTS.contains(&p) => "serial",
+        crate::devices::AGENT_PORT => "agent",
+        _ => io,
+    }
+}
+
 /// Handle one exit; returns its stats label and what to do next.
 fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu: u32) -> (&'static str, Next) {
     match exit {
         VcpuExit::IoOut(crate::devices::VIF_PENDING_PORT, _) => ("vif-pending", Next::Continue),
         VcpuExit::IoOut(port, data) => match shared.bus.lock().unwrap().write(port, data) {
-            DeviceAction::Continue => ("io-out", Next::Continue),
+            DeviceAction::Continue => (port_label("io-out", port), Next::Continue),
             DeviceAction::Exit(status) => ("io-out", Next::End(VmEnd::Status { status })),
             DeviceAction::Nmi(after) => ("io-out", Next::Nmi(after)),
             DeviceAction::PvRegister(gpa) => ("pv-register", Next::PvRegister(gpa)),
@@ -244,7 +258,7 @@ fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu
         },
         VcpuExit::IoIn(port, data) => {
             shared.bus.lock().unwrap().read(port, data);
-            ("io-in", Next::Continue)
+            (port_label("io-in", port), Next::Continue)
         }
         // Nothing is mapped outside RAM but the in-kernel LAPIC: reads float high.
         VcpuExit::MmioRead(_, data) => {

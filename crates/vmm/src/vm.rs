@@ -241,9 +241,12 @@ impl Vm {
         if let Some(first) = pmus.first() {
             route_pmu_msrs(&vm, first)?;
         }
+        let mut cpuid_entries = 0;
         for (index, fd) in fds.iter().enumerate() {
             let caps = pmus.get(index).map(|p| *p.pmu.caps());
-            setup_vcpu(fd, &cpuid, index as u32, &image, caps.as_ref())?;
+            let vcpu_cpuid = setup_vcpu(fd, &cpuid, index as u32, &image, caps.as_ref())?;
+            let table = crate::layout::CPUID_TABLE_BASE + index as u64 * 0x1000;
+            cpuid_entries = crate::cpuid::write_table(&mem, table, &vcpu_cpuid).map_err(setup("writing the CPUID table"))?;
             if execution.native {
                 native::register_vif(fd, native::vif_page(index as u32))
                     .map_err(|e| VmError::Setup(format!("registering the VIF page: {e}")))?;
@@ -256,7 +259,7 @@ impl Vm {
             format!("{} {}", config.kernel_arg0, config.cmdline)
         };
         let vif_base = execution.native.then_some(crate::layout::VIF_BASE);
-        let params = BootParams { mem_size, cmdline, nr_vcpus: config.vcpus, tsc_khz, vif_base };
+        let params = BootParams { mem_size, cmdline, nr_vcpus: config.vcpus, tsc_khz, vif_base, cpuid_entries };
         boot::write_boot_data(&mem, image.protocol, &params).map_err(setup("writing boot data"))?;
 
         let console = if config.capture_console { Console::capture() } else { Console::stdout() };
@@ -286,6 +289,7 @@ impl Vm {
                 count_syscalls: config.count_syscalls,
                 nmi_countdown: None,
                 native: execution.native,
+                in_workload: in_workload.clone(),
             })
             .collect();
         Ok(Vm {
@@ -460,14 +464,14 @@ fn route_pmu_msrs(vm: &VmFd, pmu: &VcpuPmu) -> Result<(), VmError> {
     Ok(())
 }
 
-/// Give vCPU `index` its CPUID and entry state.
+/// Give vCPU `index` its CPUID and entry state; returns the CPUID it got.
 fn setup_vcpu(
     fd: &VcpuFd,
     supported: &CpuId,
     index: u32,
     image: &KernelImage,
     pmu: Option<&pmu::PmuCaps>,
-) -> Result<(), VmError> {
+) -> Result<CpuId, VmError> {
     let cpuid = crate::cpuid::for_vcpu(supported, index, pmu);
     fd.set_cpuid2(&cpuid).map_err(setup("KVM_SET_CPUID2"))?;
     let mut sregs = fd.get_sregs().map_err(setup("KVM_GET_SREGS"))?;
@@ -480,5 +484,5 @@ fn setup_vcpu(
     if image.protocol == BootProtocol::Direct64 && index > 0 {
         fd.set_mp_state(kvm_mp_state { mp_state: KVM_MP_STATE_RUNNABLE }).map_err(setup("KVM_SET_MP_STATE"))?;
     }
-    Ok(())
+    Ok(cpuid)
 }
