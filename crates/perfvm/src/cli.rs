@@ -69,6 +69,9 @@ pub struct RecordArgs {
     /// Exact backend: attribute every retired instruction instead of sampling (the reference).
     #[arg(long)]
     pub reference: bool,
+    /// Also print VM exit and vPMU statistics, and exits per sample.
+    #[arg(long = "stats")]
+    pub stats: bool,
     #[command(flatten)]
     pub vm: VmArgs,
     /// Arguments of the guest workload.
