@@ -44,6 +44,10 @@ pub struct RecordFile {
     pub profile: Profile,
     /// Weight per (rip, task id), for re-symbolization.
     pub rips: Vec<(u64, u32, u64)>,
+    /// The run was cut short (SIGINT, SIGTERM or --timeout): the profile holds what was
+    /// recorded until then.
+    #[serde(default)]
+    pub partial: bool,
     /// VM exits while the workload ran, but its console output (sampling should cost at most
     /// 2 per sample).
     #[serde(default)]
@@ -176,6 +180,7 @@ pub fn record(
         wall_ns: report.stats.wall_ns,
         profile,
         rips,
+        partial: matches!(report.end, vmm::VmEnd::Signal { .. } | vmm::VmEnd::Timeout { .. }),
         exits: report.stats.workload_exits_but_console(),
         stats: Some(report.stats),
     };
@@ -196,11 +201,12 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
     std::fs::write(&folded, file.profile.folded())
         .map_err(|e| Failure::usage(format!("cannot write {folded}: {e}")))?;
     eprintln!(
-        "[ perfvm record: Captured and wrote {:.3} MB {} ({} samples{}) ]",
+        "[ perfvm record: Captured and wrote {:.3} MB {} ({} samples{}{}) ]",
         json.len() as f64 / 1e6,
         args.output,
         file.samples,
-        if file.samples_dropped > 0 { format!(", {} dropped", file.samples_dropped) } else { String::new() }
+        if file.samples_dropped > 0 { format!(", {} dropped", file.samples_dropped) } else { String::new() },
+        if file.partial { ", partial: the run was cut short" } else { "" }
     );
     if args.stats {
         if let Some(stats) = &file.stats {

@@ -2,6 +2,13 @@
 //! thread's kvm_run, so a signal that lands just before KVM_RUN is not lost (Firecracker's
 //! way). Two signals: the kick (stop the VM) and the PMU overflow signal of host perf events,
 //! which also raises a thread-local flag the run loop checks before each entry.
+//!
+//! Both are standard signals (SIGUSR1, SIGUSR2), never real-time ones: the kernel queues
+//! real-time signals against RLIMIT_SIGPENDING and drops them (or falls back to SIGIO) when
+//! the queue is full, as on a busy host or in a tight container, while a standard signal is
+//! always delivered, coalesced with one already pending. Nothing here needs each signal
+//! counted: a kick re-checks the stop flag, a notification re-checks every counter. SIGIO,
+//! the kernel's fallback for perf notifications, is taken as a notification too.
 
 use kvm_bindings::kvm_run;
 use std::cell::Cell;
@@ -42,7 +49,7 @@ thread_local! {
 
 /// The signal host perf events raise on overflow (F_SETSIG).
 pub fn pmu_signal() -> libc::c_int {
-    libc::SIGRTMIN() + 2
+    libc::SIGUSR2
 }
 
 /// Whether a PMU overflow signal arrived on this thread since the last call.
@@ -52,12 +59,12 @@ pub fn take_pmu_signal() -> bool {
 
 /// The signal used to kick vCPU threads.
 pub fn kick_signal() -> libc::c_int {
-    libc::SIGRTMIN() + 1
+    libc::SIGUSR1
 }
 
 extern "C" fn on_kick(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // Only async-signal-safe work: const-initialised thread-locals and a byte store.
-    if signal == pmu_signal() {
+    if signal == pmu_signal() || signal == libc::SIGIO {
         PMU_SIGNALED.with(|c| c.set(true));
     }
     let run = KVM_RUN.with(Cell::get);
@@ -72,13 +79,7 @@ extern "C" fn on_kick(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc
 pub fn install_handler() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        // When the queue of real-time signals is full (RLIMIT_SIGPENDING, shared by every
-        // process of the user), the kernel falls back to SIGIO for perf overflow
-        // notifications; its default action would kill the VMM. A lost notification is
-        // harmless: overflows are re-checked and re-armed at the next one.
-        // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
-        unsafe { libc::signal(libc::SIGIO, libc::SIG_IGN) };
-        for signal in [kick_signal(), pmu_signal()] {
+        for signal in [kick_signal(), pmu_signal(), libc::SIGIO] {
             // SAFETY: a zeroed sigaction with a valid handler and an empty mask is well formed.
             unsafe {
                 let mut sa: libc::sigaction = std::mem::zeroed();
