@@ -2,13 +2,20 @@
  * ftest: the workload of the Intel vPMU paper's profiling experiment. main loops calling
  * foo, bar, qux and random() -> random_r(), with retired-instruction shares tuned to about
  * qux 37%, foo 15%, bar 15%, main 12%, random 10%, random_r 10% (measure with
- * `make ftest-profile`; the numbers are in README.md). `ftest N` runs N times as long.
+ * `make ftest-profile`; the numbers are in README.md). `ftest N` runs N units of 4500
+ * iterations (~10^6 instructions each); a bare `ftest` runs 1 unit emulated or
+ * single-stepped (exact backend), and FTEST_NATIVE_UNITS natively (~10^10 instructions,
+ * ~1 s at host speed).
  *
  * The same source builds as a host program (FTEST_HOST) so callgrind can count it.
  */
 #ifndef FTEST_HOST
 #include "kit.h"
+#define FTEST_DEFAULT_UNITS (kit_full_speed ? FTEST_NATIVE_UNITS : 1)
+#else
+#define FTEST_DEFAULT_UNITS 1 /* the emulated size, which the shares below are measured at */
 #endif
+#define FTEST_NATIVE_UNITS 10000
 #include <stdint.h>
 
 #define NOINLINE __attribute__((noinline))
@@ -137,8 +144,7 @@ NOINLINE uint32_t qux(uint32_t x)
 int main(int argc, char **argv)
 {
 	unsigned long n = base_iterations;
-	if (argc > 1)
-		n *= strtoul(argv[1], 0, 0);
+	n *= argc > 1 ? strtoul(argv[1], 0, 0) : FTEST_DEFAULT_UNITS;
 	srandom_seed(1);
 	uint32_t sum = 0x811c9dc5u;
 	for (unsigned long i = 0; i < n; i++) {

@@ -376,7 +376,7 @@ static void aftermath(void)
 	wrmsr(MSR_IA32_PMC0, (-period) & 0xffffffffull);
 	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS | EVTSEL_INT | EVTSEL_EN));
 	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
-	for (unsigned long spin = 0; spin < 2000000 && nmis == before; spin++)
+	for (unsigned long spin = 0, n = spin_iterations(2000000); spin < n && nmis == before; spin++)
 		barrier();
 	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
 	report(nmis - before == 1 && (rdmsr(MSR_IA32_PERF_GLOBAL_STATUS) & 1),

@@ -387,7 +387,7 @@ static void check_records(void)
 	ds_setup(max, NREC, p); /* the threshold lies past the maximum: no PMI */
 	wrmsr(MSR_IA32_PEBS_ENABLE, 1);
 	program_pmc0(p, EVTSEL_EN);
-	pebs_spin(exact ? 2000 : 20000);
+	pebs_spin(exact ? 2000 : spin_iterations(20000));
 	unsigned n = records();
 	report(n >= 1 && n <= max && ds_index() == ds.pebs_base + n * sizeof(struct pebs_record),
 	       "%u records (period %llu), index a whole number of records", n, (unsigned long long)p);
@@ -417,7 +417,7 @@ static void check_threshold_pmi(void)
 	ds_setup(max, threshold, p);
 	wrmsr(MSR_IA32_PEBS_ENABLE, 1);
 	program_pmc0(p, EVTSEL_EN);
-	pebs_spin(exact ? 5000 : 2000000);
+	pebs_spin(exact ? 5000 : spin_iterations(2000000));
 	unsigned n = records();
 	report(pmis == 1, "one PMI (%u)", pmis);
 	report(!!(pmi_status & GLOBAL_STATUS_OVF_BUFFER), "GLOBAL_STATUS.OvfBuffer set in the handler (%#llx)",

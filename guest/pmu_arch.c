@@ -330,7 +330,7 @@ static void check_overflow(const char *how, uint32_t lvtpc)
 	wrmsr(MSR_IA32_PMC0, (-period) & 0xffffffffull); /* sign-extends to 48 bits */
 	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS | EVTSEL_INT | EVTSEL_EN));
 	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
-	for (unsigned long spin = 0; spin < 2000000 && !pmis; spin++)
+	for (unsigned long spin = 0, n = spin_iterations(2000000); spin < n && !pmis; spin++)
 		barrier();
 	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
 	report(pmis == 1, "one PMI delivered (%u)", pmis);
@@ -434,9 +434,9 @@ int main(int argc, char **argv)
 	check_reserved();
 	check_rdpmc();
 	check_overflow("overflow-nmi", LVT_NMI);
-	sti();
+	irq_enable();
 	check_overflow("overflow-vector", 0xf0);
-	cli();
+	irq_disable();
 	check_pmi_exact_rip();
 	check_running_write();
 	return report_summary();

@@ -61,8 +61,7 @@ void ap_main(unsigned idx)
 {
 	program_rounds();
 	__atomic_add_fetch(&aps_done, 1, __ATOMIC_SEQ_CST);
-	for (;;)
-		hlt();
+	cpu_park();
 }
 
 int main(int argc, char **argv)
@@ -86,7 +85,7 @@ int main(int argc, char **argv)
 	wrmsr(MSR_IA32_PMC0, (uint32_t)-200000);
 	wrmsr(MSR_IA32_PERFEVTSEL0, sel | EVTSEL_EN | EVTSEL_INT);
 	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
-	for (unsigned long spin = 0; spin < 20000000ul && pmis < want_pmis; spin++)
+	for (unsigned long spin = 0, n = spin_iterations(20000000ul); spin < n && pmis < want_pmis; spin++)
 		barrier();
 	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
 	printf("pmuops: %u rounds, %u PMIs\n", rounds, pmis);

@@ -12,10 +12,7 @@ static void check_in(unsigned idx)
 void ap_main(unsigned idx)
 {
 	check_in(idx);
-	for (;;) {
-		cli();
-		hlt();
-	}
+	cpu_park();
 }
 
 /* Wait up to ~5 s by the TSC; without tsc_khz, a fixed number of polls instead. */

@@ -4,7 +4,7 @@
 int main(int argc, char **argv)
 {
 	puts("spinning");
-	cli();
+	irq_disable();
 	for (;;)
 		pause();
 }

@@ -6,6 +6,7 @@
 #include "perfvm_boot.h"
 #include "x86.h"
 #include "smp.h"
+#include "irq.h"
 #include "serial.h"
 #include "trap.h"
 #include "lapic.h"
@@ -15,11 +16,28 @@
 
 /* The guest's program; its return value goes to exit(). Runs on vCPU 0. */
 int main(int argc, char **argv);
-/* What the other vCPUs run (weak; the default halts with interrupts off). */
+/* What the other vCPUs run (weak; the default parks: cpu_park). */
 void ap_main(unsigned idx);
 
 /* 0: "Shutdown" to port 0x8900 (VM status 0); else outb(0xf4, code): status (code<<1)|1. */
 void exit(int code) __attribute__((noreturn));
+
+/* Nonzero when the workload runs at host speed: native mode, and no exact backend that
+ * single-steps counted code (boot info PERFVM_BOOT_F_STEPPED). Set by kit_start. */
+extern int kit_full_speed;
+
+/* A workload's size: argv[i] (strtoul base 0) when given, else the default for its speed:
+ * `emulated` (~1 us per instruction, or single-stepped) or `native` (host speed; see
+ * README.md). */
+unsigned long size_arg(int argc, char **argv, int i, unsigned long emulated, unsigned long native);
+
+/* Iterations of a busy-wait sized for the emulator (~10^6 instructions/s), scaled by 1000
+ * when the vCPUs run at full speed (~10^9/s and more), so that it lasts about as long in real
+ * time: for waits that end early on an event (a PMI) or must cover some real time. */
+static inline unsigned long spin_iterations(unsigned long emulated)
+{
+	return kit_full_speed ? emulated * 1000 : emulated;
+}
 
 /* Boot info from the VMM (NULL if its magic was wrong) and the values taken from it. */
 extern struct perfvm_boot_info *boot_info;

@@ -34,6 +34,7 @@
 #define PERFVM_MAX_VCPUS       8
 #define PERFVM_VIF_BASE        0x10000 /* vCPU i's VIF page: PERFVM_VIF_BASE + i * 0x1000 */
 #define PERFVM_BOOT_F_NATIVE   (1u << 0)
+#define PERFVM_BOOT_F_STEPPED  (1u << 1) /* exact backend: counted code is single-stepped */
 #define PERFVM_CPUID_TABLE     0x18000 /* vCPU i's CPUID table: PERFVM_CPUID_TABLE + i * 0x1000 */
 
 /* ELF note of a guest that follows the VIF convention: owner "perfvm", this type, and a

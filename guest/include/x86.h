@@ -1,4 +1,5 @@
-/* Inline wrappers for the privileged and port-IO instructions the kit and guests use. */
+/* Inline wrappers for the privileged and port-IO instructions the kit and guests use
+ * (the interrupt flag: irq.h). */
 #ifndef KIT_X86_H
 #define KIT_X86_H
 #include <stdint.h>
@@ -71,25 +72,16 @@ static inline uint32_t inl(uint16_t port)
 	return v;
 }
 
-static inline void hlt(void) { asm volatile("hlt" : : : "memory"); }
-static inline void cli(void) { asm volatile("cli" : : : "memory"); }
-static inline void sti(void) { asm volatile("sti" : : : "memory"); }
-/* sti takes effect after the next instruction, so no interrupt slips in before hlt. */
-static inline void safe_halt(void) { asm volatile("sti; hlt" : : : "memory"); }
 static inline void pause(void) { asm volatile("pause" : : : "memory"); }
 static inline void barrier(void) { asm volatile("" : : : "memory"); }
 
-static inline uint64_t read_rflags(void)
-{
-	uint64_t f;
-	asm volatile("pushfq; popq %0" : "=r"(f));
-	return f;
-}
+/* No cli/sti/hlt/pushf here: the interrupt flag and halting depend on the execution mode,
+ * see irq.h (irq_disable, irq_enable, irq_save, irq_restore, cpu_idle, cpu_park). CR2 is
+ * fault_cr2() there too. */
 
 #define DEFINE_READ_CR(n) \
 	static inline uint64_t read_cr##n(void) { uint64_t v; asm volatile("mov %%cr" #n ", %0" : "=r"(v)); return v; }
 DEFINE_READ_CR(0)
-DEFINE_READ_CR(2)
 DEFINE_READ_CR(3)
 DEFINE_READ_CR(4)
 #undef DEFINE_READ_CR

@@ -24,12 +24,10 @@ void agent_send(uint16_t type, const void *payload, uint32_t len)
 {
 	if (len > sizeof(msg_buf) - sizeof(struct agent_msg_header))
 		return;
-	uint64_t fl = read_rflags();
-	cli(); /* one buffer for every task */
+	uint64_t fl = irq_save(); /* one buffer for every task */
 	memcpy(msg_buf + sizeof(struct agent_msg_header), payload, len);
 	agent_send_msg(msg_buf, type, len);
-	if (fl & (1u << 9))
-		sti();
+	irq_restore(fl);
 }
 
 static void copy_str(char *dst, const char *src, size_t size)

@@ -8,7 +8,8 @@
 	.globl _start
 	.type _start, @function
 _start:
-	cli
+	/* No cli: the VMM starts every vCPU with IF = 0 (and natively vif.if_ = 0); a real cli
+	 * would be a privileged instruction the host emulates in native mode. */
 	cmp $PERFVM_MAX_VCPUS, %edi
 	jae 2f                       /* no stack for this vCPU: park it */
 	mov %edi, %eax               /* zero-extends */
@@ -17,7 +18,7 @@ _start:
 	lea kit_cpu_stk(%rax), %rsp  /* top of stack idx */
 	xor %ebp, %ebp               /* ends frame-pointer backtraces */
 	call kit_start               /* does not return */
-2:	hlt
+2:	hlt                          /* interrupts are off (IF = 0, vif.if_ = 0) */
 	jmp 2b
 	.size _start, . - _start
 

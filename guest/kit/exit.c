@@ -11,8 +11,5 @@ void exit(int code)
 		/* isa-debug-exit: the VM ends with status (code << 1) | 1. */
 		outb(PERFVM_PORT_DEBUG_EXIT, code);
 	}
-	for (;;) { /* no exit device: park */
-		cli();
-		hlt();
-	}
+	cpu_park(); /* no exit device */
 }

@@ -96,7 +96,7 @@ static void __attribute__((noreturn)) unexpected(struct trap_frame *f, const cha
 	console_lock();
 	printf("unexpected %s: vector=%lu error=0x%lx rip=0x%lx\n", what, f->vector, f->error_code, f->rip);
 	printf("  vcpu=%u cs=0x%lx rflags=0x%lx rsp=0x%lx cr2=0x%lx\n", smp_processor_id(), f->cs,
-	       f->rflags, f->rsp, read_cr2());
+	       f->rflags, f->rsp, fault_cr2());
 	printf("  rax=0x%lx rbx=0x%lx rcx=0x%lx rdx=0x%lx rsi=0x%lx rdi=0x%lx rbp=0x%lx\n", f->rax,
 	       f->rbx, f->rcx, f->rdx, f->rsi, f->rdi, f->rbp);
 	exit(3);

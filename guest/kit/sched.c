@@ -9,7 +9,7 @@
  *   - sched_yield / sched_block / a task's return call schedule() themselves;
  *   - the periodic LAPIC timer's handler calls it on the preempted task's stack, below the
  *     interrupt frame, so the preempted task resumes by returning through the handler and
- *     the kit's trap path (iretq restores its RFLAGS.IF).
+ *     the kit's trap path (iretq restores its RFLAGS.IF, natively its vif.if_).
  * The handler sends its EOI before switching: the kit's own EOI comes only when the
  * preempted task resumes, and by then no interrupt is in service (the extra EOI is ignored).
  */
@@ -73,19 +73,6 @@ asm(".text\n"
     "ud2\n"
     ".size sched_task_entry, . - sched_task_entry\n");
 
-static uint64_t irq_save(void)
-{
-	uint64_t f = read_rflags();
-	cli();
-	return f;
-}
-
-static void irq_restore(uint64_t f)
-{
-	if (f & (1u << 9))
-		sti();
-}
-
 /* Second half of every switch, in the incoming context right after the register switch. */
 static void finish_switch(void)
 {
@@ -136,14 +123,13 @@ static int schedule(void)
 void sched_task_main(void)
 {
 	finish_switch();
-	sti();
+	irq_enable();
 	cur->fn(cur->arg);
-	cli();
+	irq_disable();
 	cur->state = T_DEAD;
 	nlive--;
 	schedule(); /* a dead task is never picked again */
-	for (;;)
-		hlt();
+	cpu_park();
 }
 
 static void sched_tick(struct trap_frame *f)
@@ -271,8 +257,8 @@ void sched_run(void)
 	while (nlive) {
 		schedule();
 		if (nlive) { /* every live task is blocked: wait for an interrupt to wake one */
-			safe_halt();
-			cli();
+			cpu_idle();
+			irq_disable();
 		}
 	}
 	if (slice_us)

@@ -17,10 +17,16 @@ static volatile int kit_ready;
 __attribute__((weak)) void ap_main(unsigned idx)
 {
 	(void)idx;
-	for (;;) {
-		cli();
-		hlt();
-	}
+	cpu_park();
+}
+
+int kit_full_speed;
+
+unsigned long size_arg(int argc, char **argv, int i, unsigned long emulated, unsigned long native)
+{
+	if (i < argc)
+		return strtoul(argv[i], 0, 0);
+	return kit_full_speed ? native : emulated;
 }
 
 /* Split the command line in place on blanks; argv[0] is the guest's name, as in QEMU. */
@@ -52,12 +58,17 @@ void kit_start(unsigned idx, struct perfvm_boot_info *bi)
 			pause();
 		idt_load();
 		ap_main(idx);
-		for (;;) {
-			cli();
-			hlt();
-		}
+		cpu_park();
 	}
 
+	/* The execution mode first: nothing enables interrupts before this (every vCPU starts
+	 * with IF = 0 and vif.if_ = 0), and the APs read it after kit_ready. */
+	if (bi && bi->magic == PERFVM_BOOT_MAGIC && bi->version >= 2 && (bi->flags & PERFVM_BOOT_F_NATIVE) &&
+	    bi->vif_base) {
+		kit_vif_base = (uintptr_t)bi->vif_base;
+		kit_native = 1;
+	}
+	kit_full_speed = kit_native && !(bi->flags & PERFVM_BOOT_F_STEPPED);
 	serial_init();
 	idt_init();
 	idt_load();

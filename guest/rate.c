@@ -1,0 +1,45 @@
+/* rate: the instruction rate of a dec/jnz loop (2 instructions per iteration), timed with
+ * the TSC. `rate N` runs N iterations and prints
+ *   rate: loop instructions=<2N> tsc=<ticks> tsc_khz=<kHz>
+ * `rate N msr` then also times a filtered-MSR exit (needs the vPMU, whose MSRs the VMM
+ * takes from KVM's MSR filter): the median of 101 RDMSRs of IA32_PERF_GLOBAL_CTRL,
+ *   rate: rdmsr median_tsc=<ticks> ns=<ns>
+ * The bench's host column runs the identical loop (crates/perfvm/src/bench/rate.rs).
+ * Interrupts stay off: nothing but the loop runs. */
+#include "kit.h"
+#include "pmu.h"
+
+#define SAMPLES 101
+
+static uint64_t rdmsr_median(void)
+{
+	uint64_t d[SAMPLES];
+	for (int i = 0; i < SAMPLES; i++) {
+		uint64_t t0 = rdtsc();
+		(void)rdmsr(MSR_IA32_PERF_GLOBAL_CTRL);
+		uint64_t v = rdtsc() - t0;
+		/* Insertion sort as we go: 101 samples stay cheap even emulated. */
+		int j = i;
+		for (; j > 0 && d[j - 1] > v; j--)
+			d[j] = d[j - 1];
+		d[j] = v;
+	}
+	return d[SAMPLES / 2];
+}
+
+int main(int argc, char **argv)
+{
+	uint64_t n = argc > 1 ? strtoul(argv[1], 0, 0) : 1000000;
+	if (n == 0)
+		n = 1; /* dec would wrap and loop 2^64 times */
+	uint64_t iterations = n;
+	uint64_t t0 = rdtsc();
+	asm volatile("1: dec %0\n\tjnz 1b" : "+r"(n) : : "cc");
+	uint64_t ticks = rdtsc() - t0;
+	printf("rate: loop instructions=%lu tsc=%lu tsc_khz=%lu\n", 2 * iterations, ticks, tsc_khz);
+	if (has_arg(argc, argv, "msr")) {
+		uint64_t m = rdmsr_median();
+		printf("rate: rdmsr median_tsc=%lu ns=%lu\n", m, tsc_khz ? m * 1000000 / tsc_khz : 0);
+	}
+	return 0;
+}
