@@ -47,6 +47,8 @@ pub struct BootParams {
     pub vif_base: Option<u64>,
     /// Entries in each vCPU's CPUID table at `layout::CPUID_TABLE_BASE` (0: none).
     pub cpuid_entries: u32,
+    /// The exact backend counts by single-stepping (`layout::BOOT_F_STEPPED`).
+    pub stepped: bool,
 }
 
 /// Write GDT, page tables, command line and the protocol's info struct.
@@ -99,7 +101,8 @@ fn write_perfvm_boot_info(mem: &GuestMemoryMmap, p: &BootParams, cmdline_len: u3
     info.extend_from_slice(&cmdline_len.to_le_bytes());
     info.extend_from_slice(&p.nr_vcpus.to_le_bytes());
     info.extend_from_slice(&p.tsc_khz.to_le_bytes());
-    let flags = if p.vif_base.is_some() { BOOT_F_NATIVE } else { 0 };
+    let native = if p.vif_base.is_some() { BOOT_F_NATIVE } else { 0 };
+    let flags = native | if p.stepped { BOOT_F_STEPPED } else { 0 };
     info.extend_from_slice(&flags.to_le_bytes());
     info.extend_from_slice(&0u32.to_le_bytes());
     info.extend_from_slice(&p.vif_base.unwrap_or(0).to_le_bytes());
@@ -203,7 +206,7 @@ mod tests {
     }
 
     fn params() -> BootParams {
-        BootParams { mem_size: 16 << 20, cmdline: "hello a b".into(), nr_vcpus: 2, tsc_khz: 1000, vif_base: None, cpuid_entries: 0 }
+        BootParams { mem_size: 16 << 20, cmdline: "hello a b".into(), nr_vcpus: 2, tsc_khz: 1000, vif_base: None, cpuid_entries: 0, stepped: false }
     }
 
     #[test]
@@ -244,6 +247,9 @@ mod tests {
         let (flags, vif): (u32, u64) =
             (m.read_obj(GuestAddress(BOOT_INFO_ADDR + 40)).unwrap(), m.read_obj(GuestAddress(BOOT_INFO_ADDR + 48)).unwrap());
         assert_eq!((flags, vif), (BOOT_F_NATIVE, VIF_BASE), "native");
+        write_boot_data(&m, BootProtocol::Direct64, &BootParams { stepped: true, ..params() }).unwrap();
+        let flags: u32 = m.read_obj(GuestAddress(BOOT_INFO_ADDR + 40)).unwrap();
+        assert_eq!(flags, BOOT_F_STEPPED, "exact backend");
         write_boot_data(&m, BootProtocol::Direct64, &BootParams { cpuid_entries: 9, ..params() }).unwrap();
         let (table, n): (u64, u32) =
             (m.read_obj(GuestAddress(BOOT_INFO_ADDR + 56)).unwrap(), m.read_obj(GuestAddress(BOOT_INFO_ADDR + 64)).unwrap());

@@ -43,5 +43,8 @@ pub const BOOT_MAGIC: u32 = 0x4d56_4650;
 pub const BOOT_VERSION: u32 = 2;
 /// Boot info flag: the vCPUs run natively (VIF pages registered).
 pub const BOOT_F_NATIVE: u32 = 1 << 0;
+/// Boot info flag: the exact backend single-steps counted code (~7 us per instruction), so
+/// workloads keep their emulated sizes even when native.
+pub const BOOT_F_STEPPED: u32 = 1 << 1;
 /// Most vCPUs a VM may have (the guest kit has this many stacks).
 pub const MAX_VCPUS: u32 = 8;

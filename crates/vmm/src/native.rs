@@ -6,7 +6,7 @@
 use crate::layout::VIF_BASE;
 use crate::loader::{BootProtocol, KernelImage};
 use kvm_bindings::{kvm_msr_entry, kvm_userspace_memory_region, Msrs};
-use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use kvm_ioctls::VcpuFd;
 use serde::Serialize;
 use std::sync::OnceLock;
@@ -99,6 +99,11 @@ pub fn decide(mode: NativeMode, image: &KernelImage) -> Result<Execution, String
         (_, true, Ok(())) if !image.vif_note => emulated("the guest has no perfvm VIF note".into()),
         (_, true, Ok(())) => Ok(Execution { native: true, reason: "host support and the guest's VIF note".into() }),
     }
+}
+
+/// Whether the guest's VIF page at `gpa` says interrupts are on (`vif.if_`, its first byte).
+pub fn vif_interrupts_on(mem: &GuestMemoryMmap, gpa: u64) -> bool {
+    mem.read_obj::<u8>(GuestAddress(gpa)).is_ok_and(|v| v != 0)
 }
 
 /// Guest-physical address of vCPU `index`'s VIF page.
