@@ -44,13 +44,17 @@ impl<B: CountSource> Pmu<B> {
         self.auto_reload.counts[idx.slot()]
     }
 
-    /// Counter `idx` just wrapped: reload it if it has a reload value; true if it did.
+    /// Counter `idx` just wrapped: reload it if it has a reload value; true if it did. An
+    /// overshoot of whole periods (the wrap was noticed late) counts one reload per period,
+    /// as hardware would have wrapped that often.
     pub(crate) fn auto_reload_on_overflow(&mut self, idx: PmcIdx) -> bool {
         let slot = idx.slot();
         let Some(value) = self.auto_reload.values[slot] else { return false };
+        let period = (COUNTER_MASK + 1) - value; // value < 2^48, so period >= 1
         let pmc = &mut self.pmcs[slot];
-        pmc.saved = value.wrapping_add(pmc.saved) & COUNTER_MASK;
-        self.auto_reload.counts[slot] += 1;
+        let overshoot = pmc.saved;
+        pmc.saved = value + overshoot % period;
+        self.auto_reload.counts[slot] += 1 + overshoot / period;
         self.auto_reload.reloaded |= idx.mask();
         true
     }

@@ -44,6 +44,15 @@ fn a_read_that_finds_the_wrap_reloads_too() {
 }
 
 #[test]
+fn a_wrap_noticed_whole_periods_late_counts_every_period() {
+    let mut p = sampling();
+    p.backend_mut().advance(gp(0), 3 * PERIOD + 5);
+    assert!(p.collect_overflows());
+    assert_eq!(p.auto_reloads(gp(0)), 3);
+    assert_eq!(val(&mut p, MsrIndex::pmc(0)), (PERIOD.wrapping_neg() + 5) & COUNTER_MASK);
+}
+
+#[test]
 fn without_a_reload_value_the_sdm_rules_hold() {
     let mut p = sampling();
     p.set_auto_reload(gp(0), None);

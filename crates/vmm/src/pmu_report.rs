@@ -26,6 +26,8 @@ pub struct PmuReport {
     pub host_events_cap: usize,
     pub host_events_peak: usize,
     pub host_events_refused: usize,
+    /// Overflow notifications of the perf backend: taken, lost, throttled.
+    pub notifications: crate::backends::perf::NotificationStats,
     #[serde(skip)]
     budget: Option<std::sync::Arc<crate::backends::perf::EventBudget>>,
     #[serde(skip)]
@@ -65,6 +67,7 @@ impl PmuReport {
             host_events_cap: budget.limit(),
             host_events_peak: 0,
             host_events_refused: 0,
+            notifications: Default::default(),
             budget: Some(budget),
             syscalls_at_start: perf_sys::syscalls(),
         }
@@ -80,12 +83,10 @@ impl PmuReport {
         t.handle_ns += v.handle_ns;
         t.steps += v.steps;
         t.rdpmc_emulated += v.rdpmc_emulated;
-        let (p, q) = (&mut self.pv, &pmu.pv_stats);
-        p.registrations += q.registrations;
-        p.refusals += q.refusals;
-        p.doorbells += q.doorbells;
-        p.batched_writes += q.batched_writes;
-        p.publishes += q.publishes;
+        self.pv.merge(&pmu.pv_stats);
+        if let Backend::Perf(p) = pmu.pmu.backend() {
+            self.notifications.merge(&p.notifications);
+        }
         for (op, time) in &v.ops {
             t.ops.entry(*op).or_default().merge(time);
         }
@@ -127,11 +128,24 @@ impl PmuReport {
             "  {:<22} {:>12} (peak {}, {} refused)\n",
             "host event cap", self.host_events_cap, self.host_events_peak, self.host_events_refused
         ));
-        if self.pv.registrations + self.pv.refusals > 0 {
-            let pv = &self.pv;
+        let pv = &self.pv;
+        if pv.registrations + pv.refusals > 0 {
             out.push_str(&format!(
                 "  {:<22} {} accepted, {} refused, {} doorbells ({} batched writes), {} publishes\n",
                 "PV page", pv.registrations, pv.refusals, pv.doorbells, pv.batched_writes, pv.publishes
+            ));
+        }
+        if pv.auto_reloads + pv.unmasked_pmis > 0 {
+            out.push_str(&format!(
+                "  {:<22} {} reloads at the wrap, {} PMIs as one KVM_NMI\n",
+                "PV sampling", pv.auto_reloads, pv.unmasked_pmis
+            ));
+        }
+        let n = &self.notifications;
+        if n.taken + n.lost > 0 {
+            out.push_str(&format!(
+                "  {:<22} {} taken, {} lost, {} periods throttled\n",
+                "overflow notifications", n.taken, n.lost, n.throttled
             ));
         }
         if m.pebs_records + m.pebs_dropped > 0 {

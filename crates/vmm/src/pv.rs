@@ -122,6 +122,18 @@ pub struct PvStats {
     pub unmasked_pmis: u64,
 }
 
+impl PvStats {
+    pub fn merge(&mut self, o: &PvStats) {
+        self.registrations += o.registrations;
+        self.refusals += o.refusals;
+        self.doorbells += o.doorbells;
+        self.batched_writes += o.batched_writes;
+        self.publishes += o.publishes;
+        self.auto_reloads += o.auto_reloads;
+        self.unmasked_pmis += o.unmasked_pmis;
+    }
+}
+
 /// Negotiate a page at `gpa`: answer host_version and flags in it; Ok if accepted. With
 /// `offered` false the VMM refuses every page (the guest falls back to MSRs).
 pub fn register(mem: &GuestMemoryMmap, gpa: u64, offered: bool, exitless_reads: bool) -> Result<PvPage, Refusal> {

@@ -82,8 +82,14 @@ impl Vcpu {
         kick::register(self.fd.get_kvm_run());
         let syscalls = if self.count_syscalls { crate::syscount::SyscallCounter::start().ok() } else { None };
         let kvm_stats = crate::kvm_stats::KvmStatsFile::open(&self.fd);
+        // Thread CPU time when KVM_RUN last returned for a signal (an overflow notification
+        // is one): what handling it costs the VMM, in the same time the software clock counts.
+        let mut signal_exit_cpu_ns = None;
         while !self.shared.stop.load(Ordering::Acquire) {
             self.process_requests();
+            if let (Some(pmu), Some(t0)) = (&mut self.pmu, signal_exit_cpu_ns.take()) {
+                pmu.note_notification_cost(crate::vpmu::thread_cpu_ns().saturating_sub(t0));
+            }
             let entered = Instant::now();
             self.stats.entries += 1;
             let result = self.fd.run();
@@ -93,6 +99,9 @@ impl Vcpu {
                 Ok(exit) => dispatch(exit, &self.shared, &mut self.pmu, self.index),
                 Err(e) if e.errno() == libc::EINTR => {
                     self.fd.set_kvm_immediate_exit(0);
+                    if self.pmu.is_some() {
+                        signal_exit_cpu_ns = Some(crate::vpmu::thread_cpu_ns());
+                    }
                     ("intr", Next::Continue)
                 }
                 Err(e) if e.errno() == libc::EAGAIN => ("again", Next::Continue),
@@ -180,6 +189,7 @@ impl Vcpu {
                 let pmi = pmu_nmi(self);
                 let external = self.nmi_request.swap(false, Ordering::AcqRel);
                 self.inject_nmis(pmi, external);
+                self.step_control(external);
             }
             RequestOrder::Legacy => {
                 let external = self.nmi_request.swap(false, Ordering::AcqRel);
@@ -192,7 +202,15 @@ impl Vcpu {
                     self.cancelled_entry();
                     self.inject_nmis(true, false);
                 }
+                self.step_control(external);
             }
+        }
+    }
+
+    /// Single-stepping for the coming entry, once every event for it is injected.
+    fn step_control(&mut self, external_nmi: bool) {
+        if let Some(pmu) = &mut self.pmu {
+            pmu.before_entry(&self.fd, &self.mem, external_nmi);
         }
     }
 

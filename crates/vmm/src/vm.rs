@@ -85,6 +85,9 @@ pub struct PmuSettings {
     pub filter: Option<pmu::PmuEventFilter>,
     /// Software PEBS: advertise it and write PEBS records into the guest's DS buffer.
     pub pebs: bool,
+    /// Most share of vCPU time, percent, spent handling overflow notifications before
+    /// periods are stretched (perf backend; 100: never throttle).
+    pub pmi_max_percent: u8,
 }
 
 impl Default for PmuSettings {
@@ -98,6 +101,7 @@ impl Default for PmuSettings {
             pv: true,
             filter: None,
             pebs: false,
+            pmi_max_percent: crate::throttle::DEFAULT_MAX_PERCENT,
         }
     }
 }
@@ -259,7 +263,8 @@ impl Vm {
             format!("{} {}", config.kernel_arg0, config.cmdline)
         };
         let vif_base = execution.native.then_some(crate::layout::VIF_BASE);
-        let params = BootParams { mem_size, cmdline, nr_vcpus: config.vcpus, tsc_khz, vif_base, cpuid_entries };
+        let stepped = config.pmu.as_ref().is_some_and(|p| p.backend == BackendKind::Exact);
+        let params = BootParams { mem_size, cmdline, nr_vcpus: config.vcpus, tsc_khz, vif_base, cpuid_entries, stepped };
         boot::write_boot_data(&mem, image.protocol, &params).map_err(setup("writing boot data"))?;
 
         let console = if config.capture_console { Console::capture() } else { Console::stdout() };
@@ -433,6 +438,8 @@ fn build_pmus(
             };
             let mut vpmu = VcpuPmu::new(Pmu::new(config.clone(), backend)?, long_mode);
             vpmu.vif = native.then(|| native::vif_page(index));
+            let throttled = settings.backend == BackendKind::Perf && settings.pmi_max_percent < 100;
+            vpmu.throttle = throttled.then(|| crate::throttle::Throttle::new(settings.pmi_max_percent));
             vpmu.pv_offered = settings.pv;
             if settings.trace_rips && settings.backend == BackendKind::Exact {
                 vpmu.rip_profile = Some(Default::default());

@@ -9,7 +9,6 @@ use crate::backends::perf::PerfSource;
 use crate::kick;
 use crate::pmi::{self, PmiOutcome};
 use crate::pv;
-use kvm_bindings::{kvm_guest_debug, KVM_GUESTDBG_BLOCKIRQ, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP};
 use kvm_ioctls::{VcpuFd, VmFd};
 use pmu::{
     ArchEvent, BackendError, CountSource, HostEventConfig, Initiator, MsrAccess, MsrIndex, PmcIdx, Pmu, PmuStats,
@@ -21,7 +20,7 @@ use std::time::Instant;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// CPU time of the calling thread.
-fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
@@ -38,6 +37,9 @@ fn guest_tsc(vcpu: &VcpuFd) -> u64 {
         _ => 0,
     }
 }
+
+/// Set to N to drop every Nth overflow notification (tests of lost-notification counting).
+pub const DROP_ENV: &str = "PERFVM_DROP_NOTIFICATIONS";
 
 /// The backend of a vCPU's PMU.
 #[derive(Debug)]
@@ -172,7 +174,9 @@ pub struct VcpuPmu {
     pub pmu: Pmu<Backend>,
     pub stats: VpmuStats,
     long_mode: bool,
-    stepping: bool,
+    stepper: crate::stepping::Stepper,
+    /// `service` raised a PMI (NMI or vector): stepping opens an event window for it.
+    pmi_raised: bool,
     /// Class of the instruction at RIP, i.e. the one the next single-step retires.
     next_class: InsnClass,
     /// Guest-virtual page -> guest-physical page of code seen while stepping.
@@ -190,6 +194,13 @@ pub struct VcpuPmu {
     pub pv_offered: bool,
     /// The guest's PV page asks for PMIs without the LVTPC mask (one KVM_NMI each).
     pmi_no_mask: bool,
+    /// PMI throttling (perf backend).
+    pub throttle: Option<crate::throttle::Throttle>,
+    /// The last `service` took an overflow notification (its cost is measured by the loop).
+    notified: bool,
+    /// Drop every Nth notification (`PERFVM_DROP_NOTIFICATIONS`, tests of loss detection).
+    drop_every: Option<u64>,
+    signals: u64,
     /// Native mode: this vCPU's VIF page, dropped while single-stepping (a native vCPU
     /// would take the #DB itself) and registered again afterwards.
     pub vif: Option<u64>,
@@ -201,7 +212,8 @@ impl VcpuPmu {
             pmu,
             stats: VpmuStats::default(),
             long_mode,
-            stepping: false,
+            stepper: Default::default(),
+            pmi_raised: false,
             next_class: InsnClass::Other,
             code_pages: HashMap::new(),
             next_rip: 0,
@@ -212,6 +224,10 @@ impl VcpuPmu {
             created: Instant::now(),
             pv_offered: true,
             pmi_no_mask: false,
+            throttle: None,
+            notified: false,
+            drop_every: std::env::var(DROP_ENV).ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
+            signals: 0,
             vif: None,
         }
     }
@@ -246,7 +262,8 @@ impl VcpuPmu {
     /// idle. Returns true when the PMI is owed as an NMI (the caller's NMI step injects it).
     pub fn service(&mut self, vm: &VmFd, vcpu: &VcpuFd, mem: &GuestMemoryMmap, run_ns: u64) -> bool {
         let mut nmi = false;
-        let signaled = kick::take_pmu_signal();
+        let signaled = kick::take_pmu_signal() && !self.drop_injected();
+        self.notified = signaled;
         let exact_overflow = match self.pmu.backend_mut() {
             Backend::Exact(e) => e.take_overflow(),
             Backend::Perf(_) => false,
@@ -275,15 +292,29 @@ impl VcpuPmu {
         // A guest RDMSR may also have found (and reloaded) a wrap.
         self.report_reloads(mem);
         if let Backend::Exact(e) = self.pmu.backend() {
-            let wanted = e.stepping_needed();
-            if wanted != self.stepping {
-                self.set_stepping(vcpu, mem, wanted);
-            }
+            self.stepper.state.wanted = e.stepping_needed();
         }
         if self.pmu.is_active() {
             self.pmu.tick(run_ns);
         }
         nmi
+    }
+
+    /// Whether this notification is one `PERFVM_DROP_NOTIFICATIONS` drops.
+    fn drop_injected(&mut self) -> bool {
+        let Some(every) = self.drop_every else { return false };
+        self.signals += 1;
+        self.signals % every == 0
+    }
+
+    /// The loop measured what the last notification cost the VMM (thread CPU time from its
+    /// exit to the next entry): feed the throttle, which may raise the shortest period.
+    pub fn note_notification_cost(&mut self, ns: u64) {
+        if !std::mem::take(&mut self.notified) {
+            return;
+        }
+        let (Some(throttle), Backend::Perf(p)) = (self.throttle.as_mut(), self.pmu.backend_mut()) else { return };
+        p.set_period_floor(throttle.note(ns));
     }
 
     /// Tell the guest's PV page which counters the model reloaded.
@@ -301,6 +332,7 @@ impl VcpuPmu {
         if self.pmi_no_mask {
             self.stats.pmis_delivered += 1;
             self.pv_stats.unmasked_pmis += 1;
+            self.pmi_raised = true;
             return true;
         }
         match pmi::raise(vm, vcpu) {
@@ -310,30 +342,17 @@ impl VcpuPmu {
             }
             Ok(outcome) => {
                 self.stats.pmis_delivered += 1;
+                self.pmi_raised = true;
                 outcome == PmiOutcome::Nmi
             }
         }
     }
 
-    /// Start or stop single-stepping. Interrupts stay blocked while stepping (BLOCKIRQ):
-    /// one taken mid-step would save TF in its frame and hand the guest a stray #DB later.
-    fn set_stepping(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, on: bool) {
-        let control = if on { KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP | KVM_GUESTDBG_BLOCKIRQ } else { 0 };
-        let dbg = kvm_guest_debug { control, ..Default::default() };
-        if let (true, Some(_)) = (on, self.vif) {
-            if crate::native::drop_vif(vcpu).is_err() {
-                return;
-            }
-        }
-        if vcpu.set_guest_debug(&dbg).is_err() {
-            return;
-        }
-        if let (false, Some(gpa)) = (on, self.vif) {
-            // Without its VIF the vCPU stays emulated: correct, only slow.
-            let _ = crate::native::register_vif(vcpu, gpa);
-        }
-        self.stepping = on;
-        if on {
+    /// Last step before an entry: single-step as the exact backend needs, with an event window
+    /// when an NMI was injected or a PMI raised for this entry (see `stepping`).
+    pub fn before_entry(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, nmi_injected: bool) {
+        let owed = std::mem::take(&mut self.pmi_raised) || nmi_injected;
+        if self.stepper.apply(vcpu, mem, self.vif, owed) {
             self.code_pages.clear();
             if let Ok(regs) = vcpu.get_regs() {
                 self.peek(vcpu, mem, regs.rip);
@@ -405,15 +424,16 @@ impl VcpuPmu {
 
     /// Whether the exact backend is single-stepping the guest.
     pub fn is_stepping(&self) -> bool {
-        self.stepping
+        self.stepper.is_on()
     }
 
     /// A single-step completed at `pc`: retire the instruction that ran, look at the next
     /// one, and emulate it now if it is RDPMC (KVM would #GP it).
     pub fn on_step(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64) {
-        if !self.stepping {
+        if !self.stepper.is_on() {
             return;
         }
+        self.stepper.state.stepped();
         self.retire(self.next_rip, self.next_class);
         let mut pc = pc;
         loop {

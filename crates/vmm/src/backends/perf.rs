@@ -103,6 +103,27 @@ impl EventBudget {
     }
 }
 
+/// What became of the software clock's overflow notifications.
+#[derive(Debug, Default, Clone, Copy, Serialize, serde::Deserialize)]
+pub struct NotificationStats {
+    /// Notifications (signals) taken.
+    pub taken: u64,
+    /// Notifications that never arrived: a counter was found a whole period or more past its
+    /// overflow point when it was re-armed.
+    pub lost: u64,
+    /// Periods stretched beyond what the guest programmed, to keep overflow handling within
+    /// its share of vCPU time (`--pmi-max-percent`).
+    pub throttled: u64,
+}
+
+impl NotificationStats {
+    pub fn merge(&mut self, other: &NotificationStats) {
+        self.taken += other.taken;
+        self.lost += other.lost;
+        self.throttled += other.throttled;
+    }
+}
+
 #[derive(Debug)]
 struct PerfCounter {
     event: PerfEvent,
@@ -117,11 +138,35 @@ pub struct PerfSource {
     mode: PerfMode,
     counters: [Option<PerfCounter>; SLOTS],
     budget: Arc<EventBudget>,
+    /// Shortest software-clock period now allowed (MIN_CLOCK_PERIOD_NS, or more when
+    /// throttled).
+    floor_ns: u64,
+    pub notifications: NotificationStats,
 }
 
 impl PerfSource {
     pub fn new(mode: PerfMode, budget: Arc<EventBudget>) -> Self {
-        PerfSource { mode, counters: std::array::from_fn(|_| None), budget }
+        PerfSource {
+            mode,
+            counters: std::array::from_fn(|_| None),
+            budget,
+            floor_ns: MIN_CLOCK_PERIOD_NS,
+            notifications: NotificationStats::default(),
+        }
+    }
+
+    /// Let no software-clock period be shorter than `ns` (PMI throttling; never below the
+    /// static floor). Hardware events are left to the kernel's own throttling.
+    pub fn set_period_floor(&mut self, ns: u64) {
+        self.floor_ns = ns.max(MIN_CLOCK_PERIOD_NS);
+    }
+
+    /// The floor in event units: the shortest distance a notification can come at.
+    fn floor_in_event_units(&self) -> u64 {
+        match self.mode {
+            PerfMode::Hardware => 1,
+            PerfMode::SoftwareClock { .. } => self.in_event_units(self.floor_ns),
+        }
     }
 
     pub fn mode(&self) -> PerfMode {
@@ -163,13 +208,14 @@ impl PerfSource {
         Some(attr)
     }
 
-    /// Event units -> host units (cycles -> ns for the software clock), rounding up.
+    /// Event units -> host units (cycles -> ns for the software clock, no shorter than the
+    /// floor), rounding up.
     fn to_host_units(&self, counts: u64) -> u64 {
         match self.mode {
             PerfMode::Hardware => counts.max(1),
             PerfMode::SoftwareClock { tsc_khz } => {
                 let ns = (u128::from(counts) * 1_000_000).div_ceil(u128::from(tsc_khz));
-                (ns.min(u128::from(NEVER)) as u64).max(MIN_CLOCK_PERIOD_NS)
+                (ns.min(u128::from(NEVER)) as u64).max(self.floor_ns)
             }
         }
     }
@@ -190,12 +236,24 @@ impl PerfSource {
     /// period set for "what remains" would keep firing at that rate. Re-issue every armed,
     /// enabled counter's remaining distance (the model has re-armed the ones that wrapped).
     pub fn rearm_after_notification(&mut self) {
+        self.notifications.taken += 1;
         for slot in 0..SLOTS {
             let Some(c) = &self.counters[slot] else { continue };
             if c.enabled && c.armed.is_some() {
                 let pmc = PmcIdx::from_bit(slot as u32).expect("slot of a counter");
                 self.restart_period(pmc);
             }
+        }
+    }
+
+    /// Counter `pmc` is re-armed or stopped at raw count `now`: every whole period it ran past
+    /// its first deadline is a notification that never came (the first may be in flight).
+    fn count_lost(&mut self, pmc: PmcIdx, now: u64) {
+        let floor = self.floor_in_event_units();
+        let c = self.counter(pmc);
+        if let (true, Some((armed_at, after))) = (c.enabled, c.armed) {
+            let period = after.max(floor);
+            self.notifications.lost += now.saturating_sub(armed_at).saturating_sub(period) / period;
         }
     }
 
@@ -259,6 +317,8 @@ impl CountSource for PerfSource {
     }
 
     fn disable(&mut self, pmc: PmcIdx) {
+        let now = self.read(pmc);
+        self.count_lost(pmc, now);
         let c = self.counter(pmc);
         c.enabled = false;
         let _ = c.event.disable();
@@ -273,6 +333,11 @@ impl CountSource for PerfSource {
         match after {
             Some(after) => {
                 let now = self.read(pmc);
+                self.count_lost(pmc, now);
+                let floor = self.floor_in_event_units();
+                if self.floor_ns > MIN_CLOCK_PERIOD_NS && after < floor {
+                    self.notifications.throttled += 1;
+                }
                 self.counter(pmc).armed = Some((now, after));
                 if self.counter(pmc).enabled {
                     self.restart_period(pmc);
@@ -320,6 +385,11 @@ mod tests {
         assert_eq!(src.to_host_units(2_000_000), 1_000_000);
         assert_eq!(src.to_host_units(1), MIN_CLOCK_PERIOD_NS);
         assert_eq!(src.to_host_units(200_000_000), 100_000_000);
+        let mut src = src;
+        src.set_period_floor(1_000_000);
+        assert_eq!(src.to_host_units(2_000), 1_000_000, "throttled: no period below the floor");
+        src.set_period_floor(0);
+        assert_eq!(src.to_host_units(1), MIN_CLOCK_PERIOD_NS, "never below the static floor");
         assert!(!src.supports(ArchEvent::Instructions), "a clock cannot count instructions");
         assert!(src.supports(ArchEvent::CoreCycles));
     }
