@@ -108,6 +108,10 @@ pub struct BenchArgs {
     /// Write one SVG chart per suite into this directory.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<String>,
+    /// Execution modes: both = every configuration emulated and native, side by side;
+    /// off = emulated only; on = native only; auto = native where the guest carries the VIF note.
+    #[arg(long, value_enum, default_value_t = crate::bench::Modes::Both)]
+    pub native: crate::bench::Modes,
 }
 
 /// Options shared by every command that boots a guest.
@@ -174,6 +178,12 @@ pub struct PmuArgs {
     /// Inject an NMI into vCPU 0 every this many milliseconds (a host NMI source).
     #[arg(long, value_name = "MS")]
     pub nmi_every: Option<f64>,
+    /// Most share of vCPU time (percent) the VMM spends handling overflow notifications
+    /// before it stretches sampling periods, like perf's perf_cpu_time_max_percent (100:
+    /// never throttle).
+    #[arg(long, value_name = "PCT", default_value_t = vmm::throttle::DEFAULT_MAX_PERCENT,
+          value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub pmi_max_percent: u8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

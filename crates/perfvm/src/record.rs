@@ -44,6 +44,12 @@ pub struct RecordFile {
     pub profile: Profile,
     /// Weight per (rip, task id), for re-symbolization.
     pub rips: Vec<(u64, u32, u64)>,
+    /// What the sampled event counted in the workload, as the agent reports it.
+    #[serde(default)]
+    pub event_count: Option<u64>,
+    /// The perf backend's overflow notifications: taken, lost, throttled.
+    #[serde(default)]
+    pub notifications: vmm::backends::perf::NotificationStats,
     /// The run was cut short (SIGINT, SIGTERM or --timeout): the profile holds what was
     /// recorded until then.
     #[serde(default)]
@@ -58,6 +64,20 @@ pub struct RecordFile {
 }
 
 impl RecordFile {
+    /// Why far fewer samples were captured than the event's count and the period predict
+    /// (under half), if they were.
+    fn shortfall(&self) -> Option<String> {
+        let due = self.event_count? / self.period.max(1);
+        if self.mode != "sampled" || due < 10 || self.samples * 2 >= due {
+            return None;
+        }
+        let n = self.notifications;
+        Some(format!(
+            "captured {} samples where the event's count and period predict about {due}: {} overflow notifications lost, {} periods throttled",
+            self.samples, n.lost, n.throttled
+        ))
+    }
+
     /// VM exits of the workload per sample taken (None without samples).
     pub fn exits_per_sample(&self) -> Option<f64> {
         (self.mode == "sampled" && self.samples > 0).then(|| self.exits as f64 / self.samples as f64)
@@ -180,6 +200,8 @@ pub fn record(
         wall_ns: report.stats.wall_ns,
         profile,
         rips,
+        event_count: report.agent.counts.iter().find(|c| c.task == 0 && c.event == event.raw).map(|c| c.value),
+        notifications: pmu.map(|p| p.notifications).unwrap_or_default(),
         partial: matches!(report.end, vmm::VmEnd::Signal { .. } | vmm::VmEnd::Timeout { .. }),
         exits: report.stats.workload_exits_but_console(),
         stats: Some(report.stats),
@@ -218,6 +240,9 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
                 file.exits, file.samples
             );
         }
+    }
+    if let Some(warning) = file.shortfall() {
+        eprintln!("perfvm: warning: {warning}");
     }
     if file.samples == 0 && code == 0 {
         eprintln!(

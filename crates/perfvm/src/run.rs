@@ -48,6 +48,7 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
         pv: args.pv == OnOff::On,
         filter,
         pebs: args.pebs,
+        pmi_max_percent: args.pmi_max_percent,
     }))
 }
 

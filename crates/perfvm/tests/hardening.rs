@@ -52,23 +52,16 @@ fn bad_filter_file_is_a_one_line_error_naming_the_line() {
 #[test]
 fn hostile_guest_gets_gp_exactly_where_the_sdm_says() {
     require_kvm!();
-    for (backend, policy) in [("perf", "reuse"), ("perf", "legacy"), ("exact", "reuse")] {
-        let o = perfvm(&[
-            "run",
-            "hostile",
-            "--backend",
-            backend,
-            "--policy",
-            policy,
-            "--timeout",
-            "300",
-            "--cmdline",
-            "300",
-        ]);
-        let out = stdout(&o);
-        assert_eq!(code(&o), 0, "{backend}/{policy}: {out}{}", stderr(&o));
-        let last = out.trim_end().lines().last().unwrap_or("");
-        assert!(last.ends_with(" passed, 0 failed"), "{backend}/{policy}: {last}");
+    for mode in modes("hostile") {
+        for (backend, policy) in [("perf", "reuse"), ("perf", "legacy"), ("exact", "reuse")] {
+            let args = ["run", "hostile", "--backend", backend, "--policy", policy, "--native", mode];
+            let o = perfvm(&[&args[..], &["--timeout", "300", "--cmdline", "300"]].concat());
+            let out = stdout(&o);
+            let what = format!("{backend}/{policy}, --native {mode}");
+            assert_eq!(code(&o), 0, "{what}: {out}{}", stderr(&o));
+            let last = out.trim_end().lines().last().unwrap_or("");
+            assert!(last.ends_with(" passed, 0 failed"), "{what}: {last}\n{out}");
+        }
     }
 }
 
@@ -94,7 +87,20 @@ fn signals_end_a_record_cleanly() {
     for (signal, expected) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
         let out = std::env::temp_dir().join(format!("perfvm-sig-{}-{signal}.json", std::process::id()));
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
-            .args(["record", "-e", "cycles", "-F", "2000", "-o", out.to_str().unwrap(), "ftest", "50"])
+            // Emulated: ftest 50 lasts ~50 s there (natively it would end before the signal).
+            .args([
+                "record",
+                "--native",
+                "off",
+                "-e",
+                "cycles",
+                "-F",
+                "2000",
+                "-o",
+                out.to_str().unwrap(),
+                "ftest",
+                "50",
+            ])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()

@@ -5,20 +5,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-/// Skip the calling test, loudly, where this host cannot run guests natively.
-macro_rules! require_native {
-    () => {
-        require_kvm!();
-        if let Err(reason) = vmm::native::host_support() {
-            let _ = std::io::Write::write_fmt(
-                &mut std::io::stderr(),
-                format_args!("SKIP {}: needs native mode: {reason}\n", module_path!()),
-            );
-            return;
-        }
-    };
-}
-
 /// `perfvm run --json` with extra arguments: the parsed document.
 fn run_json(args: &[&str]) -> Value {
     let mut all = vec!["run", "--json", "--timeout", "300"];
@@ -100,7 +86,7 @@ fn multiboot_guests_cannot_be_forced_native() {
 /// Instructions per nanosecond inside KVM_RUN for `ftest units` in `mode`. ftest's work is
 /// proportional to its units (4500 loop iterations each).
 fn ftest_rate(mode: &str, units: u32) -> f64 {
-    let doc = run_json(&["--native", mode, "--pmu", "off", "ftest", &units.to_string()]);
+    let doc = run_json(&["--native", mode, "--pmu", "off", "--cmdline", &units.to_string(), "ftest"]);
     assert_eq!(execution(&doc).0, mode == "on");
     f64::from(units) / doc["stats"]["run_ns"].as_f64().expect("run_ns")
 }

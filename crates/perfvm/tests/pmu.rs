@@ -4,35 +4,32 @@
 mod common;
 use common::*;
 
-/// Run pmu_arch and return its console, asserting the suite's last line says no failures.
-fn pmu_arch(backend: &str, policy: &str) -> String {
+/// Run pmu_arch in each execution mode and return its consoles, asserting the suite's last
+/// line says no failures.
+fn pmu_arch(backend: &str, policy: &str) -> Vec<String> {
     let cmdline = if backend == "exact" { "exact" } else { "" };
-    let o = perfvm(&[
-        "run",
-        "pmu_arch",
-        "--backend",
-        backend,
-        "--policy",
-        policy,
-        "--cmdline",
-        cmdline,
-        "--timeout",
-        "300",
-    ]);
-    let out = stdout(&o);
-    assert_eq!(code(&o), 0, "pmu_arch {backend}/{policy}:\n{out}\n{}", stderr(&o));
-    let last = out.trim_end().lines().last().unwrap_or("");
-    assert!(last.contains(" passed, 0 failed"), "{backend}/{policy}: {last}\n{out}");
-    assert!(!out.contains("FAIL:"), "{out}");
-    out
+    let mut outs = Vec::new();
+    for mode in modes(&format!("pmu_arch {backend}/{policy}")) {
+        let args = ["run", "pmu_arch", "--backend", backend, "--policy", policy, "--native", mode];
+        let o = perfvm(&[&args[..], &["--cmdline", cmdline, "--timeout", "300"]].concat());
+        let out = stdout(&o);
+        let what = format!("pmu_arch {backend}/{policy}, --native {mode}");
+        assert_eq!(code(&o), 0, "{what}:\n{out}\n{}", stderr(&o));
+        let last = out.trim_end().lines().last().unwrap_or("");
+        assert!(last.contains(" passed, 0 failed"), "{what}: {last}\n{out}");
+        assert!(!out.contains("FAIL:"), "{what}: {out}");
+        outs.push(out);
+    }
+    outs
 }
 
 #[test]
 fn conformance_perf_backend_reuse() {
     require_kvm!();
-    let out = pmu_arch("perf", "reuse");
-    // No host PMU here: cycles only; the rest is skipped with a reason, never faked.
-    assert!(out.contains("PASS: overflow-nmi: one PMI delivered"), "{out}");
+    for out in pmu_arch("perf", "reuse") {
+        // No host PMU here: cycles only; the rest is skipped with a reason, never faked.
+        assert!(out.contains("PASS: overflow-nmi: one PMI delivered"), "{out}");
+    }
 }
 
 #[test]
@@ -44,11 +41,12 @@ fn conformance_perf_backend_legacy() {
 #[test]
 fn conformance_exact_backend_reuse() {
     require_kvm!();
-    let out = pmu_arch("exact", "reuse");
-    assert!(out.contains("PASS: gp: PMC0 instructions = 2004 (expect 2004)"), "{out}");
-    assert!(out.contains("PASS: gp: PMC0 branches = 1000 (expect 1000)"), "{out}");
-    assert!(out.contains("PASS: pmi-rip: PMI after 8 instructions at jnz"), "{out}");
-    assert!(!out.contains("SKIP:"), "exact backend skips nothing: {out}");
+    for out in pmu_arch("exact", "reuse") {
+        assert!(out.contains("PASS: gp: PMC0 instructions = 2004 (expect 2004)"), "{out}");
+        assert!(out.contains("PASS: gp: PMC0 branches = 1000 (expect 1000)"), "{out}");
+        assert!(out.contains("PASS: pmi-rip: PMI after 8 instructions at jnz"), "{out}");
+        assert!(!out.contains("SKIP:"), "exact backend skips nothing: {out}");
+    }
 }
 
 #[test]
@@ -57,13 +55,15 @@ fn conformance_exact_backend_legacy() {
     pmu_arch("exact", "legacy");
 }
 
+/// Run after run and mode after mode, the exact backend reports the same counts.
 #[test]
 fn exact_counts_are_deterministic() {
     require_kvm!();
-    let a = pmu_arch("exact", "reuse");
-    let b = pmu_arch("exact", "reuse");
-    let counts = |s: &str| s.lines().filter(|l| l.contains(" = ")).map(str::to_owned).collect::<Vec<_>>();
-    assert_eq!(counts(&a), counts(&b));
+    let counts = |s: &String| s.lines().filter(|l| l.contains(" = ")).map(str::to_owned).collect::<Vec<_>>();
+    let runs: Vec<_> = [pmu_arch("exact", "reuse"), pmu_arch("exact", "reuse")].concat();
+    for other in &runs[1..] {
+        assert_eq!(counts(&runs[0]), counts(other));
+    }
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! The chart of each suite, drawn from the suite's JSON result.
+//! The chart of each suite, drawn from the suite's JSON result: one bar per series and
+//! execution mode in each category (native bars lighter than emulated ones).
 
 use super::plot::Chart;
 use serde_json::Value;
@@ -15,59 +16,110 @@ fn text(v: &Value) -> String {
     v.as_str().unwrap_or("").to_owned()
 }
 
+/// A row's category (x-axis label).
+type Category = fn(&Value) -> String;
+
+/// The distinct values of `f` over the rows, in first-seen order.
+fn distinct(rows: &[&Value], f: impl Fn(&Value) -> String) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    for r in rows {
+        let v = f(r);
+        if !seen.contains(&v) {
+            seen.push(v);
+        }
+    }
+    seen
+}
+
 /// Build the chart of `suite` from its JSON, if it has one.
 pub fn chart_for(suite: &str, v: &Value) -> Option<Chart> {
     let r = rows(v);
-    let pick = |label: &str, key: &str| (label.to_owned(), r.iter().map(|x| num(&x[key])).collect::<Vec<_>>());
-    let cats = |key: &str| r.iter().map(|x| text(&x[key])).collect::<Vec<_>>();
-    let chart = match suite {
-        "pmu-ops" => Chart {
-            title: "VMM time per guest PMU operation".into(),
-            y_label: "ns (median of run means)".into(),
-            categories: cats("operation"),
-            series: vec![pick("legacy", "legacy_mean_ns"), pick("reuse", "reuse_mean_ns")],
-        },
-        "ctxsw" => Chart {
-            title: "Guest context switch, 2 tasks".into(),
-            y_label: "µs per switch".into(),
-            categories: cats("configuration"),
-            series: vec![
-                pick("switch", "switch_us"),
-                pick("sched-out", "sched_out_us"),
-                pick("sched-in", "sched_in_us"),
-            ],
-        },
-        "precision" => Chart {
-            title: "Profile distance to the exact reference (ftest)".into(),
-            y_label: "total variation distance".into(),
-            categories: cats("profile").iter().map(|c| c.replace("record ", "")).collect(),
-            series: vec![pick("TVD", "tvd")],
-        },
-        "transitions" => Chart {
-            title: "Port-IO exit roundtrip seen from the guest".into(),
-            y_label: "ns".into(),
-            categories: cats("configuration"),
-            series: vec![pick("roundtrip", "roundtrip_ns")],
-        },
-        "nmi-order" => Chart {
-            title: "Cancelled entries per PMI".into(),
-            y_label: "extra entries per PMI".into(),
-            categories: cats("order"),
-            series: vec![pick("per PMI", "per_pmi")],
-        },
-        "pv" => Chart {
-            title: "Per-task counting across guest context switches".into(),
-            y_label: "µs per switch".into(),
-            categories: cats("workload"),
-            series: vec![pick("MSRs", "msr_us_per_switch"), pick("PV page", "pv_us_per_switch")],
-        },
-        "scaling" => Chart {
-            title: "VMM ns per GLOBAL_CTRL enable vs counters x vCPUs".into(),
-            y_label: "ns".into(),
-            categories: r.iter().map(|x| format!("{}x{}", x["counters"], x["vcpus"])).collect(),
-            series: vec![pick("legacy", "legacy_ns"), pick("reuse", "reuse_ns")],
-        },
+    if suite == "rate" {
+        // Host, native and emulated rates are orders of magnitude apart: plot their log.
+        let chart = Chart {
+            title: "Instruction rate of the same dec/jnz loop".into(),
+            y_label: "log10 instructions/s".into(),
+            categories: distinct(&r, |x| text(&x["mode"])),
+            series: vec![("rate".into(), r.iter().map(|x| num(&x["instr_per_s"]).log10()).collect())],
+            modes: 1,
+        };
+        return (!chart.categories.is_empty()).then_some(chart);
+    }
+    let (title, y_label, metrics, category): (&str, &str, &[(&str, &str)], Category) = match suite {
+        "pmu-ops" => (
+            "VMM time per guest PMU operation",
+            "ns (median of run means)",
+            &[("legacy", "legacy_mean_ns"), ("reuse", "reuse_mean_ns")],
+            |x| text(&x["operation"]),
+        ),
+        "ctxsw" => (
+            "Guest context switch, 2 tasks",
+            "µs per switch",
+            &[("switch", "switch_us"), ("sched-out", "sched_out_us"), ("sched-in", "sched_in_us")],
+            |x| text(&x["configuration"]),
+        ),
+        "precision" => {
+            ("Profile distance to the exact reference (ftest)", "total variation distance", &[("TVD", "tvd")], |x| {
+                text(&x["profile"]).replace("record ", "")
+            })
+        }
+        "transitions" => ("Port-IO exit roundtrip seen from the guest", "ns", &[("roundtrip", "roundtrip_ns")], |x| {
+            text(&x["configuration"])
+        }),
+        "nmi-order" => {
+            ("Cancelled entries per PMI", "extra entries per PMI", &[("per PMI", "per_pmi")], |x| text(&x["order"]))
+        }
+        "pv" => (
+            "Per-task counting across guest context switches",
+            "µs per switch",
+            &[("MSRs", "msr_us_per_switch"), ("PV page", "pv_us_per_switch")],
+            |x| text(&x["workload"]),
+        ),
+        "scaling" => (
+            "VMM ns per GLOBAL_CTRL enable vs counters x vCPUs",
+            "ns",
+            &[("legacy", "legacy_ns"), ("reuse", "reuse_ns")],
+            |x| format!("{}x{}", x["counters"], x["vcpus"]),
+        ),
         _ => return None,
     };
-    (!chart.categories.is_empty()).then_some(chart)
+    let categories = distinct(&r, category);
+    let modes = distinct(&r, |x| text(&x["mode"]));
+    let mut series = Vec::new();
+    for (name, key) in metrics {
+        for mode in &modes {
+            let cell = |c: &String| r.iter().find(|x| category(x) == *c && text(&x["mode"]) == *mode);
+            let values = categories.iter().map(|c| cell(c).map_or(f64::NAN, |x| num(&x[*key]))).collect();
+            let name = if modes.len() > 1 { format!("{name}, {mode}") } else { name.to_string() };
+            series.push((name, values));
+        }
+    }
+    (!categories.is_empty()).then_some(Chart {
+        title: title.into(),
+        y_label: y_label.into(),
+        categories,
+        series,
+        modes: modes.len().max(1),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn one_series_per_metric_and_mode() {
+        let v = json!({"rows": [
+            {"configuration": "vPMU off", "mode": "emulated", "roundtrip_ns": {"median": 9000.0}},
+            {"configuration": "vPMU off", "mode": "native", "roundtrip_ns": {"median": 25000.0}},
+            {"configuration": "vPMU on, idle", "mode": "emulated", "roundtrip_ns": {"median": 9100.0}},
+        ]});
+        let c = chart_for("transitions", &v).unwrap();
+        assert_eq!(c.categories, ["vPMU off", "vPMU on, idle"]);
+        assert_eq!(c.series[0], ("roundtrip, emulated".to_string(), vec![9000.0, 9100.0]));
+        assert_eq!(c.series[1].0, "roundtrip, native");
+        assert!(c.series[1].1[1].is_nan());
+        assert_eq!(c.modes, 2);
+    }
 }

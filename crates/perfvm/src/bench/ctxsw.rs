@@ -2,7 +2,7 @@
 //! per-task counting (perf attached to the tasks) under legacy and reuse, and without.
 
 use super::stats::{fmt, ratio, Summary};
-use super::{run_guest, tsc_khz, value};
+use super::{config, mode_name, tsc_khz, value, Bench};
 use crate::Failure;
 use pmu::Policy;
 use serde_json::{json, Value};
@@ -14,55 +14,72 @@ struct Config {
     policy: Policy,
 }
 
-pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
+pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
     let khz = tsc_khz()? as f64;
     let us = |cycles: f64| cycles * 1000.0 / khz;
     let (plain, counted) =
-        if quick { ("100", "stat -e 0x003c -p -- 100") } else { ("200", "stat -e 0x003c -p -- 200") };
+        if b.quick { ("100", "stat -e 0x003c -p -- 100") } else { ("200", "stat -e 0x003c -p -- 200") };
     let configs = [
         Config { label: "no perf attached", cmdline: plain, policy: Policy::default() },
         Config { label: "perf attached, legacy", cmdline: counted, policy: Policy::Legacy },
         Config { label: "perf attached, reuse", cmdline: counted, policy: Policy::default() },
     ];
-    let mut per: Vec<[Vec<f64>; 4]> = (0..configs.len()).map(|_| Default::default()).collect();
-    for _ in 0..reps {
-        for (i, c) in configs.iter().enumerate() {
-            // MSR programming (no PV page), to isolate what the policy changes.
-            let settings =
-                vmm::vm::PmuSettings { backend: BackendKind::Perf, policy: c.policy, pv: false, ..Default::default() };
-            let report = run_guest("ctxsw", c.cmdline, Some(settings))?;
-            let switches = value(&report, "ctxsw.switches").unwrap_or(0.0).max(1.0);
-            let vmm_ns = report.stats.pmu.as_ref().map_or(0.0, |p| p.vmm.handle_ns as f64);
-            per[i][0].push(us(value(&report, "ctxsw.total_cycles").unwrap_or(f64::NAN) / switches));
-            per[i][1].push(us(value(&report, "ctxsw.sched_out_cycles").unwrap_or(f64::NAN) / switches));
-            per[i][2].push(us(value(&report, "ctxsw.sched_in_cycles").unwrap_or(f64::NAN) / switches));
-            per[i][3].push(vmm_ns / switches / 1000.0);
+    // [mode][configuration][switch, sched-out, sched-in, VMM PMU time]
+    let mut per: Vec<Vec<[Vec<f64>; 4]>> =
+        b.modes.iter().map(|_| (0..configs.len()).map(|_| Default::default()).collect()).collect();
+    for _ in 0..b.reps {
+        for (&mode, per) in b.modes.iter().zip(&mut per) {
+            for (c, v) in configs.iter().zip(per.iter_mut()) {
+                // MSR programming (no PV page), to isolate what the policy changes.
+                let settings = vmm::vm::PmuSettings {
+                    backend: BackendKind::Perf,
+                    policy: c.policy,
+                    pv: false,
+                    ..Default::default()
+                };
+                let Some(report) = b.run(&config("ctxsw", c.cmdline, Some(settings)), mode)? else { continue };
+                let switches = value(&report, "ctxsw.switches").unwrap_or(0.0).max(1.0);
+                let vmm_ns = report.stats.pmu.as_ref().map_or(0.0, |p| p.vmm.handle_ns as f64);
+                v[0].push(us(value(&report, "ctxsw.total_cycles").unwrap_or(f64::NAN) / switches));
+                v[1].push(us(value(&report, "ctxsw.sched_out_cycles").unwrap_or(f64::NAN) / switches));
+                v[2].push(us(value(&report, "ctxsw.sched_in_cycles").unwrap_or(f64::NAN) / switches));
+                v[3].push(vmm_ns / switches / 1000.0);
+            }
         }
     }
-    let s: Vec<[Summary; 4]> = per.iter().map(|v| [0, 1, 2, 3].map(|k| Summary::of(&v[k]))).collect();
+    let s: Vec<Vec<[Summary; 4]>> =
+        per.iter().map(|m| m.iter().map(|v| v.each_ref().map(|v| Summary::of(v))).collect()).collect();
     let mut text = format!(
-        "ctxsw — guest context switch between 2 tasks, perf backend, MSR programming, {reps} runs each (median µs per switch)\n\n\
-         {:<26} {:>12} {:>12} {:>12} {:>16}\n",
-        "configuration", "switch", "sched-out", "sched-in", "VMM PMU time"
+        "ctxsw — guest context switch between 2 tasks, perf backend, MSR programming, {} runs each (median µs per switch)\n\n\
+         {:<26} {:<8} {:>12} {:>12} {:>12} {:>16}\n",
+        b.reps, "configuration", "mode", "switch", "sched-out", "sched-in", "VMM PMU time"
     );
     let mut rows = Vec::new();
-    for (c, m) in configs.iter().zip(&s) {
-        text.push_str(&format!(
-            "{:<26} {:>9} µs {:>9} µs {:>9} µs {:>13} µs\n",
-            c.label,
-            fmt(m[0].median),
-            fmt(m[1].median),
-            fmt(m[2].median),
-            fmt(m[3].median)
-        ));
-        rows.push(json!({"configuration": c.label, "switch_us": m[0], "sched_out_us": m[1], "sched_in_us": m[2], "vmm_pmu_us": m[3]}));
+    for (i, c) in configs.iter().enumerate() {
+        for (&mode, s) in b.modes.iter().zip(&s) {
+            let m = &s[i];
+            text.push_str(&format!(
+                "{:<26} {:<8} {:>9} µs {:>9} µs {:>9} µs {:>13} µs\n",
+                c.label,
+                mode_name(mode),
+                fmt(m[0].median),
+                fmt(m[1].median),
+                fmt(m[2].median),
+                fmt(m[3].median)
+            ));
+            rows.push(json!({"configuration": c.label, "mode": mode_name(mode), "switch_us": m[0], "sched_out_us": m[1], "sched_in_us": m[2], "vmm_pmu_us": m[3]}));
+        }
     }
-    text.push_str(&format!(
-        "\nlegacy/reuse: switch {}, sched-in {}, sched-out {}, VMM PMU time {}\n",
-        ratio(s[1][0].median, s[2][0].median),
-        ratio(s[1][2].median, s[2][2].median),
-        ratio(s[1][1].median, s[2][1].median),
-        ratio(s[1][3].median, s[2][3].median)
-    ));
-    Ok((text, json!({"rows": rows, "reps": reps, "tsc_khz": khz})))
+    text.push('\n');
+    for (&mode, s) in b.modes.iter().zip(&s) {
+        text.push_str(&format!(
+            "legacy/reuse, {}: switch {}, sched-in {}, sched-out {}, VMM PMU time {}\n",
+            mode_name(mode),
+            ratio(s[1][0].median, s[2][0].median),
+            ratio(s[1][2].median, s[2][2].median),
+            ratio(s[1][1].median, s[2][1].median),
+            ratio(s[1][3].median, s[2][3].median)
+        ));
+    }
+    Ok((text, json!({"rows": rows, "reps": b.reps, "tsc_khz": khz})))
 }

@@ -1,6 +1,7 @@
 //! `perfvm bench`: the seed documents' tables, reproduced as ratios inside one run. Each
 //! suite boots its guests in this process, legacy and ours alternately, several times, and
-//! reports medians with their spread.
+//! reports medians with their spread; every configuration runs in each execution mode of
+//! `--native` (emulated and native by default), one table row per mode.
 
 mod charts;
 mod ctxsw;
@@ -9,6 +10,7 @@ mod plot;
 mod pmu_ops;
 mod precision;
 mod pv;
+mod rate;
 mod scaling;
 mod stats;
 mod transitions;
@@ -17,12 +19,141 @@ use crate::cli::BenchArgs;
 use crate::guests;
 use crate::Failure;
 use serde_json::{json, Value};
-use std::time::Instant;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use vmm::native::NativeMode;
 use vmm::vm::PmuSettings;
 use vmm::{RunReport, Vm, VmConfig};
 
 /// The suites, in the order `perfvm bench` runs them.
-pub const SUITES: &[&str] = &["pmu-ops", "ctxsw", "precision", "transitions", "nmi-order", "pv", "scaling"];
+pub const SUITES: &[&str] = &["rate", "pmu-ops", "ctxsw", "precision", "transitions", "nmi-order", "pv", "scaling"];
+
+/// Natively, compute-bound guests run thousands of times faster (the `rate` suite): suites
+/// scale such workloads (ftest) by this much so a native run lasts, and samples, about as
+/// long as an emulated one.
+pub const NATIVE_WORK_SCALE: u64 = 5000;
+
+/// A native run takes seconds at most; a hung one (e.g. a guest that breaks the native
+/// conventions) should not hold the bench for the emulated timeout.
+const NATIVE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `bench --native`: which execution modes every configuration runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Modes {
+    /// Native where the host supports it and the guest carries the VIF note.
+    Auto,
+    /// Native only.
+    On,
+    /// Emulated only.
+    Off,
+    /// Emulated and native, side by side.
+    Both,
+}
+
+impl Modes {
+    fn list(self) -> Vec<NativeMode> {
+        match self {
+            Modes::Auto => vec![NativeMode::Auto],
+            Modes::On => vec![NativeMode::On],
+            Modes::Off => vec![NativeMode::Off],
+            Modes::Both => vec![NativeMode::Off, NativeMode::On],
+        }
+    }
+}
+
+/// A mode's name in tables and JSON.
+pub fn mode_name(mode: NativeMode) -> &'static str {
+    match mode {
+        NativeMode::Off => "emulated",
+        NativeMode::On => "native",
+        NativeMode::Auto => "auto",
+    }
+}
+
+/// Whether a configuration run in `mode` executes natively (`auto` asks the guest image).
+pub fn runs_natively(config: &VmConfig, mode: NativeMode) -> bool {
+    match mode {
+        NativeMode::Off => false,
+        NativeMode::On => true,
+        NativeMode::Auto => vmm::vm::prepare(config)
+            .ok()
+            .and_then(|(image, _)| vmm::native::decide(mode, &image).ok())
+            .is_some_and(|e| e.native),
+    }
+}
+
+/// What every suite gets: repetitions, size, the execution modes, and the native
+/// configurations that failed.
+pub struct Bench {
+    pub reps: usize,
+    pub quick: bool,
+    pub modes: Vec<NativeMode>,
+    /// "what (mode)" -> error. Native execution is newer than the emulated path: a native
+    /// failure leaves its cells n/a and is listed under the table instead of ending the bench.
+    failed: RefCell<BTreeMap<String, String>>,
+}
+
+impl Bench {
+    /// Run one configuration's measurement in `mode`. An emulated failure ends the bench; a
+    /// native one is recorded, and that configuration is skipped (None) from then on.
+    pub fn attempt<T>(
+        &self,
+        mode: NativeMode,
+        what: &str,
+        measure: impl FnOnce() -> Result<T, Failure>,
+    ) -> Result<Option<T>, Failure> {
+        if mode == NativeMode::Off {
+            return measure().map(Some);
+        }
+        let key = format!("{} ({})", what.trim_end(), mode_name(mode));
+        if self.failed.borrow().contains_key(&key) {
+            return Ok(None);
+        }
+        match measure() {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => {
+                self.failed.borrow_mut().insert(key, e.message);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Boot `config` in `mode` (see `attempt`).
+    pub fn run(&self, config: &VmConfig, mode: NativeMode) -> Result<Option<RunReport>, Failure> {
+        let vcpus = if config.vcpus > 1 { format!(" --vcpus {}", config.vcpus) } else { String::new() };
+        let what = format!("{} {}{vcpus}", config.kernel_arg0, config.cmdline);
+        self.attempt(mode, &what, || run_config(&in_mode(config, mode)))
+    }
+
+    /// The failures since the last call, as lines for the table and as JSON.
+    fn take_failures(&self) -> (String, Value) {
+        let failed = std::mem::take(&mut *self.failed.borrow_mut());
+        let text = failed
+            .iter()
+            .map(|(what, e)| {
+                // First and last lines: the guest's end and (from its console) its last words.
+                let (first, last) = (e.lines().next().unwrap_or(""), e.lines().last().unwrap_or(""));
+                if first == last {
+                    format!("  {what}: {first}\n")
+                } else {
+                    format!("  {what}: {first} ... {last}\n")
+                }
+            })
+            .collect::<String>();
+        (text, json!(failed))
+    }
+}
+
+/// `config` set up to run in `mode`.
+pub fn in_mode(config: &VmConfig, mode: NativeMode) -> VmConfig {
+    let mut config = config.clone();
+    config.native = mode;
+    if mode != NativeMode::Off {
+        config.timeout = Some(NATIVE_TIMEOUT);
+    }
+    config
+}
 
 /// A VM configuration for a bench guest, console captured.
 pub fn config(guest: &str, cmdline: &str, pmu: Option<PmuSettings>) -> VmConfig {
@@ -35,11 +166,6 @@ pub fn config(guest: &str, cmdline: &str, pmu: Option<PmuSettings>) -> VmConfig 
         pmu,
         ..Default::default()
     }
-}
-
-/// Boot `guest` with `cmdline` and the given PMU, console captured; the run must succeed.
-pub fn run_guest(guest: &str, cmdline: &str, pmu: Option<PmuSettings>) -> Result<RunReport, Failure> {
-    run_config(&config(guest, cmdline, pmu))
 }
 
 thread_local! {
@@ -69,12 +195,13 @@ fn finish_progress() {
 }
 
 /// Boot a bench configuration; the run must succeed.
-pub fn run_config(config: &VmConfig) -> Result<RunReport, Failure> {
+fn run_config(config: &VmConfig) -> Result<RunReport, Failure> {
     let guest = config.kernel_arg0.as_str();
     PROGRESS.with(|p| {
         if let Some(bar) = p.borrow().as_ref() {
             bar.inc(1);
-            bar.set_message(format!("run {}: {guest} {}", bar.position(), config.cmdline));
+            let mode = mode_name(config.native);
+            bar.set_message(format!("run {}: {guest} {} ({mode})", bar.position(), config.cmdline));
         }
     });
     let vm = Vm::build(config).map_err(|e| Failure::usage(e.to_string()))?;
@@ -107,25 +234,41 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
         }
     }
     let reps = if args.quick { 2 } else { args.reps };
+    let mut modes = args.native.list();
     let mut results = serde_json::Map::new();
     results.insert("machine".into(), machine());
+    if modes != [NativeMode::Off] {
+        if let Err(reason) = vmm::native::host_support() {
+            eprintln!("perfvm bench: this host cannot run guests natively ({reason}): emulated only");
+            results.insert("native_unavailable".into(), json!(reason));
+            modes = vec![NativeMode::Off];
+        }
+    }
+    results.insert("modes".into(), json!(modes.iter().map(|m| mode_name(*m)).collect::<Vec<_>>()));
+    let bench = Bench { reps, quick: args.quick, modes, failed: Default::default() };
     for suite in &suites {
         if !args.json {
             eprintln!("perfvm bench: running {suite} ...");
         }
         start_progress(suite, args.json);
         let result: Result<(String, Value), Failure> = match suite.as_str() {
-            "pmu-ops" => pmu_ops::run(reps, args.quick),
-            "ctxsw" => ctxsw::run(reps, args.quick),
-            "precision" => precision::run(reps, args.quick),
-            "transitions" => transitions::run(reps, args.quick),
-            "nmi-order" => nmi_order::run(reps, args.quick),
-            "pv" => pv::run(reps, args.quick),
-            "scaling" => scaling::run(reps, args.quick),
+            "rate" => rate::run(&bench),
+            "pmu-ops" => pmu_ops::run(&bench),
+            "ctxsw" => ctxsw::run(&bench),
+            "precision" => precision::run(&bench),
+            "transitions" => transitions::run(&bench),
+            "nmi-order" => nmi_order::run(&bench),
+            "pv" => pv::run(&bench),
+            "scaling" => scaling::run(&bench),
             _ => unreachable!(),
         };
         finish_progress();
-        let (text, value) = result?;
+        let (mut text, mut value) = result?;
+        let (failed_text, failed) = bench.take_failures();
+        if !failed_text.is_empty() {
+            text.push_str(&format!("\nnative runs that failed (their cells are n/a):\n{failed_text}"));
+            value["native_failures"] = failed;
+        }
         if !args.json {
             println!("{text}");
         }

@@ -2,48 +2,59 @@
 //! step, legacy request order vs ours, under PMI-heavy sampling plus a host NMI source.
 
 use super::stats::{fmt, Summary};
-use super::{config, pmu, run_config, tsc_khz};
+use super::{config, mode_name, pmu, runs_natively, tsc_khz, Bench, NATIVE_WORK_SCALE};
 use crate::Failure;
 use pmu::Policy;
 use serde_json::{json, Value};
 use std::time::Duration;
+use vmm::native::NativeMode;
 use vmm::requests::RequestOrder;
 use vmm::vm::BackendKind;
 
-pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
+pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
     // A PMI every ~0.5 ms of guest cycles, an NMI from the host every 1 ms.
     let period = tsc_khz()? / 2;
-    let cmdline = format!("record -e 0x003c -c {period} -- {}", if quick { 1 } else { 3 });
+    let work = if b.quick { 1 } else { 3 };
+    let native = b.modes.iter().any(|m| *m != NativeMode::Off);
     let mut text = format!(
-        "nmi-order — ftest sampled every {period} cycles plus a host NMI every 1 ms, {reps} runs each\n\n{:<22} {:>8} {:>10} {:>12} {:>14} {:>16}\n",
-        "request order", "PMIs", "NMIs", "cancelled", "per PMI", "per 10 s"
+        "nmi-order — ftest sampled every {period} cycles plus a host NMI every 1 ms, {} runs each{}\n\n{:<22} {:<8} {:>8} {:>10} {:>12} {:>14} {:>16}\n",
+        b.reps,
+        if native { format!("; natively ftest does {NATIVE_WORK_SCALE}x the work") } else { String::new() },
+        "request order",
+        "mode", "PMIs", "NMIs", "cancelled", "per PMI", "per 10 s"
     );
     let mut rows = Vec::new();
     for (label, order) in [("legacy (NMI first)", RequestOrder::Legacy), ("ours (PMI first)", RequestOrder::PmiFirst)] {
-        let (mut pmis, mut nmis, mut cancelled, mut per_pmi, mut per_10s) = (vec![], vec![], vec![], vec![], vec![]);
-        for _ in 0..reps {
-            let mut cfg = config("ftest", &cmdline, pmu(BackendKind::Perf, Policy::default()));
+        for &mode in &b.modes {
+            let (mut pmis, mut nmis, mut cancelled, mut per_pmi, mut per_10s) =
+                (vec![], vec![], vec![], vec![], vec![]);
+            let mut cfg = config("ftest", "", pmu(BackendKind::Perf, Policy::default()));
             cfg.request_order = order;
             cfg.nmi_interval = Some(Duration::from_millis(1));
-            let r = run_config(&cfg)?;
-            let q = r.stats.requests;
-            pmis.push(q.pmi_nmis as f64);
-            nmis.push(q.external_nmis as f64);
-            cancelled.push(q.cancelled_entries as f64);
-            per_pmi.push(q.extra_entries_per_pmi());
-            per_10s.push(q.cancelled_entries as f64 * 1e10 / r.stats.wall_ns.max(1) as f64);
+            let scale = if runs_natively(&cfg, mode) { NATIVE_WORK_SCALE } else { 1 };
+            cfg.cmdline = format!("record -e 0x003c -c {period} -- {}", work * scale);
+            for _ in 0..b.reps {
+                let Some(r) = b.run(&cfg, mode)? else { break };
+                let q = r.stats.requests;
+                pmis.push(q.pmi_nmis as f64);
+                nmis.push(q.external_nmis as f64);
+                cancelled.push(q.cancelled_entries as f64);
+                per_pmi.push(q.extra_entries_per_pmi());
+                per_10s.push(q.cancelled_entries as f64 * 1e10 / r.stats.wall_ns.max(1) as f64);
+            }
+            let s = [&pmis, &nmis, &cancelled, &per_pmi, &per_10s].map(|v| Summary::of(v));
+            text.push_str(&format!(
+                "{:<22} {:<8} {:>8} {:>10} {:>12} {:>14.3} {:>16}\n",
+                label,
+                mode_name(mode),
+                fmt(s[0].median),
+                fmt(s[1].median),
+                fmt(s[2].median),
+                s[3].median,
+                fmt(s[4].median)
+            ));
+            rows.push(json!({"order": label, "mode": mode_name(mode), "pmis": s[0], "external_nmis": s[1], "cancelled_entries": s[2], "per_pmi": s[3], "per_10s": s[4]}));
         }
-        let s = [&pmis, &nmis, &cancelled, &per_pmi, &per_10s].map(|v| Summary::of(v));
-        text.push_str(&format!(
-            "{:<22} {:>8} {:>10} {:>12} {:>14.3} {:>16}\n",
-            label,
-            fmt(s[0].median),
-            fmt(s[1].median),
-            fmt(s[2].median),
-            s[3].median,
-            fmt(s[4].median)
-        ));
-        rows.push(json!({"order": label, "pmis": s[0], "external_nmis": s[1], "cancelled_entries": s[2], "per_pmi": s[3], "per_10s": s[4]}));
     }
-    Ok((text, json!({"rows": rows, "period_cycles": period, "reps": reps})))
+    Ok((text, json!({"rows": rows, "period_cycles": period, "reps": b.reps, "native_work_scale": NATIVE_WORK_SCALE})))
 }

@@ -1,4 +1,5 @@
-//! `perfvm bench --plot DIR`: one SVG bar chart per suite, legacy next to ours per category.
+//! `perfvm bench --plot DIR`: one SVG bar chart per suite, legacy next to ours per category,
+//! each in every execution mode.
 
 use plotters::prelude::*;
 use std::path::Path;
@@ -9,8 +10,10 @@ pub struct Chart {
     pub title: String,
     pub y_label: String,
     pub categories: Vec<String>,
-    /// (series name, one value per category)
+    /// (series name, one value per category), grouped by metric: `modes` consecutive series
+    /// are one metric in each execution mode, drawn in one color, lighter for later modes.
     pub series: Vec<(String, Vec<f64>)>,
+    pub modes: usize,
 }
 
 const COLORS: [RGBColor; 3] = [RGBColor(0xd6, 0x27, 0x28), RGBColor(0x1f, 0x77, 0xb4), RGBColor(0x2c, 0xa0, 0x2c)];
@@ -55,7 +58,8 @@ impl Chart {
             .draw()?;
         let k = self.series.len().max(1) as f64;
         for (s, (name, values)) in self.series.iter().enumerate() {
-            let color = COLORS[s % COLORS.len()];
+            let shade = 1.0 / (1 + s % self.modes.max(1)) as f64;
+            let color = COLORS[(s / self.modes.max(1)) % COLORS.len()].mix(shade);
             let width = 0.8 / k;
             chart
                 .draw_series(values.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| {
@@ -82,6 +86,7 @@ mod tests {
             y_label: "ns".into(),
             categories: vec!["alpha".into(), "beta".into()],
             series: vec![("legacy".into(), vec![3.0, 4.0]), ("reuse".into(), vec![1.0, f64::NAN])],
+            modes: 1,
         };
         let dir = std::env::temp_dir().join(format!("perfvm-plot-{}", std::process::id()));
         let path = chart.write(&dir, "x").unwrap();

@@ -3,11 +3,12 @@
 //! guest-measured PMI handler, from the `pmuops` guest on the perf backend.
 
 use super::stats::{fmt, ratio, Summary};
-use super::{console_value, run_guest};
+use super::{config, console_value, mode_name, Bench};
 use crate::Failure;
 use pmu::Policy;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use vmm::native::NativeMode;
 use vmm::vm::{BackendKind, PmuSettings};
 use vmm::vpmu::PmuOp;
 
@@ -21,6 +22,9 @@ const OPS: &[(PmuOp, &str)] = &[
     (PmuOp::PmiDelivery, "PMI delivery (VMM)"),
 ];
 
+/// One of a policy's per-run values.
+type Field = fn(&PolicyRuns) -> &Vec<f64>;
+
 #[derive(Default)]
 struct PolicyRuns {
     means: BTreeMap<PmuOp, Vec<f64>>,
@@ -31,91 +35,81 @@ struct PolicyRuns {
     syscalls: Vec<f64>,
 }
 
-pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
-    let cmdline = if quick { "100 20" } else { "300 60" };
+pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
+    let (reps, modes) = (b.reps, &b.modes);
+    let cmdline = if b.quick { "100 20" } else { "300 60" };
     let policies = [("legacy", Policy::Legacy), ("reuse", Policy::default())];
-    let mut runs: [PolicyRuns; 2] = Default::default();
+    // [mode][policy]
+    let mut runs: Vec<[PolicyRuns; 2]> = modes.iter().map(|_| Default::default()).collect();
     let mut backend_detail = String::new();
     for _ in 0..reps {
-        for (i, (_, policy)) in policies.iter().enumerate() {
-            let settings = PmuSettings { backend: BackendKind::Perf, policy: *policy, ..Default::default() };
-            let report = run_guest("pmuops", cmdline, Some(settings))?;
-            let pmu = report.stats.pmu.as_ref().expect("PMU report");
-            backend_detail = pmu.backend_detail.clone();
-            let r = &mut runs[i];
-            for (op, _) in OPS {
-                if let Some(t) = pmu.vmm.ops.get(op) {
-                    r.means.entry(*op).or_default().push(t.mean_ns());
-                    r.maxes.entry(*op).or_default().push(t.max_ns as f64);
+        for (&mode, mode_runs) in modes.iter().zip(&mut runs) {
+            for ((_, policy), r) in policies.iter().zip(mode_runs.iter_mut()) {
+                let settings = PmuSettings { backend: BackendKind::Perf, policy: *policy, ..Default::default() };
+                let Some(report) = b.run(&config("pmuops", cmdline, Some(settings)), mode)? else { continue };
+                let pmu = report.stats.pmu.as_ref().expect("PMU report");
+                backend_detail = pmu.backend_detail.clone();
+                for (op, _) in OPS {
+                    if let Some(t) = pmu.vmm.ops.get(op) {
+                        r.means.entry(*op).or_default().push(t.mean_ns());
+                        r.maxes.entry(*op).or_default().push(t.max_ns as f64);
+                    }
                 }
+                r.handler_mean.extend(console_value(&report, "pmuops: pmi handler", "mean_ns"));
+                r.handler_max.extend(console_value(&report, "pmuops: pmi handler", "max_ns"));
+                r.created.push(pmu.model.events_created as f64);
+                r.syscalls.push(pmu.host_syscalls as f64);
             }
-            r.handler_mean.extend(console_value(&report, "pmuops: pmi handler", "mean_ns"));
-            r.handler_max.extend(console_value(&report, "pmuops: pmi handler", "max_ns"));
-            r.created.push(pmu.model.events_created as f64);
-            r.syscalls.push(pmu.host_syscalls as f64);
         }
     }
     let mut text = format!(
         "pmu-ops — VMM time per guest PMU operation, perf backend ({backend_detail})\n\
          {reps} runs per policy, alternating: median of the per-run means, and the worst single operation\n\n\
-         {:<24} {:>14} {:>12} {:>14} {:>12} {:>13}\n",
-        "operation", "legacy mean", "legacy max", "reuse mean", "reuse max", "legacy/reuse"
+         {:<24} {:<8} {:>14} {:>12} {:>14} {:>12} {:>13}\n",
+        "operation", "mode", "legacy mean", "legacy max", "reuse mean", "reuse max", "legacy/reuse"
     );
     let mut rows = Vec::new();
-    let mut row = |label: &str, lm: Summary, lx: Summary, rm: Summary, rx: Summary| {
+    let mut row = |label: &str, mode: NativeMode, [lm, lx, rm, rx]: [Summary; 4]| {
         text.push_str(&format!(
-            "{:<24} {:>11} ns {:>9} ns {:>11} ns {:>9} ns {:>13}\n",
+            "{:<24} {:<8} {:>11} ns {:>9} ns {:>11} ns {:>9} ns {:>13}\n",
             label,
+            mode_name(mode),
             fmt(lm.median),
             fmt(lx.max),
             fmt(rm.median),
             fmt(rx.max),
             ratio(lm.median, rm.median)
         ));
-        rows.push(json!({"operation": label, "legacy_mean_ns": lm, "legacy_max_ns": lx.max, "reuse_mean_ns": rm, "reuse_max_ns": rx.max, "ratio": lm.median / rm.median}));
+        rows.push(json!({"operation": label, "mode": mode_name(mode), "legacy_mean_ns": lm, "legacy_max_ns": lx.max, "reuse_mean_ns": rm, "reuse_max_ns": rx.max, "ratio": lm.median / rm.median}));
     };
     let get = |r: &PolicyRuns, op: &PmuOp, max: bool| {
         Summary::of(if max { &r.maxes } else { &r.means }.get(op).map(Vec::as_slice).unwrap_or(&[]))
     };
     for (op, label) in OPS {
-        if runs[0].means.contains_key(op) || runs[1].means.contains_key(op) {
-            row(
-                label,
-                get(&runs[0], op, false),
-                get(&runs[0], op, true),
-                get(&runs[1], op, false),
-                get(&runs[1], op, true),
-            );
+        // An operation some run saw gets a row in every mode (n/a where none saw it).
+        if !runs.iter().flatten().any(|r| r.means.contains_key(op)) {
+            continue;
+        }
+        for (&mode, [l, r]) in modes.iter().zip(&runs) {
+            row(label, mode, [get(l, op, false), get(l, op, true), get(r, op, false), get(r, op, true)]);
         }
     }
-    row(
-        "PMI handler (guest)",
-        Summary::of(&runs[0].handler_mean),
-        Summary::of(&runs[0].handler_max),
-        Summary::of(&runs[1].handler_mean),
-        Summary::of(&runs[1].handler_max),
-    );
-    let created = (Summary::of(&runs[0].created), Summary::of(&runs[1].created));
-    let syscalls = (Summary::of(&runs[0].syscalls), Summary::of(&runs[1].syscalls));
-    text.push_str(&format!(
-        "\n{:<24} {:>14} {:>27}\n",
-        "host events created/run",
-        fmt(created.0.median),
-        fmt(created.1.median)
-    ));
-    text.push_str(&format!(
-        "{:<24} {:>14} {:>27}\n",
-        "backend syscalls/run",
-        fmt(syscalls.0.median),
-        fmt(syscalls.1.median)
-    ));
-    let value = json!({
-        "backend": backend_detail,
-        "reps": reps,
-        "guest_cmdline": cmdline,
-        "rows": rows,
-        "events_created": {"legacy": created.0, "reuse": created.1},
-        "backend_syscalls": {"legacy": syscalls.0, "reuse": syscalls.1},
-    });
+    for (&mode, [l, r]) in modes.iter().zip(&runs) {
+        let handler = [&l.handler_mean, &l.handler_max, &r.handler_mean, &r.handler_max].map(|v| Summary::of(v));
+        row("PMI handler (guest)", mode, handler);
+    }
+    text.push('\n');
+    let mut value = json!({"backend": backend_detail, "reps": reps, "guest_cmdline": cmdline, "rows": rows});
+    let totals: [(&str, &str, Field); 2] = [
+        ("host events created/run", "events_created", |p| &p.created),
+        ("backend syscalls/run", "backend_syscalls", |p| &p.syscalls),
+    ];
+    for (label, key, field) in totals {
+        for (&mode, [l, r]) in modes.iter().zip(&runs) {
+            let (l, r) = (Summary::of(field(l)), Summary::of(field(r)));
+            text.push_str(&format!("{label:<24} {:<8} {:>14} {:>27}\n", mode_name(mode), fmt(l.median), fmt(r.median)));
+            value[key][mode_name(mode)] = json!({"legacy": l, "reuse": r});
+        }
+    }
     Ok((text, value))
 }

@@ -4,7 +4,7 @@
 //! the cost of sampling at the default rate.
 
 use super::stats::{fmt, Summary};
-use super::{config, pmu, tsc_khz};
+use super::{config, in_mode, mode_name, pmu, runs_natively, tsc_khz, Bench, NATIVE_WORK_SCALE};
 use crate::cli::DEFAULT_RECORD_FREQ;
 use crate::events;
 use crate::profile::tvd;
@@ -13,22 +13,53 @@ use crate::Failure;
 use pmu::Policy;
 use serde_json::{json, Value};
 use std::time::Instant;
+use vmm::native::NativeMode;
 use vmm::vm::BackendKind;
+use vmm::VmConfig;
 
+/// ftest's profile in `mode`; None where a native run failed (see `Bench::attempt`).
 fn profile(
-    backend: BackendKind,
-    policy: Policy,
+    b: &Bench,
+    mode: NativeMode,
+    (backend, policy): (BackendKind, Policy),
     event: &str,
     period: u64,
     reference: bool,
-) -> Result<RecordFile, Failure> {
-    let mut cfg = config("ftest", "", pmu(backend, policy));
-    cfg.capture_console = true;
-    let (file, code) = record(cfg, "ftest", &[], events::parse(event).unwrap(), period, reference, Instant::now())?;
-    if code != 0 {
-        return Err(Failure { code: 1, message: format!("ftest record ended with {code}") });
+) -> Result<Option<RecordFile>, Failure> {
+    let cfg = in_mode(&config("ftest", "", pmu(backend, policy)), mode);
+    let args = work(&cfg, mode, backend);
+    let policy_name = if matches!(policy, Policy::Legacy) { "legacy" } else { "reuse" };
+    let backend_name = if backend == BackendKind::Exact { "exact" } else { "perf" };
+    let how = if reference { "--reference".to_owned() } else { format!("-e {event} -c {period}") };
+    let what = format!("record {how} --backend {backend_name} --policy {policy_name} ftest {}", args.join(" "));
+    b.attempt(mode, &what, || {
+        let (file, code) =
+            record(cfg, "ftest", &args, events::parse(event).unwrap(), period, reference, Instant::now())?;
+        match code {
+            0 if file.samples == 0 => Err(Failure { code: 1, message: "no samples".into() }),
+            0 => Ok(file),
+            _ => Err(Failure { code: 1, message: format!("ftest record ended with {code}") }),
+        }
+    })
+}
+
+/// ftest's arguments: sampling does natively the work it does emulated in the same time;
+/// the exact backend single-steps, at emulation speed in both modes.
+fn work(cfg: &VmConfig, mode: NativeMode, backend: BackendKind) -> Vec<String> {
+    if backend == BackendKind::Perf && runs_natively(cfg, mode) {
+        vec![NATIVE_WORK_SCALE.to_string()]
+    } else {
+        vec![]
     }
-    Ok(file)
+}
+
+/// A TVD to 4 places, or n/a.
+fn tvd4(t: f64) -> String {
+    if t.is_finite() {
+        format!("{t:.4}")
+    } else {
+        "n/a".into()
+    }
 }
 
 fn shares(f: &RecordFile) -> Value {
@@ -37,96 +68,136 @@ fn shares(f: &RecordFile) -> Value {
     json!(v)
 }
 
-pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
-    let khz = tsc_khz()?;
+/// One mode's results: table lines (label, cells) with their JSON, then the summary lines.
+struct ModeResult {
+    lines: Vec<(String, String, Value)>,
+    reference: Option<RecordFile>,
+    exact: Option<RecordFile>,
+    summary: String,
+    json: Value,
+}
+
+fn run_mode(b: &Bench, mode: NativeMode, khz: u64) -> Result<ModeResult, Failure> {
     let default_period = khz * 1000 / DEFAULT_RECORD_FREQ;
     let fast_period = khz * 1000 / 2000;
-    let reference = profile(BackendKind::Exact, Policy::default(), "instructions", 1, true)?;
-    let exact = profile(BackendKind::Exact, Policy::default(), "instructions", 997, false)?;
-    let mut text =
-        String::from("precision — ftest per-function shares vs the exact reference (TVD: 0 same, 1 disjoint)\n\n");
-    text.push_str(&format!("{:<46} {:>10} {:>8}\n", "profile", "samples", "TVD"));
-    let mut rows = vec![
-        json!({"profile": "reference: exact, every retired instruction", "samples": reference.samples, "tvd": 0.0, "shares": shares(&reference)}),
-    ];
-    text.push_str(&format!("{:<46} {:>10} {:>8}\n", "reference (exact, every instruction)", reference.samples, "0"));
-    let t = tvd(&reference.profile, &exact.profile);
-    text.push_str(&format!("{:<46} {:>10} {:>8.4}\n", "record -e instructions -c 997, exact", exact.samples, t));
-    rows.push(json!({"profile": "record -e instructions -c 997 --backend exact", "samples": exact.samples, "tvd": t, "shares": shares(&exact)}));
+    let (exact, perf) = ((BackendKind::Exact, Policy::default()), (BackendKind::Perf, Policy::default()));
+    let reference = profile(b, mode, exact, "instructions", 1, true)?;
+    let sampled = profile(b, mode, exact, "instructions", 997, false)?;
+    let samples = |f: &Option<RecordFile>| f.as_ref().map_or(f64::NAN, |f| f.samples as f64);
+    let tvd_to = |f: &RecordFile| reference.as_ref().map_or(f64::NAN, |r| tvd(&r.profile, &f.profile));
+    let mut lines = vec![(
+        "reference (exact, every instruction)".to_owned(),
+        format!("{:>10} {:>8}", fmt(samples(&reference)), "0"),
+        json!({"profile": "reference: exact, every retired instruction", "samples": samples(&reference), "tvd": 0.0,
+               "shares": reference.as_ref().map(shares)}),
+    )];
+    let t = sampled.as_ref().map_or(f64::NAN, tvd_to);
+    lines.push((
+        "record -e instructions -c 997, exact".to_owned(),
+        format!("{:>10} {:>8}", fmt(samples(&sampled)), tvd4(t)),
+        json!({"profile": "record -e instructions -c 997 --backend exact", "samples": samples(&sampled), "tvd": t,
+               "shares": sampled.as_ref().map(shares)}),
+    ));
     for (label, period) in [
         (format!("record -e cycles -F {DEFAULT_RECORD_FREQ}, perf"), default_period),
         ("record -e cycles -F 2000, perf".to_owned(), fast_period),
     ] {
-        let mut tvds = Vec::new();
-        let mut samples = Vec::new();
-        for _ in 0..reps.max(1) {
-            let f = profile(BackendKind::Perf, Policy::default(), "cycles", period, false)?;
-            tvds.push(tvd(&reference.profile, &f.profile));
-            samples.push(f.samples as f64);
+        let (mut tvds, mut n) = (Vec::new(), Vec::new());
+        for _ in 0..b.reps.max(1) {
+            let Some(f) = profile(b, mode, perf, "cycles", period, false)? else { break };
+            tvds.push(tvd_to(&f));
+            n.push(f.samples as f64);
         }
-        let (t, n) = (Summary::of(&tvds), Summary::of(&samples));
-        text.push_str(&format!(
-            "{:<46} {:>10} {:>8.4}  (median of {}, {:.4}–{:.4})\n",
-            label,
-            fmt(n.median),
-            t.median,
-            t.n,
-            t.min,
-            t.max
-        ));
-        rows.push(json!({"profile": label, "samples": n, "tvd": t}));
-    }
-    text.push_str("\nshares (reference | exact sampled):\n");
-    let (rs, es) = (reference.profile.shares(), exact.profile.shares());
-    let mut syms: Vec<_> = rs.iter().filter(|(_, v)| **v >= 0.005).collect();
-    syms.sort_by(|a, b| b.1.total_cmp(a.1));
-    for (s, v) in syms {
-        text.push_str(&format!(
-            "  {:<12} {:>6.2}% | {:>6.2}%\n",
-            s,
-            100.0 * v,
-            100.0 * es.get(s).copied().unwrap_or(0.0)
-        ));
+        let (t, n) = (Summary::of(&tvds), Summary::of(&n));
+        let spread =
+            if t.n > 0 { format!("  (median of {}, {:.4}–{:.4})", t.n, t.min, t.max) } else { String::new() };
+        let cells = format!("{:>10} {:>8}{spread}", fmt(n.median), tvd4(t.median));
+        lines.push((label.clone(), cells, json!({"profile": label, "samples": n, "tvd": t})));
     }
 
     // Samples in the same guest run time, and what sampling costs, on the perf backend.
     let mut per_policy = Vec::new();
-    for (label, policy) in [("legacy", Policy::Legacy), ("reuse", Policy::default())] {
+    for policy in [Policy::Legacy, Policy::default()] {
         let mut rate = Vec::new();
-        for _ in 0..reps.max(1) {
-            let f = profile(BackendKind::Perf, policy, "cycles", fast_period, false)?;
+        for _ in 0..b.reps.max(1) {
+            let Some(f) = profile(b, mode, (BackendKind::Perf, policy), "cycles", fast_period, false)? else { break };
             rate.push(f.samples as f64 / (f.workload_ns.unwrap_or(f.wall_ns) as f64 / 1e9));
         }
-        per_policy.push((label, Summary::of(&rate)));
+        per_policy.push(Summary::of(&rate));
     }
-    text.push_str(&format!(
-        "\nsamples per second of guest run time (record -e cycles -F 2000, perf): legacy {} | reuse {}\n",
-        fmt(per_policy[0].1.median),
-        fmt(per_policy[1].1.median)
-    ));
-    let mut plain = Vec::new();
-    let mut sampled = Vec::new();
-    let runs = if quick { 3 } else { reps.max(5) };
+    let (mut plain, mut sampled_ns) = (Vec::new(), Vec::new());
+    let runs = if b.quick { 3 } else { b.reps.max(5) };
+    let mut cfg = config("ftest", "", pmu(BackendKind::Perf, Policy::default()));
+    cfg.cmdline = format!("stat -e 0x003c -- {}", work(&cfg, mode, BackendKind::Perf).join(" "));
     for _ in 0..runs {
-        let mut cfg = config("ftest", "stat -e 0x003c --", pmu(BackendKind::Perf, Policy::default()));
-        cfg.capture_console = true;
-        let r = super::run_config(&cfg)?;
+        let (Some(r), Some(f)) = (b.run(&cfg, mode)?, profile(b, mode, perf, "cycles", default_period, false)?) else {
+            break;
+        };
         plain.push(r.agent.workload_ns().unwrap_or(r.stats.wall_ns) as f64);
-        let f = profile(BackendKind::Perf, Policy::default(), "cycles", default_period, false)?;
-        sampled.push(f.workload_ns.unwrap_or(f.wall_ns) as f64);
+        sampled_ns.push(f.workload_ns.unwrap_or(f.wall_ns) as f64);
     }
-    let (p, s) = (Summary::of(&plain), Summary::of(&sampled));
+    let (p, s) = (Summary::of(&plain), Summary::of(&sampled_ns));
     let overhead = 100.0 * (s.median / p.median - 1.0);
-    text.push_str(&format!(
-        "sampling overhead at the default rate (-F {DEFAULT_RECORD_FREQ}): ftest {:.3} s counting vs {:.3} s sampling = {:+.2}% ({} runs each)\n",
-        p.median / 1e9,
-        s.median / 1e9,
-        overhead,
-        runs
-    ));
-    Ok((
-        text,
-        json!({"rows": rows, "samples_per_second": {"legacy": per_policy[0].1, "reuse": per_policy[1].1},
-               "overhead_percent": overhead, "plain_ns": p, "sampled_ns": s, "default_period": default_period}),
-    ))
+    let mut summary = format!(
+        "{}: samples per second of guest run time (record -e cycles -F 2000, perf): legacy {} | reuse {}\n",
+        mode_name(mode),
+        fmt(per_policy[0].median),
+        fmt(per_policy[1].median),
+    );
+    if p.n > 0 {
+        summary.push_str(&format!(
+            "{}: sampling overhead at the default rate (-F {DEFAULT_RECORD_FREQ}): ftest {:.3} s counting vs {:.3} s sampling = {:+.2}% ({} runs each)\n",
+            mode_name(mode),
+            p.median / 1e9,
+            s.median / 1e9,
+            overhead,
+            p.n
+        ));
+    }
+    let json = json!({"samples_per_second": {"legacy": per_policy[0], "reuse": per_policy[1]},
+                      "overhead_percent": overhead, "plain_ns": p, "sampled_ns": s});
+    Ok(ModeResult { lines, reference, exact: sampled, summary, json })
+}
+
+pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
+    let khz = tsc_khz()?;
+    let results = b.modes.iter().map(|&m| run_mode(b, m, khz)).collect::<Result<Vec<_>, _>>()?;
+    let mut text =
+        String::from("precision — ftest per-function shares vs the exact reference (TVD: 0 same, 1 disjoint)\n");
+    if b.modes.iter().any(|m| *m != NativeMode::Off) {
+        text.push_str(&format!(
+            "native sampling runs do {NATIVE_WORK_SCALE}x ftest's work, to sample as long as emulated runs\n"
+        ));
+    }
+    text.push_str(&format!("\n{:<46} {:<8} {:>10} {:>8}\n", "profile", "mode", "samples", "TVD"));
+    let mut rows = Vec::new();
+    for i in 0..results[0].lines.len() {
+        for (&mode, r) in b.modes.iter().zip(&results) {
+            let (label, cells, row) = &r.lines[i];
+            text.push_str(&format!("{label:<46} {:<8} {cells}\n", mode_name(mode)));
+            let mut row = row.clone();
+            row["mode"] = json!(mode_name(mode));
+            rows.push(row);
+        }
+    }
+    text.push_str("\nshares (reference | exact sampled):\n");
+    for (&mode, r) in b.modes.iter().zip(&results) {
+        let (Some(reference), Some(exact)) = (&r.reference, &r.exact) else { continue };
+        text.push_str(&format!("  {}:\n", mode_name(mode)));
+        let (rs, es) = (reference.profile.shares(), exact.profile.shares());
+        let mut syms: Vec<_> = rs.iter().filter(|(_, v)| **v >= 0.005).collect();
+        syms.sort_by(|a, b| b.1.total_cmp(a.1));
+        for (s, v) in syms {
+            let e = es.get(s).copied().unwrap_or(0.0);
+            text.push_str(&format!("    {:<12} {:>6.2}% | {:>6.2}%\n", s, 100.0 * v, 100.0 * e));
+        }
+    }
+    text.push('\n');
+    let mut by_mode = serde_json::Map::new();
+    for (&mode, r) in b.modes.iter().zip(&results) {
+        text.push_str(&r.summary);
+        by_mode.insert(mode_name(mode).into(), r.json.clone());
+    }
+    let default_period = khz * 1000 / DEFAULT_RECORD_FREQ;
+    Ok((text, json!({"rows": rows, "by_mode": by_mode, "default_period": default_period})))
 }

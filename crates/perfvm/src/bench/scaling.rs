@@ -1,16 +1,24 @@
 //! Suite `scaling`: how the VMM cost of guest PMU operations grows with the number of
 //! counters (1..8) and of vCPUs (1..2), legacy vs reuse (pmuops, perf backend).
 
-use super::run_config;
 use super::stats::{fmt, ratio, Summary};
+use super::{mode_name, Bench};
 use crate::Failure;
 use pmu::Policy;
 use serde_json::{json, Value};
+use vmm::native::NativeMode;
 use vmm::vm::PmuSettings;
 use vmm::vpmu::PmuOp;
 
 /// Median over runs of the mean VMM ns per GLOBAL_CTRL enable, and per PMU MSR exit.
-fn measure(counters: u8, vcpus: u32, policy: Policy, reps: usize, rounds: u32) -> Result<(Summary, Summary), Failure> {
+fn measure(
+    b: &Bench,
+    mode: NativeMode,
+    (counters, vcpus): (u8, u32),
+    policy: Policy,
+    reps: usize,
+    rounds: u32,
+) -> Result<(Summary, Summary), Failure> {
     let (mut enable, mut per_exit) = (Vec::new(), Vec::new());
     for _ in 0..reps {
         let mut cfg = super::config(
@@ -19,7 +27,7 @@ fn measure(counters: u8, vcpus: u32, policy: Policy, reps: usize, rounds: u32) -
             Some(PmuSettings { gp_counters: counters, policy, ..Default::default() }),
         );
         cfg.vcpus = vcpus;
-        let r = run_config(&cfg)?;
+        let Some(r) = b.run(&cfg, mode)? else { break };
         let p = r.stats.pmu.as_ref().expect("PMU");
         if let Some(t) = p.vmm.ops.get(&PmuOp::GlobalCtrlEnable) {
             enable.push(t.mean_ns());
@@ -29,28 +37,34 @@ fn measure(counters: u8, vcpus: u32, policy: Policy, reps: usize, rounds: u32) -
     Ok((Summary::of(&enable), Summary::of(&per_exit)))
 }
 
-pub fn run(reps: usize, quick: bool) -> Result<(String, Value), Failure> {
-    let rounds = if quick { 30 } else { 100 };
-    let reps = reps.min(3);
+pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
+    let rounds = if b.quick { 30 } else { 100 };
+    let reps = b.reps.min(3);
     let mut text = format!(
         "scaling — VMM ns per GLOBAL_CTRL enable (all counters on), pmuops {rounds} rounds, {reps} runs each\n\n"
     );
-    text.push_str(&format!("{:<18} {:>14} {:>14} {:>13}\n", "counters x vCPUs", "legacy", "reuse", "legacy/reuse"));
+    text.push_str(&format!(
+        "{:<18} {:<8} {:>14} {:>14} {:>13}\n",
+        "counters x vCPUs", "mode", "legacy", "reuse", "legacy/reuse"
+    ));
     let mut rows = Vec::new();
-    let counters: &[u8] = if quick { &[1, 4, 8] } else { &[1, 2, 3, 4, 5, 6, 7, 8] };
+    let counters: &[u8] = if b.quick { &[1, 4, 8] } else { &[1, 2, 3, 4, 5, 6, 7, 8] };
     let mut grid: Vec<(u8, u32)> = counters.iter().map(|&c| (c, 1)).collect();
     grid.push((4, 2));
     for (c, v) in grid {
-        let (l, _) = measure(c, v, Policy::Legacy, reps, rounds)?;
-        let (r, _) = measure(c, v, Policy::default(), reps, rounds)?;
-        text.push_str(&format!(
-            "{:<18} {:>11} ns {:>11} ns {:>13}\n",
-            format!("{c} x {v}"),
-            fmt(l.median),
-            fmt(r.median),
-            ratio(l.median, r.median)
-        ));
-        rows.push(json!({"counters": c, "vcpus": v, "legacy_ns": l, "reuse_ns": r}));
+        for &mode in &b.modes {
+            let (l, _) = measure(b, mode, (c, v), Policy::Legacy, reps, rounds)?;
+            let (r, _) = measure(b, mode, (c, v), Policy::default(), reps, rounds)?;
+            text.push_str(&format!(
+                "{:<18} {:<8} {:>11} ns {:>11} ns {:>13}\n",
+                format!("{c} x {v}"),
+                mode_name(mode),
+                fmt(l.median),
+                fmt(r.median),
+                ratio(l.median, r.median)
+            ));
+            rows.push(json!({"counters": c, "vcpus": v, "mode": mode_name(mode), "legacy_ns": l, "reuse_ns": r}));
+        }
     }
     Ok((text, json!({"rows": rows, "rounds": rounds, "reps": reps})))
 }

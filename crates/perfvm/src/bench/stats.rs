@@ -36,6 +36,16 @@ pub fn fmt(x: f64) -> String {
     }
 }
 
+/// A rate with an SI prefix: "4.61 G/s".
+pub fn per_second(x: f64) -> String {
+    let (scale, prefix) = [(1e9, "G"), (1e6, "M"), (1e3, "k")].into_iter().find(|(s, _)| x >= *s).unwrap_or((1.0, ""));
+    if x.is_finite() {
+        format!("{:.2} {prefix}/s", x / scale)
+    } else {
+        "n/a".into()
+    }
+}
+
 /// a / b as "12.3x".
 pub fn ratio(a: f64, b: f64) -> String {
     if b > 0.0 && a.is_finite() {
@@ -57,5 +67,8 @@ mod tests {
         assert_eq!(Summary::of(&[]).n, 0);
         assert_eq!(ratio(10.0, 4.0), "2.5x");
         assert_eq!(ratio(1.0, 0.0), "n/a");
+        assert_eq!(per_second(4.614e9), "4.61 G/s");
+        assert_eq!(per_second(1.09e6), "1.09 M/s");
+        assert_eq!(per_second(f64::NAN), "n/a");
     }
 }

@@ -16,6 +16,33 @@ macro_rules! require_kvm {
     };
 }
 
+/// Skip the calling test, loudly, where this host cannot run guests natively.
+#[macro_export]
+macro_rules! require_native {
+    () => {
+        require_kvm!();
+        if let Err(reason) = vmm::native::host_support() {
+            let _ = std::io::Write::write_fmt(
+                &mut std::io::stderr(),
+                format_args!("SKIP {}: needs native mode: {reason}\n", module_path!()),
+            );
+            return;
+        }
+    };
+}
+
+/// The execution modes a conformance test runs in: both where the host has native mode
+/// (saying so loudly where it does not).
+pub fn modes(test: &str) -> Vec<&'static str> {
+    match vmm::native::host_support() {
+        Ok(()) => vec!["off", "on"],
+        Err(reason) => {
+            let _ = writeln!(std::io::stderr(), "SKIP {test} (native half): needs native mode: {reason}");
+            vec!["off"]
+        }
+    }
+}
+
 pub fn skip(test: &str, reason: &str) {
     let _ = writeln!(std::io::stderr(), "SKIP {test}: needs /dev/kvm: {reason}");
 }

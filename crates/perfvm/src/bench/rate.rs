@@ -1,0 +1,111 @@
+//! Suite `rate`: what native execution buys and what it costs. The same dec/jnz loop (2
+//! instructions per iteration) on a host thread in this process and in the `rate` guest in
+//! each mode, timed by the TSC; and an exit's roundtrip seen from the guest in each mode:
+//! port IO (`portio`, vPMU off) and a filtered MSR (`rate N msr`: RDMSR of GLOBAL_CTRL,
+//! which the vPMU takes from KVM's MSR filter).
+
+use super::stats::{fmt, per_second, Summary};
+use super::transitions::portio_ns;
+use super::{config, console_value, mode_name, runs_natively, Bench};
+use crate::Failure;
+use serde_json::{json, Value};
+use std::time::Instant;
+use vmm::native::NativeMode;
+use vmm::vm::PmuSettings;
+use vmm::RunReport;
+
+/// Loop iterations: ~1 s natively and on the host (several 10^9 instructions/s), ~2 s
+/// emulated (~1 µs per instruction).
+fn iterations(native: bool, quick: bool) -> u64 {
+    match (native, quick) {
+        (true, false) => 2_000_000_000,
+        (true, true) => 200_000_000,
+        (false, false) => 1_000_000,
+        (false, true) => 200_000,
+    }
+}
+
+/// Instructions per second of the guest/rate.c loop run on this thread.
+fn host_rate(n: u64) -> f64 {
+    let n = n.max(1);
+    let start = Instant::now();
+    // SAFETY: the loop only counts a register down (asm! assumes the flags clobbered).
+    unsafe { core::arch::asm!("2:", "dec {n}", "jnz 2b", n = inout(reg) n => _, options(nomem, nostack)) };
+    2.0 * n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Instructions per second of the guest's loop, from its `rate: loop` line.
+fn guest_rate(report: &RunReport) -> Option<f64> {
+    let get = |key| console_value(report, "rate: loop", key);
+    let seconds = get("tsc")? / (get("tsc_khz")? * 1000.0);
+    Some(get("instructions")? / seconds)
+}
+
+pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
+    let host_n = iterations(true, b.quick);
+    let mut host = Vec::new();
+    // Per mode: iterations, instructions/s, port-IO roundtrip ns, RDMSR roundtrip ns.
+    let mut per: Vec<(u64, [Vec<f64>; 3])> = b.modes.iter().map(|_| Default::default()).collect();
+    for _ in 0..b.reps {
+        host.push(host_rate(host_n));
+        for (&mode, (n, [rate, portio, rdmsr])) in b.modes.iter().zip(&mut per) {
+            let mut cfg = config("rate", "", Some(PmuSettings::default()));
+            *n = iterations(runs_natively(&cfg, mode), b.quick);
+            cfg.cmdline = format!("{n} msr");
+            if let Some(r) = b.run(&cfg, mode)? {
+                rate.extend(guest_rate(&r));
+                rdmsr.extend(console_value(&r, "rate: rdmsr", "ns"));
+            }
+            if let Some(r) = b.run(&config("portio", "", None), mode)? {
+                portio.extend(portio_ns(&r));
+            }
+        }
+    }
+    let host = Summary::of(&host);
+    let mut text = format!(
+        "rate — the same dec/jnz loop (2 instructions per iteration) on a host thread and in the guest (TSC-timed),\n\
+         and an exit's roundtrip seen from the guest (portio's OUT, rate's RDMSR); {} runs each (median)\n\n\
+         {:<12} {:>14} {:>12} {:>16} {:>16}\n\
+         {:<12} {:>14} {:>12}\n",
+        b.reps,
+        "where",
+        "iterations",
+        "instr/s",
+        "port-IO exit",
+        "filtered RDMSR",
+        "host thread",
+        fmt(host_n as f64),
+        per_second(host.median)
+    );
+    let mut rows = vec![json!({"mode": "host", "iterations": host_n, "instr_per_s": host})];
+    let mut medians = Vec::new();
+    for (&mode, (n, v)) in b.modes.iter().zip(&per) {
+        let [rate, portio, rdmsr] = v.each_ref().map(|v| Summary::of(v));
+        text.push_str(&format!(
+            "{:<12} {:>14} {:>12} {:>13} ns {:>13} ns\n",
+            mode_name(mode),
+            fmt(*n as f64),
+            per_second(rate.median),
+            fmt(portio.median),
+            fmt(rdmsr.median)
+        ));
+        rows.push(json!({"mode": mode_name(mode), "iterations": n, "instr_per_s": rate,
+                         "portio_roundtrip_ns": portio, "rdmsr_roundtrip_ns": rdmsr}));
+        medians.push([rate.median, portio.median, rdmsr.median]);
+    }
+    let mut value = json!({"rows": rows, "reps": b.reps});
+    let of = |mode| b.modes.iter().position(|m| *m == mode).map(|i| medians[i]);
+    if let (Some(native), Some(emulated)) = (of(NativeMode::On), of(NativeMode::Off)) {
+        let x = |a: f64, b: f64| format!("{}x", fmt(a / b));
+        text.push_str(&format!(
+            "\ninstr/s: native/host {}, native/emulated {}; exit roundtrip native/emulated: port IO {}, RDMSR {}\n",
+            x(native[0], host.median),
+            x(native[0], emulated[0]),
+            x(native[1], emulated[1]),
+            x(native[2], emulated[2])
+        ));
+        value["native_over_host"] = json!(native[0] / host.median);
+        value["native_over_emulated"] = json!(native[0] / emulated[0]);
+    }
+    Ok((text, value))
+}

@@ -1,0 +1,44 @@
+//! Overflow notifications of the perf backend: lost ones are detected and reported, and a
+//! period too short for the host to keep up with is throttled instead of livelocking.
+
+mod common;
+use common::*;
+
+/// `(taken, lost, throttled)` from `record --stats`, and the whole stderr.
+fn record(env: &[(&str, &str)], extra: &[&str]) -> ((u64, u64, u64), String) {
+    let out = temp_file("notifications.json", b"");
+    let mut args = vec!["record", "--stats", "--native", "off", "-o", &out];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["ftest", "1"]);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
+        .args(&args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("perfvm");
+    let err = stderr(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    let line = err.lines().find(|l| l.contains("overflow notifications")).unwrap_or_else(|| panic!("{err}"));
+    let n: Vec<u64> = line.split([' ', ',']).filter_map(|w| w.parse().ok()).collect();
+    assert_eq!(n.len(), 3, "{line}");
+    ((n[0], n[1], n[2]), err)
+}
+
+#[test]
+fn dropped_notifications_are_counted_as_lost() {
+    require_kvm!();
+    let ((taken, lost, _), _) = record(&[], &["-c", "2000000"]);
+    assert!(taken > 20 && lost * 20 <= taken, "none dropped: {taken} taken, {lost} lost");
+    let ((taken, lost, _), _) = record(&[(vmm::vpmu::DROP_ENV, "2")], &["-c", "2000000"]);
+    assert!(lost * 2 >= taken && lost <= taken * 2, "every 2nd dropped: {taken} taken, {lost} lost");
+    let ((taken, lost, _), err) = record(&[(vmm::vpmu::DROP_ENV, "1")], &["-c", "2000000"]);
+    assert!(taken == 0 && lost > 20, "all dropped: {taken} taken, {lost} lost");
+    assert!(err.contains("perfvm: warning: captured") && err.contains("overflow notifications lost"), "{err}");
+}
+
+#[test]
+fn a_period_too_short_is_throttled_and_the_guest_progresses() {
+    require_kvm!();
+    let ((taken, _, throttled), err) = record(&[], &["-c", "1000", "--pmi-max-percent", "5"]);
+    assert!(throttled > 0 && taken > 0, "{taken} taken, {throttled} throttled");
+    assert!(err.contains("periods throttled"), "{err}");
+}
