@@ -52,6 +52,15 @@ pub trait CountSource {
     /// [`crate::Pmu::collect_overflows`]) after `after` more counts; `None` disarms. The
     /// deadline survives `disable`/`enable`.
     fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>);
+    /// Starts counting on every counter of `mask` (GLOBAL_CTRL layout; each open and
+    /// disabled). A source that can start them in one host operation overrides this.
+    fn enable_many(&mut self, mask: u64) {
+        PmcIdx::iter_mask(mask).for_each(|pmc| self.enable(pmc));
+    }
+    /// Stops counting on every counter of `mask` (each open and enabled).
+    fn disable_many(&mut self, mask: u64) {
+        PmcIdx::iter_mask(mask).for_each(|pmc| self.disable(pmc));
+    }
 }
 
 impl<T: CountSource + ?Sized> CountSource for Box<T> {
@@ -75,5 +84,11 @@ impl<T: CountSource + ?Sized> CountSource for Box<T> {
     }
     fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
         (**self).arm_overflow(pmc, after)
+    }
+    fn enable_many(&mut self, mask: u64) {
+        (**self).enable_many(mask)
+    }
+    fn disable_many(&mut self, mask: u64) {
+        (**self).disable_many(mask)
     }
 }

@@ -94,29 +94,51 @@ impl<B: CountSource> Pmu<B> {
     /// Enables counter `idx`'s host event if it is open and stopped, arming it first if
     /// its notification is stale.
     pub(crate) fn start_event(&mut self, idx: PmcIdx) {
-        let pmc = &self.pmcs[idx.slot()];
-        if !matches!(pmc.host, Some(HostEvent { enabled: false, .. })) {
-            return;
-        }
-        if pmc.needs_arm {
-            self.arm(idx);
-        }
-        self.host.enable(idx);
-        if let Some(h) = &mut self.pmcs[idx.slot()].host {
-            h.enabled = true;
-        }
+        self.start_events(idx.mask());
     }
 
     /// Disables counter `idx`'s host event if it runs, then folds its final count.
     pub(crate) fn stop_event(&mut self, idx: PmcIdx) {
-        if !self.pmcs[idx.slot()].running() {
+        self.stop_events(idx.mask());
+    }
+
+    /// `start_event` for every counter of `mask`, in one backend call (a GLOBAL_CTRL write
+    /// costs the host O(1) where the backend can group its events).
+    pub(crate) fn start_events(&mut self, mask: u64) {
+        let stopped = PmcIdx::iter_mask(mask & self.open_mask)
+            .filter(|idx| matches!(self.pmcs[idx.slot()].host, Some(HostEvent { enabled: false, .. })))
+            .fold(0, |m, idx| m | idx.mask());
+        if stopped == 0 {
+            return;
+        }
+        for idx in PmcIdx::iter_mask(stopped) {
+            if self.pmcs[idx.slot()].needs_arm {
+                self.arm(idx);
+            }
+        }
+        self.host.enable_many(stopped);
+        for idx in PmcIdx::iter_mask(stopped) {
+            if let Some(h) = &mut self.pmcs[idx.slot()].host {
+                h.enabled = true;
+            }
+        }
+    }
+
+    /// `stop_event` for every counter of `mask`, in one backend call.
+    pub(crate) fn stop_events(&mut self, mask: u64) {
+        let running = PmcIdx::iter_mask(mask & self.open_mask)
+            .filter(|idx| self.pmcs[idx.slot()].running())
+            .fold(0, |m, idx| m | idx.mask());
+        if running == 0 {
             return;
         }
         // Disable before reading so no count slips in between.
-        self.host.disable(idx);
-        self.fold(idx);
-        if let Some(h) = &mut self.pmcs[idx.slot()].host {
-            h.enabled = false;
+        self.host.disable_many(running);
+        for idx in PmcIdx::iter_mask(running) {
+            self.fold(idx);
+            if let Some(h) = &mut self.pmcs[idx.slot()].host {
+                h.enabled = false;
+            }
         }
     }
 }

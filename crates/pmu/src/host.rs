@@ -24,17 +24,17 @@ impl<B: CountSource> HostDriver<B> {
         self.calls.close += 1;
         self.backend.close(pmc)
     }
-    pub fn enable(&mut self, pmc: PmcIdx) {
-        self.calls.enable += 1;
-        self.backend.enable(pmc)
-    }
-    pub fn disable(&mut self, pmc: PmcIdx) {
-        self.calls.disable += 1;
-        self.backend.disable(pmc)
-    }
     pub fn read(&mut self, pmc: PmcIdx) -> u64 {
         self.calls.read += 1;
         self.backend.read(pmc)
+    }
+    pub fn enable_many(&mut self, mask: u64) {
+        self.calls.enable += u64::from(mask.count_ones());
+        self.backend.enable_many(mask)
+    }
+    pub fn disable_many(&mut self, mask: u64) {
+        self.calls.disable += u64::from(mask.count_ones());
+        self.backend.disable_many(mask)
     }
     pub fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
         self.calls.arm_overflow += 1;

@@ -87,7 +87,7 @@ impl PmcIdx {
     }
 
     /// Indices of the set bits of a GLOBAL_CTRL-layout mask that name counters.
-    pub(crate) fn iter_mask(mask: u64) -> impl Iterator<Item = PmcIdx> {
+    pub fn iter_mask(mask: u64) -> impl Iterator<Item = PmcIdx> {
         let mut m = mask;
         std::iter::from_fn(move || {
             while m != 0 {

@@ -343,8 +343,11 @@ impl<B: CountSource> Pmu<B> {
     fn write_global_ctrl(&mut self, data: u64) {
         // Only flipped enables are reprogrammed (KVM global_ctrl_changed / reprogram_counters).
         let diff = std::mem::replace(&mut self.global_ctrl, data) ^ data;
-        for idx in PmcIdx::iter_mask(diff) {
-            self.reconcile(idx, true);
+        if self.policy == Policy::Legacy {
+            // The baseline: one counter at a time, as before event reuse.
+            PmcIdx::iter_mask(diff).for_each(|idx| self.reconcile(idx, true));
+        } else {
+            self.reconcile_many(diff, true);
         }
     }
 

@@ -77,6 +77,31 @@ pub(crate) fn plan(
 impl<B: CountSource> Pmu<B> {
     /// Brings counter `idx`'s host event in line with the guest registers and the policy.
     pub(crate) fn reconcile(&mut self, idx: PmcIdx, changed: bool) {
+        if self.reconcile_config(idx, changed) {
+            self.start_event(idx);
+        } else {
+            self.stop_event(idx);
+        }
+    }
+
+    /// `reconcile` for every counter of `mask`, starting and stopping host events in one
+    /// backend call each.
+    pub(crate) fn reconcile_many(&mut self, mask: u64, changed: bool) {
+        let (mut start, mut stop) = (0, 0);
+        for idx in PmcIdx::iter_mask(mask) {
+            if self.reconcile_config(idx, changed) {
+                start |= idx.mask();
+            } else {
+                stop |= idx.mask();
+            }
+        }
+        self.stop_events(stop);
+        self.start_events(start);
+    }
+
+    /// The host event of counter `idx` as the registers and policy want it (opened,
+    /// replaced, parked or closed); returns whether it should count now.
+    fn reconcile_config(&mut self, idx: PmcIdx, changed: bool) -> bool {
         let desired = self.desired_config(idx);
         if changed && desired.is_none() && self.counting(idx) && self.filtered(idx) {
             self.stats.filtered_programs += 1;
@@ -98,18 +123,14 @@ impl<B: CountSource> Pmu<B> {
             }
             Plan::Close => self.close_event(idx),
             Plan::Park => {
-                self.stop_event(idx);
+                // Stopped by the caller (with the other counters of the same write).
                 let now = self.now_ns;
                 if let Some(h) = &mut self.pmcs[idx.slot()].host {
                     h.idle_since.get_or_insert(now);
                 }
             }
         }
-        if desired.is_some() && self.scheduled_in {
-            self.start_event(idx);
-        } else {
-            self.stop_event(idx);
-        }
+        desired.is_some() && self.scheduled_in
     }
 
     /// Advances the vCPU run-time clock to `run_time_ns` (accumulated time the vCPU ran)
@@ -136,9 +157,7 @@ impl<B: CountSource> Pmu<B> {
         if !std::mem::replace(&mut self.scheduled_in, false) {
             return;
         }
-        for idx in PmcIdx::iter_mask(self.open_mask) {
-            self.stop_event(idx);
-        }
+        self.stop_events(self.open_mask);
     }
 
     /// The vCPU is back: re-enables the host events of counters that should count, and
@@ -148,9 +167,7 @@ impl<B: CountSource> Pmu<B> {
             return;
         }
         let wanted = self.global_ctrl & self.local_enables & self.caps.counters();
-        for idx in PmcIdx::iter_mask(wanted | self.open_mask) {
-            self.reconcile(idx, false);
-        }
+        self.reconcile_many(wanted | self.open_mask, false);
     }
 }
 

@@ -315,3 +315,69 @@ fn stats_serialize() {
     assert_eq!(json["backend_calls"]["open"], 1);
     assert_eq!(json["msr_writes"]["390"], 1);
 }
+
+/// A MockSource that also records the batch calls a GLOBAL_CTRL write makes.
+#[derive(Default)]
+struct Batches {
+    inner: MockSource,
+    batches: Vec<(&'static str, u64)>,
+}
+
+impl pmu::CountSource for Batches {
+    fn supports(&self, event: ArchEvent) -> bool {
+        self.inner.supports(event)
+    }
+    fn open(&mut self, pmc: PmcIdx, config: &pmu::HostEventConfig) -> Result<(), pmu::BackendError> {
+        self.inner.open(pmc, config)
+    }
+    fn close(&mut self, pmc: PmcIdx) {
+        self.inner.close(pmc)
+    }
+    fn enable(&mut self, pmc: PmcIdx) {
+        self.batches.push(("enable", pmc.mask()));
+        self.inner.enable(pmc)
+    }
+    fn disable(&mut self, pmc: PmcIdx) {
+        self.batches.push(("disable", pmc.mask()));
+        self.inner.disable(pmc)
+    }
+    fn read(&mut self, pmc: PmcIdx) -> u64 {
+        self.inner.read(pmc)
+    }
+    fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
+        self.inner.arm_overflow(pmc, after)
+    }
+    fn enable_many(&mut self, mask: u64) {
+        self.batches.push(("enable_many", mask));
+        self.inner.enable_many(mask)
+    }
+    fn disable_many(&mut self, mask: u64) {
+        self.batches.push(("disable_many", mask));
+        self.inner.disable_many(mask)
+    }
+}
+
+/// The backend calls of GLOBAL_CTRL 0 -> 0xf -> 0 with four programmed counters.
+fn global_ctrl_batches(policy: Policy) -> Vec<(&'static str, u64)> {
+    let mut p = Pmu::new(PmuConfig { policy, ..PmuConfig::default() }, Batches::default()).unwrap();
+    assert!(p.set_msr(GCTRL, 0, Initiator::Guest).is_ok());
+    for i in 0..4 {
+        assert!(p.set_msr(MsrIndex::perfevtsel(i), sel(ArchEvent::CoreCycles), Initiator::Guest).is_ok());
+    }
+    p.backend_mut().batches.clear();
+    assert!(p.set_msr(GCTRL, 0xf, Initiator::Guest).is_ok());
+    assert!(p.set_msr(GCTRL, 0, Initiator::Guest).is_ok());
+    std::mem::take(&mut p.backend_mut().batches)
+}
+
+#[test]
+fn reuse_global_ctrl_write_is_one_backend_call_whatever_the_counters() {
+    assert_eq!(global_ctrl_batches(REUSE_1MS), [("enable_many", 0xf), ("disable_many", 0xf)]);
+}
+
+#[test]
+fn legacy_global_ctrl_write_stays_one_counter_at_a_time() {
+    let batches = global_ctrl_batches(Policy::Legacy);
+    assert!(batches.iter().all(|&(_, mask)| mask.count_ones() == 1), "{batches:?}");
+    assert_eq!(batches.iter().filter(|(what, _)| what.starts_with("enable")).count(), 4, "{batches:?}");
+}

@@ -23,22 +23,25 @@ const COUNTER_SIZE: u64 = 40;
 pub const V2_SIZE: u32 = V1_SIZE + 11 * COUNTER_SIZE as u32;
 const V3_SIZE: u32 = V2_SIZE + crate::pv_sampling::SIZE;
 const COUNTERS_OFFSET: u64 = V1_SIZE as u64;
-/// Smallest published bound on extrapolation error. The software clock counts vCPU thread
-/// time, which lags the TSC whenever the host preempts the thread: the published rate is
-/// the observed counts per TSC tick, and the bound grows with how much that rate varies.
-pub const MIN_ERR_PPM: u32 = 20_000;
+/// Fixed point of a rate of one count per TSC tick: the software clock never runs faster.
+const FULL_RATE: u64 = 1 << RATE_SHIFT;
 /// Rates are published as fixed point with 31 fraction bits (mult, shift = 31): rates of
 /// 0 to 2 counts per TSC tick fit the page's 32-bit mult.
 const RATE_SHIFT: u32 = 31;
 
 /// Estimates the vCPU thread's share of wall time, i.e. the rate at which a thread-time
 /// clock advances per TSC tick, from the thread CPU clock and the wall clock at each publish.
+///
+/// The bound is what can be promised, not what was seen: the host may preempt the thread
+/// at any moment after a publish (and on a busy host it does, for milliseconds), and the
+/// guest cannot tell (no steal time here). Since the last publish the clock advanced by
+/// between none and all of the TSC ticks, so the estimate `rate` is off by at most
+/// max(rate, 1 - rate) of the ticks: that, never less than half, is the published bound.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CpuShare {
     last: Option<(u64, u64)>, // (thread cpu ns, wall ns)
     /// Share, fixed point with RATE_SHIFT fraction bits (0: none observed yet).
     rate: u64,
-    err_ppm: u32,
 }
 
 impl CpuShare {
@@ -51,13 +54,7 @@ impl CpuShare {
                 return;
             }
             let observed = ((u128::from(dc.min(dw)) << RATE_SHIFT) / u128::from(dw)) as u64;
-            if self.rate == 0 {
-                self.rate = observed;
-            } else {
-                let deviation = (observed as f64 - self.rate as f64).abs() / self.rate as f64;
-                self.err_ppm = self.err_ppm.max((deviation * 2e6).min(f64::from(u32::MAX)) as u32);
-                self.rate = (self.rate + observed) / 2;
-            }
+            self.rate = if self.rate == 0 { observed } else { (self.rate + observed) / 2 };
         }
         self.last = Some((cpu_ns, wall_ns));
     }
@@ -65,15 +62,16 @@ impl CpuShare {
     /// The rate to publish (1.0 before any observation).
     pub fn mult(&self) -> u64 {
         if self.rate == 0 {
-            1 << RATE_SHIFT
+            FULL_RATE
         } else {
-            self.rate
+            self.rate.min(FULL_RATE)
         }
     }
 
-    /// The bound to publish.
+    /// The bound to publish, in parts per million of the ticks since the publish.
     pub fn err_ppm(&self) -> u32 {
-        self.err_ppm.max(MIN_ERR_PPM)
+        let worst = self.mult().max(FULL_RATE - self.mult());
+        ((u128::from(worst) * 1_000_000) >> RATE_SHIFT) as u32
     }
 }
 
@@ -345,6 +343,7 @@ mod tests {
         assert_eq!(m.read_obj::<u32>(at(1, 4)).unwrap(), C_NEEDS_EXIT);
         assert_eq!(m.read_obj::<u32>(at(2, 4)).unwrap(), 0, "an idle counter is not running");
         assert_eq!(m.read_obj::<u32>(at(0, 24)).unwrap(), 1 << 31, "no observation yet: rate 1.0");
+        assert_eq!(m.read_obj::<u32>(at(0, 32)).unwrap(), 1_000_000, "and a bound of all the ticks since");
         assert_eq!(m.read_obj::<u32>(at(0, 28)).unwrap(), 31);
     }
 
@@ -354,11 +353,11 @@ mod tests {
         s.observe(0, 0);
         s.observe(5_000_000, 10_000_000); // half the CPU (a preempted thread)
         assert_eq!(s.mult(), 1 << 30);
-        s.observe(10_000_000, 20_000_000);
-        assert_eq!(s.err_ppm(), MIN_ERR_PPM);
-        s.observe(20_000_000, 30_000_000); // the whole CPU now: the bound widens
-        assert!(s.err_ppm() >= 1_000_000, "{}", s.err_ppm());
-        s.observe(20_000_100, 30_000_200); // too short to say anything
-        assert_eq!(s.last, Some((20_000_000, 30_000_000)));
+        assert_eq!(s.err_ppm(), 500_000, "half the ticks either way");
+        s.observe(15_000_000, 20_000_000); // the whole CPU now
+        assert_eq!(s.mult(), 3 << 29, "averaged: 0.75");
+        assert_eq!(s.err_ppm(), 750_000, "it may have run none of the ticks since");
+        s.observe(15_000_100, 20_000_200); // too short to say anything
+        assert_eq!(s.last, Some((15_000_000, 20_000_000)));
     }
 }

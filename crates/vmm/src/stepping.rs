@@ -11,8 +11,12 @@
 //! window is open, stepping never ends: the frame's TF is consumed first.
 //!
 //! Native mode: the VIF is dropped while stepping, so the emulator takes interrupts by the
-//! real RFLAGS.IF, which a VIF guest never sets (it keeps its flag in `vif.if_`). Opening a
-//! window copies `vif.if_` into RFLAGS.IF; outside windows BLOCKIRQ makes the flag moot.
+//! real RFLAGS.IF, which a VIF guest never sets (it keeps its flag in `vif.if_`), and it
+//! does not clear `vif.if_` on delivery as the host does natively. A handler that looks at
+//! its interrupt state (the kit's timer tick reschedules) would then see interrupts on and
+//! let another one nest. So natively a window takes only what it was opened for: for a
+//! PMI by vector RFLAGS.IF gets `vif.if_`, for an NMI it is cleared, and there is no
+//! periodic window: the guest's timer waits while counters count (BLOCKIRQ).
 
 use kvm_bindings::{kvm_guest_debug, KVM_GUESTDBG_BLOCKIRQ, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP};
 use kvm_ioctls::VcpuFd;
@@ -23,6 +27,17 @@ const RFLAGS_IF: u64 = 1 << 9;
 /// Steps between windows opened for interrupts nobody told us about (the guest's timer):
 /// ~3.5 ms of stepping at ~7 us per step, two ioctls each, 0.4% of the stepping cost.
 pub const STEPS_PER_WINDOW: u32 = 512;
+
+/// What is owed to the guest at the coming entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Owed {
+    #[default]
+    Nothing,
+    /// An NMI (injected with KVM_NMI).
+    Nmi,
+    /// A maskable interrupt (a PMI by LVTPC vector).
+    Interrupt,
+}
 
 /// What the next entry does about single-stepping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,14 +76,15 @@ impl Default for StepState {
 }
 
 impl StepState {
-    /// The mode the next entry needs, given whether an event is owed to the guest now.
-    pub fn next(&mut self, event_owed: bool) -> Debug {
+    /// The mode the next entry needs, given whether an event is owed to the guest now and
+    /// whether windows also open periodically (for the guest's timer; not natively).
+    pub fn next(&mut self, event_owed: bool, periodic: bool) -> Debug {
         match (self.debug, self.wanted) {
             (Debug::Off, false) => Debug::Off,
             // An open window keeps stepping until its single-step exit.
             (Debug::Window, _) => Debug::Window,
             (_, false) => Debug::Off,
-            (_, true) if event_owed || self.steps_since_window >= STEPS_PER_WINDOW => {
+            (_, true) if event_owed || (periodic && self.steps_since_window >= STEPS_PER_WINDOW) => {
                 self.steps_since_window = 0;
                 Debug::Window
             }
@@ -96,11 +112,11 @@ pub struct Stepper {
 
 impl Stepper {
     /// Bring the vCPU to the mode the next entry needs. Returns true when stepping started.
-    pub fn apply(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, vif: Option<u64>, event_owed: bool) -> bool {
-        let next = self.state.next(event_owed);
+    pub fn apply(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, vif: Option<u64>, owed: Owed) -> bool {
+        let next = self.state.next(owed != Owed::Nothing, vif.is_none());
         let current = self.applied.unwrap_or(Debug::Off);
         if let (Debug::Window, false, Some(gpa)) = (next, current == Debug::Window, vif) {
-            sync_interrupt_flag(vcpu, crate::native::vif_interrupts_on(mem, gpa));
+            sync_interrupt_flag(vcpu, owed == Owed::Interrupt && crate::native::vif_interrupts_on(mem, gpa));
         }
         if next == current {
             self.state.debug = next;
@@ -145,34 +161,34 @@ mod tests {
 
     fn stepping() -> StepState {
         let mut s = StepState { wanted: true, ..Default::default() };
-        s.debug = s.next(false);
+        s.debug = s.next(false, true);
         s
     }
 
     #[test]
     fn steps_with_interrupts_blocked() {
         assert_eq!(stepping().debug, Debug::Blocked);
-        assert_eq!(StepState::default().next(true), Debug::Off, "no window without stepping");
+        assert_eq!(StepState::default().next(true, true), Debug::Off, "no window without stepping");
     }
 
     #[test]
     fn an_owed_event_opens_a_window_until_the_next_step() {
         let mut s = stepping();
-        s.debug = s.next(true);
+        s.debug = s.next(true, true);
         assert_eq!(s.debug, Debug::Window);
-        assert_eq!(s.next(false), Debug::Window, "still open before the step exit");
+        assert_eq!(s.next(false, true), Debug::Window, "still open before the step exit");
         s.stepped();
-        assert_eq!(s.next(false), Debug::Blocked);
+        assert_eq!(s.next(false, true), Debug::Blocked);
     }
 
     #[test]
     fn stepping_does_not_end_inside_a_window() {
         let mut s = stepping();
-        s.debug = s.next(true);
+        s.debug = s.next(true, true);
         s.wanted = false;
-        assert_eq!(s.next(false), Debug::Window, "a handler's frame may still hold TF");
+        assert_eq!(s.next(false, true), Debug::Window, "a handler's frame may still hold TF");
         s.stepped();
-        s.debug = s.next(false);
+        s.debug = s.next(false, true);
         assert_eq!(s.debug, Debug::Off);
     }
 
@@ -181,10 +197,12 @@ mod tests {
         let mut s = stepping();
         for _ in 0..STEPS_PER_WINDOW - 1 {
             s.stepped();
-            s.debug = s.next(false);
+            s.debug = s.next(false, true);
             assert_eq!(s.debug, Debug::Blocked);
         }
         s.stepped();
-        assert_eq!(s.next(false), Debug::Window);
+        let mut native = s;
+        assert_eq!(s.next(false, true), Debug::Window);
+        assert_eq!(native.next(false, false), Debug::Blocked, "natively the timer waits");
     }
 }

@@ -9,6 +9,7 @@ use crate::backends::perf::PerfSource;
 use crate::kick;
 use crate::pmi::{self, PmiOutcome};
 use crate::pv;
+use crate::stepping::Owed;
 use kvm_ioctls::{VcpuFd, VmFd};
 use pmu::{
     ArchEvent, BackendError, CountSource, HostEventConfig, Initiator, MsrAccess, MsrIndex, PmcIdx, Pmu, PmuStats,
@@ -82,6 +83,12 @@ impl CountSource for Backend {
     fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
         self.source().arm_overflow(pmc, after)
     }
+    fn enable_many(&mut self, mask: u64) {
+        self.source().enable_many(mask)
+    }
+    fn disable_many(&mut self, mask: u64) {
+        self.source().disable_many(mask)
+    }
 }
 
 /// Guest PMU operations whose VMM-side cost the bench compares (seed 000's table).
@@ -122,25 +129,49 @@ impl PmuOp {
     }
 }
 
-/// Count, total and worst VMM time of one kind of operation.
+/// Count, total and worst VMM time of one kind of operation, and the host perf syscalls
+/// it made.
 #[derive(Debug, Default, Clone, Copy, Serialize)]
 pub struct OpTime {
     pub count: u64,
     pub total_ns: u64,
     pub max_ns: u64,
+    pub syscalls: u64,
+}
+
+/// When an operation started: the clock and the thread's perf syscall count.
+#[derive(Debug, Clone, Copy)]
+pub struct OpStart {
+    at: Instant,
+    syscalls: u64,
+}
+
+impl OpStart {
+    pub fn now() -> Self {
+        OpStart { at: Instant::now(), syscalls: crate::backends::perf_sys::thread_syscalls() }
+    }
 }
 
 impl OpTime {
-    pub fn add(&mut self, ns: u64) {
+    /// One operation that began at `start` ends now.
+    pub fn add(&mut self, start: OpStart) {
+        let ns = start.at.elapsed().as_nanos() as u64;
         self.count += 1;
         self.total_ns += ns;
         self.max_ns = self.max_ns.max(ns);
+        self.syscalls += crate::backends::perf_sys::thread_syscalls() - start.syscalls;
     }
 
     pub fn merge(&mut self, other: &OpTime) {
         self.count += other.count;
         self.total_ns += other.total_ns;
         self.max_ns = self.max_ns.max(other.max_ns);
+        self.syscalls += other.syscalls;
+    }
+
+    /// Host perf syscalls per operation.
+    pub fn syscalls_per_op(&self) -> f64 {
+        self.syscalls as f64 / self.count.max(1) as f64
     }
 
     pub fn mean_ns(&self) -> f64 {
@@ -176,7 +207,7 @@ pub struct VcpuPmu {
     long_mode: bool,
     stepper: crate::stepping::Stepper,
     /// `service` raised a PMI (NMI or vector): stepping opens an event window for it.
-    pmi_raised: bool,
+    pmi_raised: crate::stepping::Owed,
     /// Class of the instruction at RIP, i.e. the one the next single-step retires.
     next_class: InsnClass,
     /// Guest-virtual page -> guest-physical page of code seen while stepping.
@@ -213,7 +244,7 @@ impl VcpuPmu {
             stats: VpmuStats::default(),
             long_mode,
             stepper: Default::default(),
-            pmi_raised: false,
+            pmi_raised: Default::default(),
             next_class: InsnClass::Other,
             code_pages: HashMap::new(),
             next_rip: 0,
@@ -234,7 +265,7 @@ impl VcpuPmu {
 
     /// Guest RDMSR of a PMU MSR: the value, or None for #GP.
     pub fn rdmsr(&mut self, index: u32) -> Option<u64> {
-        let t = Instant::now();
+        let t = OpStart::now();
         let r = self.pmu.get_msr(MsrIndex(index), Initiator::Guest).ok();
         self.account(PmuOp::of_read(index), t);
         r
@@ -242,19 +273,18 @@ impl VcpuPmu {
 
     /// Guest WRMSR of a PMU MSR: false for #GP.
     pub fn wrmsr(&mut self, index: u32, value: u64) -> bool {
-        let t = Instant::now();
+        let t = OpStart::now();
         let ok = self.pmu.set_msr(MsrIndex(index), value, Initiator::Guest).is_ok();
         self.account(PmuOp::of_write(index, value), t);
         ok
     }
 
-    fn account(&mut self, op: PmuOp, started: Instant) {
-        let ns = started.elapsed().as_nanos() as u64;
+    fn account(&mut self, op: PmuOp, started: OpStart) {
         if op != PmuOp::PmiDelivery {
             self.stats.msr_exits += 1;
         }
-        self.stats.handle_ns += ns;
-        self.stats.ops.entry(op).or_default().add(ns);
+        self.stats.handle_ns += started.at.elapsed().as_nanos() as u64;
+        self.stats.ops.entry(op).or_default().add(started);
     }
 
     /// The PMU request, before an entry: turn pending overflows into a PMI, follow the exact
@@ -269,7 +299,7 @@ impl VcpuPmu {
             Backend::Perf(_) => false,
         };
         if signaled || exact_overflow || self.pmu.pmi_pending() || self.pmu.pebs_pending() {
-            let t = Instant::now();
+            let t = OpStart::now();
             let mut pmi = self.pmu.collect_overflows();
             // PEBS assists found by the fold: records into the guest's DS buffer (pebs.rs).
             let pebs = self.pmu.take_pebs_overflows();
@@ -286,7 +316,7 @@ impl VcpuPmu {
                 nmi = self.raise_pmi(vm, vcpu);
                 self.account(PmuOp::PmiDelivery, t);
             } else {
-                self.stats.handle_ns += t.elapsed().as_nanos() as u64;
+                self.stats.handle_ns += t.at.elapsed().as_nanos() as u64;
             }
         }
         // A guest RDMSR may also have found (and reloaded) a wrap.
@@ -332,7 +362,7 @@ impl VcpuPmu {
         if self.pmi_no_mask {
             self.stats.pmis_delivered += 1;
             self.pv_stats.unmasked_pmis += 1;
-            self.pmi_raised = true;
+            self.pmi_raised = Owed::Nmi;
             return true;
         }
         match pmi::raise(vm, vcpu) {
@@ -342,8 +372,9 @@ impl VcpuPmu {
             }
             Ok(outcome) => {
                 self.stats.pmis_delivered += 1;
-                self.pmi_raised = true;
-                outcome == PmiOutcome::Nmi
+                let nmi = outcome == PmiOutcome::Nmi;
+                self.pmi_raised = if nmi { Owed::Nmi } else { Owed::Interrupt };
+                nmi
             }
         }
     }
@@ -351,7 +382,8 @@ impl VcpuPmu {
     /// Last step before an entry: single-step as the exact backend needs, with an event window
     /// when an NMI was injected or a PMI raised for this entry (see `stepping`).
     pub fn before_entry(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, nmi_injected: bool) {
-        let owed = std::mem::take(&mut self.pmi_raised) || nmi_injected;
+        let nmi = if nmi_injected { Owed::Nmi } else { Owed::Nothing };
+        let owed = std::mem::take(&mut self.pmi_raised).max(nmi);
         if self.stepper.apply(vcpu, mem, self.vif, owed) {
             self.code_pages.clear();
             if let Ok(regs) = vcpu.get_regs() {

@@ -29,10 +29,11 @@ type Field = fn(&PolicyRuns) -> &Vec<f64>;
 struct PolicyRuns {
     means: BTreeMap<PmuOp, Vec<f64>>,
     maxes: BTreeMap<PmuOp, Vec<f64>>,
+    syscalls: BTreeMap<PmuOp, Vec<f64>>,
     handler_mean: Vec<f64>,
     handler_max: Vec<f64>,
     created: Vec<f64>,
-    syscalls: Vec<f64>,
+    total_syscalls: Vec<f64>,
 }
 
 pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
@@ -53,12 +54,13 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
                     if let Some(t) = pmu.vmm.ops.get(op) {
                         r.means.entry(*op).or_default().push(t.mean_ns());
                         r.maxes.entry(*op).or_default().push(t.max_ns as f64);
+                        r.syscalls.entry(*op).or_default().push(t.syscalls_per_op());
                     }
                 }
                 r.handler_mean.extend(console_value(&report, "pmuops: pmi handler", "mean_ns"));
                 r.handler_max.extend(console_value(&report, "pmuops: pmi handler", "max_ns"));
                 r.created.push(pmu.model.events_created as f64);
-                r.syscalls.push(pmu.host_syscalls as f64);
+                r.total_syscalls.push(pmu.host_syscalls as f64);
             }
         }
     }
@@ -102,7 +104,7 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
     let mut value = json!({"backend": backend_detail, "reps": reps, "guest_cmdline": cmdline, "rows": rows});
     let totals: [(&str, &str, Field); 2] = [
         ("host events created/run", "events_created", |p| &p.created),
-        ("backend syscalls/run", "backend_syscalls", |p| &p.syscalls),
+        ("backend syscalls/run", "backend_syscalls", |p| &p.total_syscalls),
     ];
     for (label, key, field) in totals {
         for (&mode, [l, r]) in modes.iter().zip(&runs) {
@@ -111,5 +113,21 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
             value[key][mode_name(mode)] = json!({"legacy": l, "reuse": r});
         }
     }
+    text.push_str(&format!(
+        "\nhost perf syscalls per operation (median of the per-run means)\n{:<24} {:<8} {:>8} {:>8}\n",
+        "operation", "mode", "legacy", "reuse"
+    ));
+    let mut per_op = Vec::new();
+    for (op, label) in OPS {
+        for (&mode, [l, r]) in modes.iter().zip(&runs) {
+            let [l, r] = [l, r].map(|p| Summary::of(p.syscalls.get(op).map(Vec::as_slice).unwrap_or(&[])));
+            if l.n + r.n == 0 {
+                continue;
+            }
+            text.push_str(&format!("{label:<24} {:<8} {:>8.2} {:>8.2}\n", mode_name(mode), l.median, r.median));
+            per_op.push(json!({"operation": label, "mode": mode_name(mode), "legacy": l, "reuse": r}));
+        }
+    }
+    value["syscalls_per_operation"] = json!(per_op);
     Ok((text, value))
 }

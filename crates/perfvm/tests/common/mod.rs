@@ -73,6 +73,7 @@ pub fn assert_usage_error(o: &Output, needle: &str) {
     assert_eq!(err.trim_end().lines().count(), 1, "one-line error expected: {err:?}");
 }
 
+#[allow(unused_imports)] // used by some test files only
 pub use vmm::loader::synthetic::elf64;
 
 /// Write bytes to a fresh temporary file and return its path.

@@ -4,6 +4,14 @@
 //! `task-clock` event per counter, turned into cycles with the TSC frequency; such a clock
 //! also counts the vCPU thread's time handling exits in the VMM. Overflows arrive as a
 //! signal to the vCPU thread (see `kick::pmu_signal`).
+//!
+//! Software-clock events share one group under a leader of their own (a task-clock that is
+//! never read: this kernel does not run the siblings of a dummy-event leader once they
+//! were toggled), so that a guest GLOBAL_CTRL
+//! write that starts or stops every counter costs one ioctl (and a stop one group read),
+//! whatever the number of counters. Hardware events stay apart: a group is scheduled on the
+//! host PMU all or nothing, and the guest may program more counters than the host has free.
+//! A stopped event's count is kept from when it stopped, so reading it costs nothing.
 
 use super::perf_sys::*;
 use crate::kick;
@@ -130,6 +138,22 @@ struct PerfCounter {
     enabled: bool,
     /// (raw count when armed, counts until overflow)
     armed: Option<(u64, u64)>,
+    /// While disabled: the raw count it stopped at, in event units.
+    stopped_at: Option<u64>,
+    /// Armed while disabled: the host period must be set when it starts.
+    period_stale: bool,
+    /// The kernel's id (group reads), when in the group.
+    id: Option<u64>,
+}
+
+/// The software-clock events' group: a leader that stands for no counter, always open.
+#[derive(Debug)]
+struct Group {
+    leader: PerfEvent,
+    /// Counters in the group, GLOBAL_CTRL layout.
+    members: u64,
+    /// Whether the leader is enabled (siblings count only while it is).
+    on: bool,
 }
 
 /// Host perf events of one vCPU.
@@ -142,6 +166,8 @@ pub struct PerfSource {
     /// throttled).
     floor_ns: u64,
     pub notifications: NotificationStats,
+    /// Software clock: the group, once the first event opened (None: not grouping).
+    group: Option<Group>,
 }
 
 impl PerfSource {
@@ -152,6 +178,7 @@ impl PerfSource {
             budget,
             floor_ns: MIN_CLOCK_PERIOD_NS,
             notifications: NotificationStats::default(),
+            group: None,
         }
     }
 
@@ -228,6 +255,60 @@ impl PerfSource {
         }
     }
 
+    /// The group to open a software-clock event in (created on first use; None if the host
+    /// refuses the leader, or with hardware events).
+    fn group(&mut self) -> Option<&Group> {
+        if !matches!(self.mode, PerfMode::SoftwareClock { .. }) {
+            return None;
+        }
+        if self.group.is_none() {
+            let attr = PerfEventAttr {
+                type_: PERF_TYPE_SOFTWARE,
+                config: PERF_COUNT_SW_TASK_CLOCK,
+                flags: FLAG_DISABLED,
+                read_format: PERF_FORMAT_GROUP | PERF_FORMAT_ID,
+                ..Default::default()
+            };
+            let leader = PerfEvent::open(&attr).ok()?;
+            self.group = Some(Group { leader, members: 0, on: false });
+        }
+        self.group.as_ref()
+    }
+
+    /// Members of the group that are enabled.
+    fn enabled_members(&self) -> u64 {
+        let members = self.group.as_ref().map_or(0, |g| g.members);
+        PmcIdx::iter_mask(members).filter(|p| self.counters[p.bit() as usize].as_ref().is_some_and(|c| c.enabled)).fold(0, |m, p| m | p.mask())
+    }
+
+    /// The leader must run for any sibling to count.
+    fn leader_on(&mut self, pmc: PmcIdx) {
+        if let Some(g) = self.group.as_mut().filter(|g| !g.on && g.members & pmc.mask() != 0) {
+            g.on = g.leader.enable().is_ok();
+        }
+    }
+
+    /// A counter stopped at raw count `now`: keep the count and see what notifications it
+    /// missed.
+    fn stopped(&mut self, pmc: PmcIdx, now: u64) {
+        self.count_lost(pmc, now);
+        let c = self.counter(pmc);
+        c.enabled = false;
+        c.stopped_at = Some(now);
+    }
+
+    /// A counter started: its host period follows if it was armed while stopped.
+    fn started(&mut self, pmc: PmcIdx) {
+        let c = self.counter(pmc);
+        c.enabled = true;
+        let stale = std::mem::take(&mut c.period_stale);
+        if stale {
+            // A period set while disabled is not restarted by the kernel: do it now.
+            self.restart_period(pmc);
+        }
+        self.counter(pmc).stopped_at = None;
+    }
+
     fn counter(&mut self, pmc: PmcIdx) -> &mut PerfCounter {
         self.counters[pmc.bit() as usize].as_mut().expect("model protocol: event is open")
     }
@@ -260,7 +341,11 @@ impl PerfSource {
     /// (Re)start the overflow period from now, for what remains of the armed distance.
     fn restart_period(&mut self, pmc: PmcIdx) {
         let Some((armed_at, after)) = self.counter(pmc).armed else { return };
-        let now = self.read(pmc);
+        // Just started: the count it stopped at is still the count.
+        let now = match self.counter(pmc).stopped_at {
+            Some(now) => now,
+            None => self.read(pmc),
+        };
         let remaining = after.saturating_sub(now.saturating_sub(armed_at)).max(1);
         let period = self.to_host_units(remaining);
         let _ = self.counter(pmc).event.set_period(period);
@@ -287,7 +372,12 @@ impl CountSource for PerfSource {
         if !self.budget.take() {
             return Err(BackendError::LimitReached);
         }
-        let event = match PerfEvent::open(&attr) {
+        let grouped = self.group().is_some();
+        let opened = match &self.group {
+            Some(g) => PerfEvent::open_in(&attr, &g.leader),
+            None => PerfEvent::open(&attr),
+        };
+        let event = match opened {
             Ok(e) => e,
             Err(e) => {
                 self.budget.give_back();
@@ -298,35 +388,92 @@ impl CountSource for PerfSource {
             self.budget.give_back();
             return Err(BackendError::Os(e.raw_os_error().unwrap_or(0)));
         }
-        self.counters[pmc.bit() as usize] = Some(PerfCounter { event, enabled: false, armed: None });
+        let id = if grouped { event.id().ok() } else { None };
+        if let (Some(g), Some(_)) = (self.group.as_mut(), id) {
+            g.members |= pmc.mask();
+        }
+        self.counters[pmc.bit() as usize] =
+            Some(PerfCounter { event, enabled: false, armed: None, stopped_at: Some(0), period_stale: false, id });
         Ok(())
     }
 
     fn close(&mut self, pmc: PmcIdx) {
+        if let Some(g) = &mut self.group {
+            g.members &= !pmc.mask();
+        }
         if self.counters[pmc.bit() as usize].take().is_some() {
             self.budget.give_back();
         }
     }
 
     fn enable(&mut self, pmc: PmcIdx) {
-        let c = self.counter(pmc);
-        c.enabled = true;
-        let _ = c.event.enable();
-        // A period set while disabled is not restarted by the kernel: do it now.
-        self.restart_period(pmc);
+        self.leader_on(pmc);
+        let _ = self.counter(pmc).event.enable();
+        self.started(pmc);
     }
 
     fn disable(&mut self, pmc: PmcIdx) {
-        let now = self.read(pmc);
-        self.count_lost(pmc, now);
-        let c = self.counter(pmc);
-        c.enabled = false;
-        let _ = c.event.disable();
+        // Disable first, so the count read is final.
+        let _ = self.counter(pmc).event.disable();
+        let raw = self.counter(pmc).event.read().unwrap_or(0);
+        let now = self.in_event_units(raw);
+        self.stopped(pmc, now);
+    }
+
+    /// One group ioctl, then one disable for each member that must stay stopped (parked
+    /// events), when that beats an ioctl per counter.
+    fn enable_many(&mut self, mask: u64) {
+        let members = self.group.as_ref().map_or(0, |g| g.members);
+        let (grouped, extra) = (mask & members, members & !mask & !self.enabled_members());
+        if grouped.count_ones() < 2 + extra.count_ones() {
+            return PmcIdx::iter_mask(mask).for_each(|pmc| self.enable(pmc));
+        }
+        let g = self.group.as_mut().expect("members imply a group");
+        g.on = g.leader.enable_group().is_ok();
+        for pmc in PmcIdx::iter_mask(extra) {
+            let _ = self.counter(pmc).event.disable();
+        }
+        for pmc in PmcIdx::iter_mask(grouped) {
+            self.started(pmc);
+        }
+        PmcIdx::iter_mask(mask & !members).for_each(|pmc| self.enable(pmc));
+    }
+
+    /// One group ioctl and one group read, when no other member runs (stopping a stopped
+    /// event changes nothing).
+    fn disable_many(&mut self, mask: u64) {
+        let running = self.enabled_members();
+        let members = mask & running;
+        if running & !mask != 0 || members.count_ones() < 2 {
+            return PmcIdx::iter_mask(mask).for_each(|pmc| self.disable(pmc));
+        }
+        let g = self.group.as_mut().expect("members imply a group");
+        let _ = g.leader.disable_group();
+        g.on = false;
+        let mut raw = [0u64; SLOTS];
+        let ids: Vec<(u64, usize)> =
+            PmcIdx::iter_mask(members).filter_map(|p| Some((self.counter(p).id?, p.bit() as usize))).collect();
+        let _ = self.group.as_ref().expect("present").leader.read_group(|id, value| {
+            if let Some(&(_, slot)) = ids.iter().find(|(i, _)| *i == id) {
+                raw[slot] = value;
+            }
+        });
+        for pmc in PmcIdx::iter_mask(members) {
+            let now = self.in_event_units(raw[pmc.bit() as usize]);
+            self.stopped(pmc, now);
+        }
+        PmcIdx::iter_mask(mask & !members).for_each(|pmc| self.disable(pmc));
     }
 
     fn read(&mut self, pmc: PmcIdx) -> u64 {
-        let raw = self.counter(pmc).event.read().unwrap_or(0);
-        self.in_event_units(raw)
+        let c = self.counter(pmc);
+        match (c.enabled, c.stopped_at) {
+            (false, Some(now)) => now,
+            _ => {
+                let raw = c.event.read().unwrap_or(0);
+                self.in_event_units(raw)
+            }
+        }
     }
 
     fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
@@ -338,8 +485,10 @@ impl CountSource for PerfSource {
                 if self.floor_ns > MIN_CLOCK_PERIOD_NS && after < floor {
                     self.notifications.throttled += 1;
                 }
-                self.counter(pmc).armed = Some((now, after));
-                if self.counter(pmc).enabled {
+                let c = self.counter(pmc);
+                c.armed = Some((now, after));
+                c.period_stale = !c.enabled;
+                if c.enabled {
                     self.restart_period(pmc);
                 }
             }
@@ -366,7 +515,7 @@ impl Drop for PerfSource {
 mod tests {
     use super::*;
 
-    fn cycles() -> HostEventConfig {
+    pub(super) fn cycles() -> HostEventConfig {
         HostEventConfig {
             event: ArchEvent::CoreCycles,
             usr: false,
@@ -417,5 +566,48 @@ mod tests {
         let mut src = PerfSource::new(PerfMode::SoftwareClock { tsc_khz: 1_000_000 }, EventBudget::new(4));
         let cfg = HostEventConfig { cmask: 1, ..cycles() };
         assert_eq!(src.open(PmcIdx::gp(0).unwrap(), &cfg), Err(BackendError::Unsupported));
+    }
+}
+
+#[cfg(test)]
+mod group_tests {
+    use super::tests::cycles;
+    use super::*;
+    use crate::backends::perf_sys;
+
+    /// Run for `ms` of this thread's CPU time (what task-clock counts), however busy the host.
+    fn spin(ms: u64) {
+        let t = crate::vpmu::thread_cpu_ns();
+        while crate::vpmu::thread_cpu_ns() - t < ms * 1_000_000 {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Software-clock events count alone and as a group, and a stopped count is kept.
+    #[test]
+    fn group_and_single_toggles_count() {
+        let mut src = PerfSource::new(PerfMode::SoftwareClock { tsc_khz: 1_000_000 }, EventBudget::new(4));
+        let (p0, p1) = (PmcIdx::gp(0).unwrap(), PmcIdx::gp(1).unwrap());
+        if let Err(e) = src.open(p0, &cycles()) {
+            eprintln!("SKIP group_and_single_toggles_count: perf_event_open: {e}");
+            return;
+        }
+        src.open(p1, &cycles()).unwrap();
+        for _ in 0..2 {
+            src.enable(p0);
+            spin(10);
+            src.disable(p0);
+        }
+        let alone = src.read(p0);
+        assert!(alone > 10_000_000, "20 ms at 1 GHz counted alone: {alone}");
+        assert_eq!(src.read(p1), 0, "never enabled");
+        let syscalls = perf_sys::thread_syscalls();
+        src.enable_many(p0.mask() | p1.mask());
+        spin(20);
+        src.disable_many(p0.mask() | p1.mask());
+        assert_eq!(perf_sys::thread_syscalls() - syscalls, 3, "group enable, group disable, group read");
+        let (a, b) = (src.read(p0), src.read(p1));
+        assert!(a > alone + 10_000_000 && b > 10_000_000, "both counted as a group: {a} {b}");
+        assert_eq!(perf_sys::thread_syscalls() - syscalls, 3, "stopped counts are read for free");
     }
 }
