@@ -24,6 +24,9 @@ typedef void (*irq_handler_t)(struct trap_frame *f);
 void set_exception_hook(int vector, exception_hook_t hook);
 /* Vectors 32-255: installs the IDT gate too. The kit sends the LAPIC EOI after fn returns. */
 void set_irq_handler(int vector, irq_handler_t fn);
+/* Point `vector`'s gate at raw code that ends in iretq (no kit stub, no EOI); NULL restores
+ * the kit's stub. For tests that count the instructions of a handler. */
+void set_raw_gate(int vector, const void *entry);
 
 /* NMI (vector 2) without a hook goes here; the default just counts into nmi_count. */
 void nmi_handler(struct trap_frame *f);

@@ -23,15 +23,27 @@ static irq_handler_t irq_handlers[256];
 static struct ex_record ex_records[PERFVM_MAX_VCPUS];
 volatile unsigned long nmi_count;
 
-/* Interrupt gate (type 0xE, present, DPL 0): IF is cleared on entry. */
-static void set_gate(int vector)
+/* Interrupt gate (type 0xE, present, DPL 0) to `a`: IF is cleared on entry. */
+static void set_gate_to(int vector, uint64_t a)
 {
-	uint64_t a = (uint64_t)(uintptr_t)trap_stubs + 16 * (uint64_t)vector;
 	struct idt_gate g = {
 		.off_lo = a & 0xffff, .selector = 0x08, .ist = 0, .type = 0x8e,
 		.off_mid = (a >> 16) & 0xffff, .off_hi = a >> 32, .reserved = 0,
 	};
 	idt[vector] = g;
+}
+
+static void set_gate(int vector)
+{
+	set_gate_to(vector, (uint64_t)(uintptr_t)trap_stubs + 16 * (uint64_t)vector);
+}
+
+void set_raw_gate(int vector, const void *entry)
+{
+	if (entry)
+		set_gate_to(vector, (uint64_t)(uintptr_t)entry);
+	else
+		set_gate(vector);
 }
 
 /* Only the exception gates; gates 32-255 appear with set_irq_handler, so a stray

@@ -135,6 +135,10 @@ pub struct VmArgs {
     /// supports it and the guest carries the perfvm VIF note; on = any 64-bit guest.
     #[arg(long, value_enum, default_value_t = NativeArg::Auto)]
     pub native: NativeArg,
+    /// The CPU the guest is told it runs on, whatever the host: intel (GenuineIntel with the
+    /// Intel vPMU) or amd (AuthenticAMD; no AMD vPMU yet, so the guest has no PMU).
+    #[arg(long, value_enum, default_value_t = VendorArg::Intel)]
+    pub cpu_vendor: VendorArg,
     #[command(flatten)]
     pub pmu: PmuArgs,
 }
@@ -191,6 +195,21 @@ pub enum NativeArg {
     Auto,
     On,
     Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VendorArg {
+    Intel,
+    Amd,
+}
+
+impl From<VendorArg> for vmm::identity::CpuVendor {
+    fn from(v: VendorArg) -> Self {
+        match v {
+            VendorArg::Intel => vmm::identity::CpuVendor::Intel,
+            VendorArg::Amd => vmm::identity::CpuVendor::Amd,
+        }
+    }
 }
 
 impl From<NativeArg> for vmm::native::NativeMode {

@@ -38,7 +38,7 @@ fn exact_backend_records_are_exact() {
             "PASS: exact-records: 6 records, index advanced by 6 x 176 bytes",
             "PASS: exact-records: every record's RIP is the instruction after the triggering one",
             "PASS: exact-records: every record's RSI, RAX, RCX, RDX and RFLAGS are the registers",
-            "PASS: exact-records: PMC0 reloaded from the reset value (0xfffffffffffa)",
+            "PASS: exact-records: PMC0 reloaded from the reset value, plus the disabling WRMSR (0xfffffffffffb)",
             "PASS: exact-records: PMC0 from -10: first record after 11, then every 7 (5 records)",
             "PASS: records: the buffer filled (4 of 4)",
             "PASS: threshold-pmi: one PMI (1)",

@@ -160,6 +160,11 @@ impl<B: CountSource> Pmu<B> {
     pub fn is_active(&self) -> bool {
         self.global_ctrl & self.local_enables != 0 || self.open_mask != 0
     }
+    /// True iff some counter is programmed (EVENTSEL.EN, or OS/USR in FIXED_CTR_CTRL),
+    /// whether or not GLOBAL_CTRL enables it. No backend call.
+    pub fn any_programmed(&self) -> bool {
+        self.local_enables != 0
+    }
     /// Whether the vCPU is scheduled in ([`Pmu::sched_out`] / [`Pmu::sched_in`]).
     pub fn is_scheduled_in(&self) -> bool {
         self.scheduled_in

@@ -22,7 +22,7 @@ const LEAF6_ECX_APERFMPERF: u32 = 1 << 0;
 
 /// CPUID for vCPU `index` (APIC ID == index), with the PMU described by `pmu` (None: no PMU,
 /// architectural perfmon version 0).
-pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>) -> CpuId {
+pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>, vendor: crate::identity::CpuVendor) -> CpuId {
     let mut entries: Vec<kvm_cpuid_entry2> = supported.as_slice().to_vec();
     if !entries.iter().any(|e| e.function == 0xa) {
         entries.push(kvm_cpuid_entry2 { function: 0xa, ..Default::default() });
@@ -50,6 +50,7 @@ pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>) -> CpuId {
             _ => {}
         }
     }
+    crate::identity::apply(&mut entries, vendor);
     CpuId::from_entries(&entries).expect("CPUID entries fit")
 }
 
@@ -80,7 +81,7 @@ mod tests {
             kvm_cpuid_entry2 { function: 0, eax: 0xd, ebx: 0x756e_6547, ..Default::default() },
             kvm_cpuid_entry2 { function: 7, index: 1, flags: KVM_CPUID_FLAG_SIGNIFCANT_INDEX, eax: 5, ..Default::default() },
         ];
-        let cpuid = for_vcpu(&CpuId::from_entries(&leaves).unwrap(), 3, None);
+        let cpuid = for_vcpu(&CpuId::from_entries(&leaves).unwrap(), 3, None, Default::default());
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
         let n = write_table(&mem, 0x1000, &cpuid).unwrap();
         assert_eq!(n as usize, cpuid.as_slice().len());
@@ -89,5 +90,47 @@ mod tests {
         assert_eq!((word(1, 0), word(1, 1), word(1, 2), word(1, 3)), (7, 1, 1, 5));
         let leaf_a = (0..u64::from(n)).find(|&e| word(e, 0) == 0xa).expect("leaf 0xA added");
         assert_eq!(word(leaf_a, 3), 0, "no PMU: version 0");
+    }
+
+    /// What an AMD EPYC host's KVM reports in the leaves an identity must keep consistent.
+    fn amd_host() -> CpuId {
+        let vendor = |ebx, ecx, edx| (ebx, ecx, edx);
+        let (b, c, d) = vendor(0x6874_7541, 0x444d_4163, 0x6974_6e65); // "Auth" "cAMD" "enti"
+        let leaves = [
+            kvm_cpuid_entry2 { function: 0, eax: 0x10, ebx: b, ecx: c, edx: d, ..Default::default() },
+            kvm_cpuid_entry2 { function: 1, eax: 0x00a0_0f11, ..Default::default() },
+            kvm_cpuid_entry2 { function: 0x8000_0000, eax: 0x8000_0022, ebx: b, ecx: c, edx: d, ..Default::default() },
+            kvm_cpuid_entry2 { function: 0x8000_0001, ecx: 1 << 23, ..Default::default() },
+            kvm_cpuid_entry2 { function: 0x8000_0022, eax: 1, ebx: 6, ..Default::default() },
+        ];
+        CpuId::from_entries(&leaves).unwrap()
+    }
+
+    fn leaf(cpuid: &CpuId, function: u32) -> kvm_cpuid_entry2 {
+        *cpuid.as_slice().iter().find(|e| e.function == function).unwrap()
+    }
+
+    #[test]
+    fn the_intel_identity_agrees_with_its_pmu_on_any_host() {
+        let caps = PmuCaps::new(4, true, pmu::EventSet::ALL).unwrap();
+        let cpuid = for_vcpu(&amd_host(), 0, Some(&caps), crate::identity::CpuVendor::Intel);
+        assert_eq!(crate::identity::vendor_string(cpuid.as_slice()), "GenuineIntel");
+        assert_eq!(leaf(&cpuid, 0xa).eax & 0xff, 2, "architectural perfmon v2");
+        assert_eq!(leaf(&cpuid, 1).eax >> 8 & 0xf, 6, "family 6");
+        assert_eq!(leaf(&cpuid, 0x8000_0001).ecx & 1 << 23, 0, "no AMD core counters");
+        assert_eq!(leaf(&cpuid, 0x8000_0022).eax, 0, "no PerfMonV2");
+        let ext = leaf(&cpuid, 0x8000_0000);
+        assert_eq!([ext.ebx, ext.ecx, ext.edx], [0; 3], "Intel leaves no vendor in 0x80000000");
+    }
+
+    #[test]
+    fn the_amd_identity_has_no_pmu_until_an_amd_vpmu_exists() {
+        let cpuid = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd);
+        assert_eq!(crate::identity::vendor_string(cpuid.as_slice()), "AuthenticAMD");
+        assert_eq!(leaf(&cpuid, 0xa).eax, 0, "no Intel PMU leaf");
+        assert_eq!(leaf(&cpuid, 0x8000_0001).ecx & 1 << 23, 0);
+        assert_eq!([leaf(&cpuid, 0x8000_0022).eax, leaf(&cpuid, 0x8000_0022).ebx], [0, 0]);
+        let ext = leaf(&cpuid, 0x8000_0000);
+        assert_eq!([ext.ebx, ext.edx, ext.ecx], crate::identity::CpuVendor::Amd.vendor_regs());
     }
 }

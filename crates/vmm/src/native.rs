@@ -106,6 +106,22 @@ pub fn vif_interrupts_on(mem: &GuestMemoryMmap, gpa: u64) -> bool {
     mem.read_obj::<u8>(GuestAddress(gpa)).is_ok_and(|v| v != 0)
 }
 
+/// The guest's interrupt flag natively: the VIF page's `if_` byte.
+#[derive(Debug)]
+pub struct VifFlag<'a> {
+    pub mem: &'a GuestMemoryMmap,
+    pub gpa: u64,
+}
+
+impl crate::softint::InterruptFlag for VifFlag<'_> {
+    fn get(&mut self, _regs: &kvm_bindings::kvm_regs) -> bool {
+        vif_interrupts_on(self.mem, self.gpa)
+    }
+    fn set(&mut self, _regs: &mut kvm_bindings::kvm_regs, on: bool) {
+        let _ = self.mem.write_obj(u8::from(on), GuestAddress(self.gpa));
+    }
+}
+
 /// Guest-physical address of vCPU `index`'s VIF page.
 pub fn vif_page(index: u32) -> u64 {
     VIF_BASE + u64::from(index) * 0x1000

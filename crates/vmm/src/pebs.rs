@@ -28,7 +28,8 @@
 use kvm_bindings::kvm_regs;
 use kvm_ioctls::VcpuFd;
 use pmu::{CountSource, PmcIdx, Pmu, PEBS_RECORD_SIZE};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use crate::linear::{LinearMemory, VcpuLinear};
+use vm_memory::GuestMemoryMmap;
 
 /// DS save area, 64-bit layout: offset of the PEBS buffer base.
 pub const DS_PEBS_BUFFER_BASE: u64 = 0x20;
@@ -42,25 +43,6 @@ pub const DS_PEBS_INTERRUPT_THRESHOLD: u64 = 0x38;
 pub const DS_PEBS_COUNTER_RESET: u64 = 0x40;
 
 const RECORD_LEN: usize = PEBS_RECORD_SIZE as usize;
-const PAGE: u64 = 0x1000;
-
-/// The guest's linear address space as the assist reads and writes it.
-pub trait LinearMemory {
-    /// Fill `buf` from linear address `addr`; `None` if some byte is not mapped to RAM.
-    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Option<()>;
-    /// Store `buf` at linear address `addr`; `None` if some byte is not mapped to RAM.
-    fn write(&mut self, addr: u64, buf: &[u8]) -> Option<()>;
-
-    fn read_u64(&mut self, addr: u64) -> Option<u64> {
-        let mut b = [0u8; 8];
-        self.read(addr, &mut b)?;
-        Some(u64::from_le_bytes(b))
-    }
-
-    fn write_u64(&mut self, addr: u64, value: u64) -> Option<()> {
-        self.write(addr, &value.to_le_bytes())
-    }
-}
 
 /// The PEBS fields of a DS save area.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -185,85 +167,11 @@ pub fn run_assists<B: CountSource>(pmu: &mut Pmu<B>, vcpu: &VcpuFd, mem: &GuestM
     pmi
 }
 
-/// Split `[addr, addr + len)` into per-page pieces: (linear address, offset in the buffer, length).
-fn pages(addr: u64, len: usize) -> impl Iterator<Item = (u64, usize, usize)> {
-    let mut done = 0usize;
-    std::iter::from_fn(move || {
-        if done >= len {
-            return None;
-        }
-        let va = addr.checked_add(done as u64)?;
-        let n = ((PAGE - (va & (PAGE - 1))) as usize).min(len - done);
-        let piece = (va, done, n);
-        done += n;
-        Some(piece)
-    })
-}
-
-/// Guest linear memory through the vCPU's page tables (KVM_TRANSLATE), translations
-/// cached for one batch of assists.
-#[derive(Debug)]
-pub struct VcpuLinear<'a> {
-    vcpu: &'a VcpuFd,
-    mem: &'a GuestMemoryMmap,
-    cache: Vec<(u64, u64)>,
-}
-
-impl<'a> VcpuLinear<'a> {
-    pub fn new(vcpu: &'a VcpuFd, mem: &'a GuestMemoryMmap) -> Self {
-        VcpuLinear { vcpu, mem, cache: Vec::new() }
-    }
-
-    fn phys(&mut self, va: u64) -> Option<u64> {
-        let page = va & !(PAGE - 1);
-        let pa = match self.cache.iter().find(|(v, _)| *v == page) {
-            Some(&(_, pa)) => pa,
-            None => {
-                let t = self.vcpu.translate_gva(page).ok().filter(|t| t.valid != 0)?;
-                let pa = t.physical_address & !(PAGE - 1);
-                self.cache.push((page, pa));
-                pa
-            }
-        };
-        Some(pa | (va & (PAGE - 1)))
-    }
-}
-
-impl LinearMemory for VcpuLinear<'_> {
-    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Option<()> {
-        for (va, off, n) in pages(addr, buf.len()) {
-            let pa = self.phys(va)?;
-            self.mem.read_slice(&mut buf[off..off + n], GuestAddress(pa)).ok()?;
-        }
-        Some(())
-    }
-
-    fn write(&mut self, addr: u64, buf: &[u8]) -> Option<()> {
-        for (va, off, n) in pages(addr, buf.len()) {
-            let pa = self.phys(va)?;
-            self.mem.write_slice(&buf[off..off + n], GuestAddress(pa)).ok()?;
-        }
-        Some(())
-    }
-}
-
-/// Guest memory with linear == physical (the identity map every perfvm guest sets up).
-#[derive(Debug)]
-pub struct Identity<'a>(pub &'a GuestMemoryMmap);
-
-impl LinearMemory for Identity<'_> {
-    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Option<()> {
-        self.0.read_slice(buf, GuestAddress(addr)).ok()
-    }
-
-    fn write(&mut self, addr: u64, buf: &[u8]) -> Option<()> {
-        self.0.write_slice(buf, GuestAddress(addr)).ok()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::linear::{pages, Identity};
+    use vm_memory::{Bytes, GuestAddress};
 
     const DS: u64 = 0x1000;
     const BUF: u64 = 0x2000;
@@ -425,12 +333,5 @@ mod tests {
         mem.read_slice(&mut head, GuestAddress(0xE000 - 0x40)).unwrap();
         assert_eq!(head[..], rec.to_bytes()[..0x40]);
         assert_eq!(mem.read_obj::<u64>(GuestAddress(0xC000)).unwrap(), 0xBF, "RBP, at record offset 0x40");
-    }
-
-    #[test]
-    fn page_split() {
-        assert_eq!(pages(0xFF8, 16).collect::<Vec<_>>(), vec![(0xFF8, 0, 8), (0x1000, 8, 8)]);
-        assert_eq!(pages(0x1000, 8).collect::<Vec<_>>(), vec![(0x1000, 0, 8)]);
-        assert_eq!(pages(0, 0).count(), 0);
     }
 }

@@ -28,6 +28,8 @@ pub struct VcpuStats {
     pub kvm: BTreeMap<String, u64>,
     /// Exits while the guest agent's workload ran (between its START and END marks), by reason.
     pub workload_exits: BTreeMap<&'static str, u64>,
+    /// `INT n` the VMM delivered because the host's emulator rejects it (`softint`).
+    pub soft_ints: u64,
 }
 
 /// KVM statistics `--stats` shows per vCPU (all are in `--json`).
@@ -63,6 +65,8 @@ pub struct VmStats {
     pub pmu: Option<crate::pmu_report::PmuReport>,
     /// How the vCPUs executed and why.
     pub execution: Option<crate::native::Execution>,
+    /// The CPU identity the guest saw.
+    pub cpu: Option<crate::identity::CpuReport>,
     /// Per vCPU: its mode, exits, and KVM's own statistics.
     pub vcpus: Vec<VcpuStats>,
 }
@@ -102,6 +106,9 @@ impl VmStats {
             self.run_ns as f64 / 1e9,
             self.entries
         ));
+        if let Some(c) = &self.cpu {
+            out.push_str(&format!("  cpu: {}, PMU: {}\n", c.vendor, c.pmu));
+        }
         if let Some(e) = &self.execution {
             out.push_str(&format!("  execution: {} ({})\n", e.name(), e.reason));
             for (i, v) in self.vcpus.iter().enumerate() {

@@ -18,9 +18,13 @@
 //! PMI by vector RFLAGS.IF gets `vif.if_`, for an NMI it is cleared, and there is no
 //! periodic window: the guest's timer waits while counters count (BLOCKIRQ).
 
+use crate::backends::decode::MAX_INSN_LEN;
+use crate::backends::retire::StepCpu;
+use crate::softint::FlagHome;
 use kvm_bindings::{kvm_guest_debug, KVM_GUESTDBG_BLOCKIRQ, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP};
 use kvm_ioctls::VcpuFd;
-use vm_memory::GuestMemoryMmap;
+use std::collections::HashMap;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 const RFLAGS_IF: u64 = 1 << 9;
 
@@ -146,12 +150,82 @@ impl Stepper {
     }
 }
 
+/// Whether KVM still holds an NMI for the vCPU (pending or being injected).
+pub fn nmi_pending(vcpu: &VcpuFd) -> bool {
+    vcpu.get_vcpu_events().is_ok_and(|e| e.nmi.pending != 0 || e.nmi.injected != 0)
+}
+
 /// RFLAGS.IF := `on`, if it differs.
 fn sync_interrupt_flag(vcpu: &VcpuFd, on: bool) {
     let Ok(mut regs) = vcpu.get_regs() else { return };
     if (regs.rflags & RFLAGS_IF != 0) != on {
         regs.rflags ^= RFLAGS_IF;
         let _ = vcpu.set_regs(&regs);
+    }
+}
+
+/// A stepped KVM vCPU as the retirement rules see it (`backends::retire`).
+#[derive(Debug)]
+pub struct VcpuStep<'a> {
+    pub vcpu: &'a VcpuFd,
+    pub mem: &'a GuestMemoryMmap,
+    /// Guest-virtual page -> guest-physical page of code, kept while stepping.
+    pub code_pages: &'a mut HashMap<u64, u64>,
+    pub home: FlagHome,
+}
+
+impl VcpuStep<'_> {
+    fn translate(&mut self, page: u64) -> Option<u64> {
+        if let Some(&pa) = self.code_pages.get(&page) {
+            return Some(pa);
+        }
+        let t = self.vcpu.translate_gva(page).ok().filter(|t| t.valid != 0)?;
+        self.code_pages.insert(page, t.physical_address & !0xfff);
+        Some(t.physical_address & !0xfff)
+    }
+}
+
+impl StepCpu for VcpuStep<'_> {
+    fn code(&mut self, va: u64) -> [u8; MAX_INSN_LEN] {
+        let mut bytes = [0u8; MAX_INSN_LEN];
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            let va = va.wrapping_add(i as u64);
+            let Some(page) = self.translate(va & !0xfff) else { break };
+            match self.mem.read_obj::<u8>(GuestAddress(page | (va & 0xfff))) {
+                Ok(b) => *byte = b,
+                Err(_) => break,
+            }
+        }
+        bytes
+    }
+
+    fn rip(&mut self) -> Option<u64> {
+        self.vcpu.get_regs().ok().map(|r| r.rip)
+    }
+
+    fn skip(&mut self, len: u64) -> Option<u64> {
+        let mut regs = self.vcpu.get_regs().ok()?;
+        regs.rip += len;
+        self.vcpu.set_regs(&regs).ok()?;
+        Some(regs.rip)
+    }
+
+    fn rdpmc(&mut self, len: u64, read: &mut dyn FnMut(u32) -> Option<u64>) -> Option<u64> {
+        let mut regs = self.vcpu.get_regs().ok()?;
+        let value = read(regs.rcx as u32)?;
+        regs.rax = value & 0xffff_ffff;
+        regs.rdx = value >> 32;
+        regs.rip += len;
+        self.vcpu.set_regs(&regs).ok()?;
+        Some(regs.rip)
+    }
+
+    fn soft_int(&mut self, vector: u8, len: u64) -> Option<u64> {
+        crate::softint::run_on(self.vcpu, self.mem, self.home, crate::softint::Run::Int { vector, len })
+    }
+
+    fn iret(&mut self) -> Option<u64> {
+        crate::softint::run_on(self.vcpu, self.mem, self.home, crate::softint::Run::Iret)
     }
 }
 

@@ -1,6 +1,9 @@
 //! One vCPU thread: KVM_RUN, dispatch the exit, repeat until the VM ends.
 
+use crate::backends::decode::{decode, InsnClass, MAX_INSN_LEN};
 use crate::devices::{DeviceAction, PioBus};
+use crate::linear::{LinearMemory, VcpuLinear};
+use crate::softint::FlagHome;
 use crate::exit::VmEnd;
 use crate::kick;
 use crate::requests::RequestOrder;
@@ -61,8 +64,8 @@ pub struct Vcpu {
     pub nmi_request: Arc<AtomicBool>,
     /// Count this thread's syscalls for the statistics.
     pub count_syscalls: bool,
-    /// Single-steps until a requested NMI is due.
-    pub nmi_countdown: Option<u32>,
+    /// Retired instructions (single-stepping) after which a requested NMI is due.
+    pub nmi_due: Option<u64>,
     /// The vCPU runs natively (its VIF page is registered).
     pub native: bool,
     /// The guest agent's workload runs (its exits are counted apart).
@@ -95,8 +98,12 @@ impl Vcpu {
             let result = self.fd.run();
             let exited = Instant::now();
             self.stats.run_ns += (exited - entered).as_nanos() as u64;
+            let mut wrote = false;
             let (reason, next) = match result {
-                Ok(exit) => dispatch(exit, &self.shared, &mut self.pmu, self.index),
+                Ok(exit) => {
+                    wrote = matches!(exit, VcpuExit::IoOut(..) | VcpuExit::MmioWrite(..));
+                    dispatch(exit, &self.shared, &mut self.pmu, self.index)
+                }
                 Err(e) if e.errno() == libc::EINTR => {
                     self.fd.set_kvm_immediate_exit(0);
                     if self.pmu.is_some() {
@@ -107,6 +114,10 @@ impl Vcpu {
                 Err(e) if e.errno() == libc::EAGAIN => ("again", Next::Continue),
                 Err(e) => ("error", Next::End(self.failed(format!("KVM_RUN: {e}")))),
             };
+            // A write retires with the counters as they were before it (a doorbell's OUT).
+            if let (true, Some(pmu)) = (wrote, &mut self.pmu) {
+                pmu.on_write_exit(&self.fd, &self.mem);
+            }
             let end = self.follow_up(next);
             self.stats.record(reason, exited.elapsed());
             if self.in_workload.load(Ordering::Relaxed) {
@@ -149,29 +160,25 @@ impl Vcpu {
                 None
             }
             Next::Nmi(after) => {
-                let stepping = self.pmu.as_ref().is_some_and(|p| p.is_stepping());
-                if after == 0 || !stepping {
-                    self.nmi_request.store(true, Ordering::Release);
-                } else {
-                    // Counted from the step that retires the OUT itself.
-                    self.nmi_countdown = Some(after + 1);
+                match self.pmu.as_ref().filter(|p| p.is_stepping() && after > 0) {
+                    // The OUT itself has retired (at its exit): due after `after` more.
+                    Some(p) => self.nmi_due = Some(p.stats.steps + u64::from(after)),
+                    None => self.nmi_request.store(true, Ordering::Release),
                 }
                 None
             }
             Next::Step(pc) => {
                 if let Some(pmu) = &mut self.pmu {
                     pmu.on_step(&self.fd, &self.mem, pc);
-                }
-                if let Some(n) = self.nmi_countdown.as_mut() {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.nmi_countdown = None;
+                    if self.nmi_due.is_some_and(|due| pmu.stats.steps >= due) {
+                        self.nmi_due = None;
                         self.nmi_request.store(true, Ordering::Release);
                     }
                 }
                 None
             }
             Next::TripleFault => Some(VmEnd::TripleFault { vcpu: self.index, rip: self.rip() }),
+            Next::InternalError if self.deliver_soft_int() => None,
             Next::InternalError => Some(self.internal_error()),
             Next::End(end) => Some(end),
             Next::Continue => None,
@@ -220,13 +227,22 @@ impl Vcpu {
             r.both_pending += 1;
             r.pmi_injected_first += 1;
         }
+        r.pmi_nmis += u64::from(pmi);
+        r.external_nmis += u64::from(external);
         if pmi {
-            r.pmi_nmis += 1;
-            let _ = self.fd.nmi();
+            self.nmi(true);
         }
         if external {
-            r.external_nmis += 1;
-            let _ = self.fd.nmi();
+            self.nmi(false);
+        }
+    }
+
+    /// One `KVM_NMI`, timed: the floor of PMI delivery.
+    fn nmi(&mut self, for_pmi: bool) {
+        let t = crate::vpmu::OpStart::now();
+        let _ = self.fd.nmi();
+        if let Some(p) = &mut self.pmu {
+            p.nmi_injected(t, for_pmi);
         }
     }
 
@@ -245,6 +261,24 @@ impl Vcpu {
 
     fn failed(&self, reason: String) -> VmEnd {
         VmEnd::Failed { vcpu: self.index, reason }
+    }
+
+    /// The host's emulator rejects `INT n`: deliver it here (`softint`) and go on.
+    fn deliver_soft_int(&mut self) -> bool {
+        let Ok(regs) = self.fd.get_regs() else { return false };
+        let mut bytes = [0u8; MAX_INSN_LEN];
+        if VcpuLinear::new(&self.fd, &self.mem).read(regs.rip, &mut bytes[..2]).is_none() {
+            return false;
+        }
+        let InsnClass::SoftInt(vector) = decode(&bytes, true).class else { return false };
+        let home = match self.native {
+            true => FlagHome::Vif(crate::native::vif_page(self.index)),
+            false => FlagHome::Rflags,
+        };
+        let run = crate::softint::Run::Int { vector, len: 2 };
+        let delivered = crate::softint::run_on(&self.fd, &self.mem, home, run).is_some();
+        self.stats.soft_ints += u64::from(delivered);
+        delivered
     }
 
     fn internal_error(&mut self) -> VmEnd {
@@ -287,7 +321,15 @@ fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu
         VcpuExit::Hlt => ("hlt", Next::Continue),
         VcpuExit::Shutdown => ("shutdown", Next::TripleFault),
         VcpuExit::InternalError => ("internal-error", Next::InternalError),
-        // Only the PMU's MSRs are routed to user space; anything else faults.
+        // Only the PMU's MSRs (and unadvertised ones, which #GP) are routed to user space.
+        VcpuExit::X86Rdmsr(msr) if crate::identity::UNADVERTISED_MSRS.contains(&msr.index) => {
+            *msr.error = 1;
+            ("msr-read", Next::Continue)
+        }
+        VcpuExit::X86Wrmsr(msr) if crate::identity::UNADVERTISED_MSRS.contains(&msr.index) => {
+            *msr.error = 1;
+            ("msr-write", Next::Continue)
+        }
         VcpuExit::X86Rdmsr(msr) => {
             match pmu.as_mut().and_then(|p| p.rdmsr(msr.index)) {
                 Some(value) => *msr.data = value,

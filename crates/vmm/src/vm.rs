@@ -57,6 +57,8 @@ pub struct VmConfig {
     pub count_syscalls: bool,
     /// Whether the vCPUs run natively (`--native`).
     pub native: NativeMode,
+    /// The CPU the guest is told it runs on (`identity.rs`).
+    pub cpu_vendor: crate::identity::CpuVendor,
 }
 
 /// Which backend counts for the virtual counters.
@@ -122,6 +124,7 @@ impl Default for VmConfig {
             nmi_interval: None,
             count_syscalls: false,
             native: NativeMode::default(),
+            cpu_vendor: Default::default(),
         }
     }
 }
@@ -198,6 +201,7 @@ pub struct Vm {
     /// The guest agent's workload is running (NMIs from the host NMI source only then).
     in_workload: Arc<AtomicBool>,
     execution: Execution,
+    cpu: crate::identity::CpuReport,
 }
 
 impl Vm {
@@ -238,17 +242,26 @@ impl Vm {
         let budget = EventBudget::new(
             config.pmu.as_ref().and_then(|s| s.max_host_events).unwrap_or(per_vcpu * config.vcpus as usize),
         );
-        let mut pmus = match &config.pmu {
+        // No vPMU for a vendor that has none yet: the guest sees no PMU at all.
+        let pmu_settings = config.pmu.as_ref().filter(|_| config.cpu_vendor.has_vpmu());
+        let mut pmus = match pmu_settings {
             Some(settings) => build_pmus(settings, config.vcpus, tsc_khz, long_mode, execution.native, &budget)?,
             None => Vec::new(),
         };
-        if let Some(first) = pmus.first() {
-            route_pmu_msrs(&vm, first)?;
-        }
+        route_msrs(&vm, pmus.first())?;
+        let mut cpu = crate::identity::CpuReport {
+            pmu: match (&config.pmu, pmus.first()) {
+                (_, Some(p)) => format!("Intel architectural perfmon v{}", p.pmu.caps().cpuid_0xa()[0] & 0xff),
+                (Some(_), None) => "none: there is no AMD vPMU yet (--cpu-vendor amd)".into(),
+                (None, _) => "none (--pmu off)".into(),
+            },
+            ..Default::default()
+        };
         let mut cpuid_entries = 0;
         for (index, fd) in fds.iter().enumerate() {
             let caps = pmus.get(index).map(|p| *p.pmu.caps());
-            let vcpu_cpuid = setup_vcpu(fd, &cpuid, index as u32, &image, caps.as_ref())?;
+            let vcpu_cpuid = setup_vcpu(fd, &cpuid, index as u32, &image, caps.as_ref(), config.cpu_vendor)?;
+            cpu.vendor = crate::identity::vendor_string(vcpu_cpuid.as_slice());
             let table = crate::layout::CPUID_TABLE_BASE + index as u64 * 0x1000;
             cpuid_entries = crate::cpuid::write_table(&mem, table, &vcpu_cpuid).map_err(setup("writing the CPUID table"))?;
             if execution.native {
@@ -292,7 +305,7 @@ impl Vm {
                 order: config.request_order,
                 nmi_request: Arc::new(AtomicBool::new(false)),
                 count_syscalls: config.count_syscalls,
-                nmi_countdown: None,
+                nmi_due: None,
                 native: execution.native,
                 in_workload: in_workload.clone(),
             })
@@ -310,6 +323,7 @@ impl Vm {
             nmi_interval: config.nmi_interval,
             in_workload,
             execution,
+            cpu,
         })
     }
 
@@ -396,6 +410,7 @@ impl Vm {
         }
         stats.pmu = pmu_report;
         stats.execution = Some(self.execution.clone());
+        stats.cpu = Some(self.cpu.clone());
         stats.wall_ns = started.elapsed().as_nanos() as u64;
         stats.first_console_byte_ns = self.console.first_byte().map(|t| (t - started).as_nanos() as u64);
         let mut bus = self.shared.bus.lock().unwrap();
@@ -449,21 +464,24 @@ fn build_pmus(
         .collect()
 }
 
-/// Send exactly the PMU's MSRs to user space (KVM MSR filter: a clear bit denies KVM's own
-/// handling, and with KVM_MSR_EXIT_REASON_FILTER a denied access exits to us).
-fn route_pmu_msrs(vm: &VmFd, pmu: &VcpuPmu) -> Result<(), VmError> {
+/// Send exactly the PMU's MSRs and the ones CPUID does not advertise to user space (KVM MSR
+/// filter: a clear bit denies KVM's own handling, and with KVM_MSR_EXIT_REASON_FILTER a
+/// denied access exits to us).
+fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>) -> Result<(), VmError> {
     let mut cap = kvm_enable_cap { cap: KVM_CAP_X86_USER_SPACE_MSR, ..Default::default() };
     cap.args[0] = u64::from(KVM_MSR_EXIT_REASON_FILTER);
     vm.enable_cap(&cap).map_err(setup("KVM_CAP_X86_USER_SPACE_MSR"))?;
-    let ranges = pmu.pmu.msr_ranges();
-    let bitmaps: Vec<Vec<u8>> = ranges.iter().map(|r| vec![0u8; r.count.div_ceil(8) as usize]).collect();
+    let mut ranges: Vec<(u32, u32)> =
+        pmu.map(|p| p.pmu.msr_ranges().iter().map(|r| (r.base.0, r.count)).collect()).unwrap_or_default();
+    ranges.extend(crate::identity::UNADVERTISED_MSRS.iter().map(|&msr| (msr, 1)));
+    let bitmaps: Vec<Vec<u8>> = ranges.iter().map(|(_, count)| vec![0u8; count.div_ceil(8) as usize]).collect();
     let filter: Vec<MsrFilterRange> = ranges
         .iter()
         .zip(&bitmaps)
-        .map(|(r, bitmap)| MsrFilterRange {
+        .map(|(&(base, msr_count), bitmap)| MsrFilterRange {
             flags: MsrFilterRangeFlags::READ | MsrFilterRangeFlags::WRITE,
-            base: r.base.0,
-            msr_count: r.count,
+            base,
+            msr_count,
             bitmap,
         })
         .collect();
@@ -478,8 +496,9 @@ fn setup_vcpu(
     index: u32,
     image: &KernelImage,
     pmu: Option<&pmu::PmuCaps>,
+    vendor: crate::identity::CpuVendor,
 ) -> Result<CpuId, VmError> {
-    let cpuid = crate::cpuid::for_vcpu(supported, index, pmu);
+    let cpuid = crate::cpuid::for_vcpu(supported, index, pmu, vendor);
     fd.set_cpuid2(&cpuid).map_err(setup("KVM_SET_CPUID2"))?;
     let mut sregs = fd.get_sregs().map_err(setup("KVM_GET_SREGS"))?;
     boot::setup_sregs(&mut sregs, image.protocol);

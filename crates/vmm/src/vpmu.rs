@@ -3,7 +3,8 @@
 //! instruction into the exact backend. One straight path:
 //! MSR exit -> pmu model -> backend -> overflow -> PMI into the guest.
 
-use crate::backends::decode::{classify, InsnClass, MAX_INSN_LEN};
+use crate::backends::decode::InsnClass;
+use crate::backends::retire::{Counting, Retirement};
 use crate::backends::exact::ExactSource;
 use crate::backends::perf::PerfSource;
 use crate::kick;
@@ -12,13 +13,13 @@ use crate::pv;
 use crate::stepping::Owed;
 use kvm_ioctls::{VcpuFd, VmFd};
 use pmu::{
-    ArchEvent, BackendError, CountSource, HostEventConfig, Initiator, MsrAccess, MsrIndex, PmcIdx, Pmu, PmuStats,
+    ArchEvent, BackendError, CountSource, HostEventConfig, Initiator, MsrIndex, PmcIdx, Pmu, PmuStats,
     RdpmcIdx,
 };
 use serde::Serialize;
 use std::collections::HashMap;
 use std::time::Instant;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::GuestMemoryMmap;
 
 /// CPU time of the calling thread.
 pub(crate) fn thread_cpu_ns() -> u64 {
@@ -103,7 +104,10 @@ pub enum PmuOp {
     CounterWrite,
     StatusRead,
     OvfCtrlWrite,
+    /// From the overflow's notification to the PMI raised, its `KVM_NMI` ioctl included.
     PmiDelivery,
+    /// One bare `KVM_NMI` ioctl (any NMI the loop injects): PMI delivery's floor.
+    KvmNmi,
     Other,
 }
 
@@ -204,16 +208,19 @@ pub struct VpmuStats {
 pub struct VcpuPmu {
     pub pmu: Pmu<Backend>,
     pub stats: VpmuStats,
-    long_mode: bool,
     stepper: crate::stepping::Stepper,
     /// `service` raised a PMI (NMI or vector): stepping opens an event window for it.
     pmi_raised: crate::stepping::Owed,
-    /// Class of the instruction at RIP, i.e. the one the next single-step retires.
-    next_class: InsnClass,
+    /// The instruction the next single-step retires.
+    retirement: Retirement,
+    /// A guest WRMSR exit was handled; the WRMSR completes at the next entry.
+    wrmsr_completing: bool,
+    /// An NMI was injected while stepping and KVM may still hold it.
+    nmi_waiting: bool,
+    /// When the PMI now owed as an NMI began to be handled (accounted at its KVM_NMI).
+    pmi_started: Option<OpStart>,
     /// Guest-virtual page -> guest-physical page of code seen while stepping.
     code_pages: HashMap<u64, u64>,
-    /// RIP of the instruction the next single-step retires.
-    next_rip: u64,
     /// Exact mode with tracing: retired instructions per RIP (the reference profile).
     pub rip_profile: Option<HashMap<u64, u64>>,
     /// The guest's paravirtual PMU page, once accepted.
@@ -242,12 +249,13 @@ impl VcpuPmu {
         VcpuPmu {
             pmu,
             stats: VpmuStats::default(),
-            long_mode,
             stepper: Default::default(),
             pmi_raised: Default::default(),
-            next_class: InsnClass::Other,
+            retirement: Retirement::new(long_mode),
+            wrmsr_completing: false,
+            nmi_waiting: false,
+            pmi_started: None,
             code_pages: HashMap::new(),
-            next_rip: 0,
             rip_profile: None,
             pv: None,
             pv_stats: pv::PvStats::default(),
@@ -274,9 +282,28 @@ impl VcpuPmu {
     /// Guest WRMSR of a PMU MSR: false for #GP.
     pub fn wrmsr(&mut self, index: u32, value: u64) -> bool {
         let t = OpStart::now();
+        // Exact backend: the WRMSR retires before its write takes effect (docs/DESIGN.md).
+        let early = matches!(self.pmu.backend(), Backend::Exact(_)) && self.stepper.is_on();
+        let rip = early.then(|| self.retirement.retired_early());
+        if let Some(rip) = rip {
+            self.counting().retire_early(rip);
+        }
+        self.wrmsr_completing = matches!(self.pmu.backend(), Backend::Exact(_));
         let ok = self.pmu.set_msr(MsrIndex(index), value, Initiator::Guest).is_ok();
+        if let (Some(rip), false) = (rip, ok) {
+            self.counting().faulted(rip);
+        }
         self.account(PmuOp::of_write(index, value), t);
         ok
+    }
+
+    /// The loop issued a `KVM_NMI` that began at `started`, for the PMI `service` raised or
+    /// for another NMI.
+    pub fn nmi_injected(&mut self, started: OpStart, for_pmi: bool) {
+        self.stats.ops.entry(PmuOp::KvmNmi).or_default().add(started);
+        if let Some(t) = self.pmi_started.take().filter(|_| for_pmi) {
+            self.account(PmuOp::PmiDelivery, t);
+        }
     }
 
     fn account(&mut self, op: PmuOp, started: OpStart) {
@@ -314,15 +341,20 @@ impl VcpuPmu {
             self.report_reloads(mem);
             if pmi {
                 nmi = self.raise_pmi(vm, vcpu);
-                self.account(PmuOp::PmiDelivery, t);
+                match nmi {
+                    true => self.pmi_started = Some(t), // ends with its KVM_NMI (`nmi_injected`)
+                    false => self.account(PmuOp::PmiDelivery, t),
+                }
             } else {
                 self.stats.handle_ns += t.at.elapsed().as_nanos() as u64;
             }
         }
         // A guest RDMSR may also have found (and reloaded) a wrap.
         self.report_reloads(mem);
+        // Stepping while a counter counts, and while one is programmed so that RDPMC (which
+        // KVM #GPs) can be emulated.
         if let Backend::Exact(e) = self.pmu.backend() {
-            self.stepper.state.wanted = e.stepping_needed();
+            self.stepper.state.wanted = e.counting() || self.pmu.any_programmed();
         }
         if self.pmu.is_active() {
             self.pmu.tick(run_ns);
@@ -383,11 +415,22 @@ impl VcpuPmu {
     /// when an NMI was injected or a PMI raised for this entry (see `stepping`).
     pub fn before_entry(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, nmi_injected: bool) {
         let nmi = if nmi_injected { Owed::Nmi } else { Owed::Nothing };
-        let owed = std::mem::take(&mut self.pmi_raised).max(nmi);
+        let mut owed = std::mem::take(&mut self.pmi_raised).max(nmi);
+        // An NMI that KVM holds (NMIs blocked in another NMI's handler) would wait behind
+        // BLOCKIRQ until stepping ends: windows open until KVM has delivered it.
+        if owed == Owed::Nothing && self.nmi_waiting {
+            self.nmi_waiting = crate::stepping::nmi_pending(vcpu);
+            if self.nmi_waiting {
+                owed = Owed::Nmi;
+            }
+        }
+        self.nmi_waiting |= owed == Owed::Nmi && self.stepper.is_on();
+        let wrmsr_completing = std::mem::take(&mut self.wrmsr_completing);
         if self.stepper.apply(vcpu, mem, self.vif, owed) {
             self.code_pages.clear();
             if let Ok(regs) = vcpu.get_regs() {
-                self.peek(vcpu, mem, regs.rip);
+                let (retirement, mut cpu, mut counting) = self.step_parts(vcpu, mem);
+                retirement.begin(&mut cpu, &mut counting, regs.rip, wrmsr_completing);
             }
         }
     }
@@ -459,82 +502,41 @@ impl VcpuPmu {
         self.stepper.is_on()
     }
 
-    /// A single-step completed at `pc`: retire the instruction that ran, look at the next
-    /// one, and emulate it now if it is RDPMC (KVM would #GP it).
+    /// A single-step completed at `pc`: retire what ran (see `backends::retire`).
     pub fn on_step(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64) {
         if !self.stepper.is_on() {
             return;
         }
         self.stepper.state.stepped();
-        self.retire(self.next_rip, self.next_class);
-        let mut pc = pc;
-        loop {
-            let bytes = self.peek(vcpu, mem, pc);
-            if self.next_class != InsnClass::Rdpmc {
-                return;
-            }
-            match self.emulate_rdpmc(vcpu, &bytes) {
-                Some(next) => pc = next,
-                None => return, // let the guest execute it and take the #GP
-            }
+        let (retirement, mut cpu, mut counting) = self.step_parts(vcpu, mem);
+        retirement.stepped(&mut cpu, &mut counting, pc);
+    }
+
+    /// An exit for a guest write (OUT, MMIO store): while stepping, it may have retired.
+    pub fn on_write_exit(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
+        if self.stepper.is_on() {
+            let (retirement, mut cpu, mut counting) = self.step_parts(vcpu, mem);
+            retirement.write_exit(&mut cpu, &mut counting);
         }
     }
 
-    fn retire(&mut self, rip: u64, class: InsnClass) {
-        self.stats.steps += 1;
-        if let Some(profile) = &mut self.rip_profile {
-            *profile.entry(rip).or_default() += 1;
-        }
-        if let Backend::Exact(e) = self.pmu.backend_mut() {
-            e.retire(class);
-        }
-    }
-
-    /// Read and classify the instruction at guest-virtual `pc`.
-    fn peek(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64) -> [u8; MAX_INSN_LEN] {
-        let mut bytes = [0u8; MAX_INSN_LEN];
-        for (i, byte) in bytes.iter_mut().enumerate() {
-            let va = pc.wrapping_add(i as u64);
-            let Some(page) = self.translate(vcpu, va & !0xfff) else { break };
-            match mem.read_obj::<u8>(GuestAddress(page | (va & 0xfff))) {
-                Ok(b) => *byte = b,
-                Err(_) => break,
-            }
-        }
-        self.next_class = classify(&bytes, self.long_mode);
-        self.next_rip = pc;
-        bytes
-    }
-
-    fn translate(&mut self, vcpu: &VcpuFd, page: u64) -> Option<u64> {
-        if let Some(&pa) = self.code_pages.get(&page) {
-            return Some(pa);
-        }
-        let t = vcpu.translate_gva(page).ok()?;
-        if t.valid == 0 {
-            return None;
-        }
-        self.code_pages.insert(page, t.physical_address & !0xfff);
-        Some(t.physical_address & !0xfff)
-    }
-
-    /// Emulate RDPMC at RIP: EDX:EAX = counter ECX, RIP past it. Returns the new RIP, or
-    /// None if the access must #GP (the guest then faults on the real instruction).
-    fn emulate_rdpmc(&mut self, vcpu: &VcpuFd, bytes: &[u8]) -> Option<u64> {
-        let mut regs = vcpu.get_regs().ok()?;
-        let value = match self.pmu.rdpmc(RdpmcIdx(regs.rcx as u32)) {
-            MsrAccess::Ok(v) => v,
-            MsrAccess::Fault => return None,
+    /// The retirement rules, the vCPU as they see it, and where retired instructions go.
+    fn step_parts<'a>(
+        &'a mut self,
+        vcpu: &'a VcpuFd,
+        mem: &'a GuestMemoryMmap,
+    ) -> (&'a mut Retirement, crate::stepping::VcpuStep<'a>, StepCounting<'a>) {
+        let home = match self.vif {
+            Some(gpa) => crate::softint::FlagHome::Vif(gpa),
+            None => crate::softint::FlagHome::Rflags,
         };
-        let len = bytes.iter().position(|&b| b == 0x0f)? as u64 + 2;
-        regs.rax = value & 0xffff_ffff;
-        regs.rdx = value >> 32;
-        regs.rip += len;
-        vcpu.set_regs(&regs).ok()?;
-        self.stats.rdpmc_emulated += 1;
-        // RDPMC itself retires after reading the counter, as on hardware.
-        self.retire(regs.rip - len, InsnClass::Other);
-        Some(regs.rip)
+        let cpu = crate::stepping::VcpuStep { vcpu, mem, code_pages: &mut self.code_pages, home };
+        let counting = StepCounting { pmu: &mut self.pmu, stats: &mut self.stats, rip_profile: &mut self.rip_profile };
+        (&mut self.retirement, cpu, counting)
+    }
+
+    fn counting(&mut self) -> StepCounting<'_> {
+        StepCounting { pmu: &mut self.pmu, stats: &mut self.stats, rip_profile: &mut self.rip_profile }
     }
 
     /// The vCPU stops: fold running counters so the final counts are complete.
@@ -544,5 +546,55 @@ impl VcpuPmu {
 
     pub fn model_stats(&self) -> PmuStats {
         self.pmu.stats()
+    }
+}
+
+/// Retired instructions into the exact backend, the statistics and the reference profile.
+struct StepCounting<'a> {
+    pmu: &'a mut Pmu<Backend>,
+    stats: &'a mut VpmuStats,
+    rip_profile: &'a mut Option<HashMap<u64, u64>>,
+}
+
+impl StepCounting<'_> {
+    /// Count `rip` in the reference profile (what retired while the counters counted) by `n`.
+    fn profile(&mut self, rip: u64, n: i64) -> Option<&mut ExactSource> {
+        let Backend::Exact(e) = self.pmu.backend_mut() else { return None };
+        if let (true, Some(profile)) = (e.counting(), self.rip_profile.as_mut()) {
+            let c = profile.entry(rip).or_default();
+            *c = c.saturating_add_signed(n);
+        }
+        Some(e)
+    }
+
+    /// The WRMSR at `rip` retires as its exit is handled, before its write takes effect.
+    fn retire_early(&mut self, rip: u64) {
+        self.stats.steps += 1;
+        if let Some(e) = self.profile(rip, 1) {
+            e.retire_early();
+        }
+    }
+
+    /// The WRMSR retired early at `rip` faulted: it did not retire.
+    fn faulted(&mut self, rip: u64) {
+        self.stats.steps -= 1;
+        if let Some(e) = self.profile(rip, -1) {
+            e.faulted();
+        }
+    }
+}
+
+impl Counting for StepCounting<'_> {
+    fn retire(&mut self, rip: u64, class: InsnClass) {
+        self.stats.steps += 1;
+        if let Some(e) = self.profile(rip, 1) {
+            e.retire(class);
+        }
+    }
+
+    fn rdpmc(&mut self, ecx: u32) -> Option<u64> {
+        let value = self.pmu.rdpmc(RdpmcIdx(ecx)).ok()?;
+        self.stats.rdpmc_emulated += 1;
+        Some(value)
     }
 }

@@ -1,14 +1,38 @@
 //! Just enough x86 decoding for the exact backend: is the instruction at RIP a branch (for
-//! "branch instructions retired", event 0xC4) or RDPMC (emulated in exact mode)?
+//! "branch instructions retired", event 0xC4), or one the VMM must run itself or count apart
+//! while stepping (RDPMC, fences, REP strings, INT n; see `retire.rs`)?
 
 /// What an instruction is, as far as counting goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InsnClass {
-    /// A branch: Jcc, JMP, CALL, RET, LOOP/JCXZ, INT/IRET, SYSCALL-class.
+    /// A branch: Jcc, JMP, CALL, RET, LOOP/JCXZ, INT3/INTO/IRET, SYSCALL-class.
     Branch,
+    /// `INT n` (`CD ib`), a branch too.
+    SoftInt(u8),
+    /// `IRETQ` (`REX.W CF`), a branch too.
+    Iret,
     /// `0F 33`.
     Rdpmc,
+    /// LFENCE, MFENCE, SFENCE (`0F AE` /5, /6, /7 with a register operand).
+    Fence,
+    /// A REP/REPNE-prefixed string instruction (MOVS, CMPS, STOS, LODS, SCAS, INS, OUTS).
+    RepString,
     Other,
+}
+
+impl InsnClass {
+    /// Whether the instruction counts as a branch instruction retired.
+    pub fn is_branch(self) -> bool {
+        matches!(self, InsnClass::Branch | InsnClass::SoftInt(_) | InsnClass::Iret)
+    }
+}
+
+/// A decoded instruction: its class and, for the classes the VMM runs itself (INT n,
+/// RDPMC, fences), its length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Insn {
+    pub class: InsnClass,
+    pub len: u64,
 }
 
 /// Longest x86 instruction; reading this many bytes at RIP is always enough.
@@ -17,19 +41,39 @@ pub const MAX_INSN_LEN: usize = 15;
 /// Classify the instruction starting at `bytes[0]`. `long_mode` decides whether 0x40-0x4F
 /// are REX prefixes (64-bit) or INC/DEC (32-bit).
 pub fn classify(bytes: &[u8], long_mode: bool) -> InsnClass {
+    decode(bytes, long_mode).class
+}
+
+/// Decode the instruction starting at `bytes[0]` (see [`classify`]); `len` is 0 where the
+/// class needs none.
+pub fn decode(bytes: &[u8], long_mode: bool) -> Insn {
     let mut i = 0;
+    let mut rep = false;
+    let mut other_prefix = false;
+    let mut rex_w = false;
     while i < bytes.len() && is_prefix(bytes[i], long_mode) {
+        rex_w = long_mode && bytes[i] & 0xf8 == 0x48;
+        rep |= matches!(bytes[i], 0xf2 | 0xf3);
+        other_prefix |= matches!(bytes[i], 0x66 | 0xf2 | 0xf3);
         i += 1;
     }
+    let insn = |class, len: usize| Insn { class, len: (i + len) as u64 };
     let Some(&op) = bytes.get(i) else {
-        return InsnClass::Other;
+        return insn(InsnClass::Other, 0);
     };
-    match op {
+    let class = match op {
+        0xcd => match bytes.get(i + 1) {
+            Some(&vector) => return insn(InsnClass::SoftInt(vector), 2),
+            None => InsnClass::Other,
+        },
+        0xcf if rex_w => return insn(InsnClass::Iret, 1),
         0x70..=0x7f | 0xe0..=0xe3 | 0xe8 | 0xe9 | 0xeb | 0xc2 | 0xc3 | 0xca | 0xcb | 0xcc..=0xcf => InsnClass::Branch,
         0x9a | 0xea if !long_mode => InsnClass::Branch,
-        0x0f => match bytes.get(i + 1) {
-            Some(0x80..=0x8f | 0x05 | 0x07 | 0x34 | 0x35) => InsnClass::Branch,
-            Some(0x33) => InsnClass::Rdpmc,
+        0x6c..=0x6f | 0xa4..=0xa7 | 0xaa..=0xaf if rep => InsnClass::RepString,
+        0x0f => match (bytes.get(i + 1), bytes.get(i + 2)) {
+            (Some(0x80..=0x8f | 0x05 | 0x07 | 0x34 | 0x35), _) => InsnClass::Branch,
+            (Some(0x33), _) => return insn(InsnClass::Rdpmc, 2),
+            (Some(0xae), Some(0xe8..=0xff)) if !other_prefix => return insn(InsnClass::Fence, 3),
             _ => InsnClass::Other,
         },
         // Group 5: /2 CALL near, /3 CALL far, /4 JMP near, /5 JMP far (indirect).
@@ -38,7 +82,8 @@ pub fn classify(bytes: &[u8], long_mode: bool) -> InsnClass {
             _ => InsnClass::Other,
         },
         _ => InsnClass::Other,
-    }
+    };
+    insn(class, 0)
 }
 
 fn is_prefix(b: u8, long_mode: bool) -> bool {
@@ -62,14 +107,13 @@ mod tests {
             &[0xc3],                         // ret
             &[0xf3, 0xc3],                   // repz ret
             &[0xc2, 8, 0],                   // ret imm16
-            &[0x48, 0xcf],                   // iretq
+            &[0xcf],                         // iretd
             &[0xe2, 0xfe],                   // loop
             &[0xe3, 0xfe],                   // jrcxz
             &[0xff, 0xd0],                   // call *%rax
             &[0x41, 0xff, 0xe3],             // jmp *%r11
             &[0xff, 0x24, 0xc5, 0, 0, 0, 0], // jmp *table(,%rax,8)
             &[0x0f, 0x05],                   // syscall
-            &[0xcd, 0x80],                   // int $0x80
             &[0x3e, 0x74, 0x00],             // ds-prefixed (hint) je
         ];
         for bytes in cases {
@@ -99,6 +143,25 @@ mod tests {
     fn rdpmc_is_recognised_with_prefixes() {
         assert_eq!(classify(&[0x0f, 0x33], true), Rdpmc);
         assert_eq!(classify(&[0x48, 0x0f, 0x33], true), Rdpmc);
+    }
+
+    #[test]
+    fn instructions_the_vmm_runs_or_counts_apart() {
+        let d = |b: &[u8]| decode(b, true);
+        assert_eq!(d(&[0xcd, 0x80]), Insn { class: SoftInt(0x80), len: 2 });
+        assert!(SoftInt(0x80).is_branch());
+        assert_eq!(d(&[0x48, 0xcf]), Insn { class: Iret, len: 2 }, "iretq");
+        assert!(Iret.is_branch());
+        assert_eq!(d(&[0x0f, 0xae, 0xf0]), Insn { class: Fence, len: 3 }, "mfence");
+        assert_eq!(d(&[0x0f, 0xae, 0xe8]), Insn { class: Fence, len: 3 }, "lfence");
+        assert_eq!(d(&[0x0f, 0xae, 0xf8]), Insn { class: Fence, len: 3 }, "sfence");
+        assert_eq!(d(&[0x0f, 0xae, 0x38]).class, Other, "clflush (%rax) is no fence");
+        assert_eq!(d(&[0x66, 0x0f, 0xae, 0xf0]).class, Other, "tpause is no fence");
+        assert_eq!(d(&[0x48, 0x0f, 0x33]), Insn { class: Rdpmc, len: 3 });
+        for rep in [&[0xf3, 0xa4][..], &[0xf3, 0x48, 0xab], &[0xf2, 0xae], &[0xf3, 0x6e]] {
+            assert_eq!(d(rep).class, RepString, "{rep:02x?}");
+        }
+        assert_eq!(d(&[0xa4]).class, Other, "movsb without REP retires per execution");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The exact backend: the VMM single-steps the guest (KVM_GUESTDBG_SINGLESTEP) and feeds
 //! every retired instruction to [`ExactSource::retire`], so instructions and branches are
-//! counted exactly and deterministically. Cycles are a model clock: one cycle per retired
-//! instruction, as instruction-set emulators define theirs.
+//! counted exactly and deterministically. Core cycles are a model clock: one cycle per
+//! retired instruction, as instruction-set emulators define theirs. Reference cycles tick
+//! with the TSC, as on hardware, so ref-cycles / RDTSC over a window is about 1.
 //!
 //! The guest is assumed to run at CPL0 (all perfvm guests do): an OS-flagged counter
 //! counts, a USR-only counter counts nothing.
@@ -21,8 +22,8 @@ struct ExactCounter {
     deadline: Option<u64>,
     /// Condition of the previous step, for edge detection.
     last_condition: bool,
-    /// Enabled by the instruction now in flight (a WRMSR): that one does not count.
-    skip_inflight: bool,
+    /// Reference cycles: the TSC up to which `count` holds them, while enabled.
+    tsc_since: Option<u64>,
 }
 
 impl ExactCounter {
@@ -32,8 +33,8 @@ impl ExactCounter {
             return 0;
         }
         match self.config.event {
-            ArchEvent::Instructions | ArchEvent::CoreCycles | ArchEvent::RefCycles => 1,
-            ArchEvent::Branches => u64::from(class == InsnClass::Branch),
+            ArchEvent::Instructions | ArchEvent::CoreCycles => 1,
+            ArchEvent::Branches => u64::from(class.is_branch()),
             _ => 0,
         }
     }
@@ -41,8 +42,11 @@ impl ExactCounter {
     /// Apply CMASK / INV / EDGE (SDM): with a CMASK the counter counts cycles in which the
     /// event occurred at least CMASK times (fewer, with INV); EDGE counts false->true.
     fn step(&mut self, class: InsnClass) -> u64 {
-        let n = self.occurrences(class);
         let cfg = self.config;
+        if cfg.event == ArchEvent::RefCycles {
+            return 0; // counted by the TSC (`fold_tsc`)
+        }
+        let n = self.occurrences(class);
         if cfg.cmask == 0 {
             return n;
         }
@@ -51,6 +55,21 @@ impl ExactCounter {
         self.last_condition = condition;
         u64::from(if cfg.edge { rising } else { condition })
     }
+
+    /// Bring a TSC-driven count up to `now`; returns the reference cycles added.
+    fn fold_tsc(&mut self, now: u64) -> u64 {
+        let Some(since) = self.tsc_since.as_mut() else { return 0 };
+        let n = if self.config.os { now.saturating_sub(*since) } else { 0 };
+        *since = now;
+        self.count += n;
+        n
+    }
+}
+
+/// The host TSC, which the guest's TSC follows at the same rate.
+fn host_tsc() -> u64 {
+    // SAFETY: RDTSC has no memory effects; every x86-64 CPU has it.
+    unsafe { core::arch::x86_64::_rdtsc() }
 }
 
 /// Counts from single-stepping.
@@ -61,11 +80,22 @@ pub struct ExactSource {
     overflow_pending: bool,
     /// Instructions retired while stepping (all counters or none).
     pub steps: u64,
+    /// The state before the last `retire_early`, for a write that faults after all.
+    checkpoint: Option<Box<([Option<ExactCounter>; SLOTS], bool, u64)>>,
+    /// The TSC (a parameter for tests).
+    tsc: fn() -> u64,
 }
 
 impl Default for ExactSource {
     fn default() -> Self {
-        ExactSource { counters: [None; SLOTS], enabled_mask: 0, overflow_pending: false, steps: 0 }
+        ExactSource {
+            counters: [None; SLOTS],
+            enabled_mask: 0,
+            overflow_pending: false,
+            steps: 0,
+            checkpoint: None,
+            tsc: host_tsc,
+        }
     }
 }
 
@@ -78,31 +108,58 @@ impl ExactSource {
         self.counters[pmc.bit() as usize].as_mut().expect("model protocol: event is open")
     }
 
-    /// Whether any counter counts, i.e. whether the VMM must single-step.
-    pub fn stepping_needed(&self) -> bool {
+    /// Whether any counter counts (the VMM single-steps then, and while any is programmed).
+    pub fn counting(&self) -> bool {
         self.enabled_mask != 0
     }
 
     /// One instruction of class `class` retired.
     pub fn retire(&mut self, class: InsnClass) {
         self.steps += 1;
+        let now = (self.tsc)();
         let mut mask = self.enabled_mask;
         while mask != 0 {
             let bit = mask.trailing_zeros() as usize;
             mask &= mask - 1;
             let c = self.counters[bit].as_mut().expect("enabled implies open");
-            if std::mem::take(&mut c.skip_inflight) {
-                continue;
+            let added = c.fold_tsc(now);
+            if added > 0 {
+                self.check_deadline(bit);
             }
-            let n = c.step(class);
-            if n == 0 {
-                continue;
-            }
-            c.count += n;
-            if c.deadline.is_some_and(|d| c.count >= d) {
-                c.deadline = None;
-                self.overflow_pending = true;
-            }
+            self.count_one(bit, class);
+        }
+    }
+
+    /// Counter `bit` sees one instruction of class `class` retire.
+    fn count_one(&mut self, bit: usize, class: InsnClass) {
+        let c = self.counters[bit].as_mut().expect("open");
+        let n = c.step(class);
+        c.count += n;
+        if n > 0 {
+            self.check_deadline(bit);
+        }
+    }
+
+    fn check_deadline(&mut self, bit: usize) {
+        let c = self.counters[bit].as_mut().expect("open");
+        if c.deadline.is_some_and(|d| c.count >= d) {
+            c.deadline = None;
+            self.overflow_pending = true;
+        }
+    }
+
+    /// A guest WRMSR exits: it retires before its write takes effect, so the counters that
+    /// count now count it and a counter it enables does not (docs/DESIGN.md). Undone by
+    /// [`ExactSource::faulted`] if the write #GPs.
+    pub fn retire_early(&mut self) {
+        self.checkpoint = Some(Box::new((self.counters, self.overflow_pending, self.steps)));
+        self.retire(InsnClass::Other);
+    }
+
+    /// The instruction retired early faulted instead: it did not retire.
+    pub fn faulted(&mut self) {
+        if let Some(state) = self.checkpoint.take() {
+            (self.counters, self.overflow_pending, self.steps) = *state;
         }
     }
 
@@ -127,7 +184,7 @@ impl CountSource for ExactSource {
             count: 0,
             deadline: None,
             last_condition: false,
-            skip_inflight: false,
+            tsc_since: None,
         };
         self.counters[pmc.bit() as usize] = Some(counter);
         Ok(())
@@ -138,26 +195,38 @@ impl CountSource for ExactSource {
         self.enabled_mask &= !pmc.mask();
     }
 
-    /// Enabling happens while the guest's enabling WRMSR is in flight: counting starts
-    /// with the instruction after it, so a measured region holds exactly its instructions.
+    /// Counting starts with the next instruction to retire (the enabling WRMSR has retired
+    /// already: `retire_early`).
     fn enable(&mut self, pmc: PmcIdx) {
+        let now = (self.tsc)();
         let c = self.slot(pmc);
         c.enabled = true;
-        c.skip_inflight = true;
+        if c.config.event == ArchEvent::RefCycles {
+            c.tsc_since = Some(now);
+        }
         self.enabled_mask |= pmc.mask();
     }
 
     fn disable(&mut self, pmc: PmcIdx) {
-        self.slot(pmc).enabled = false;
+        let now = (self.tsc)();
+        let c = self.slot(pmc);
+        c.fold_tsc(now);
+        c.tsc_since = None;
+        c.enabled = false;
         self.enabled_mask &= !pmc.mask();
     }
 
     fn read(&mut self, pmc: PmcIdx) -> u64 {
-        self.slot(pmc).count
+        let now = (self.tsc)();
+        let c = self.slot(pmc);
+        c.fold_tsc(now);
+        c.count
     }
 
     fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
+        let now = (self.tsc)();
         let c = self.slot(pmc);
+        c.fold_tsc(now);
         c.deadline = after.map(|n| c.count + n.max(1));
     }
 }
@@ -176,18 +245,35 @@ mod tests {
         let (p0, p1) = (PmcIdx::gp(0).unwrap(), PmcIdx::gp(1).unwrap());
         src.open(p0, &config(ArchEvent::Instructions)).unwrap();
         src.open(p1, &config(ArchEvent::Branches)).unwrap();
-        assert!(!src.stepping_needed());
+        assert!(!src.counting());
+        src.retire_early(); // the enabling WRMSR retires before its write: not counted
         src.enable(p0);
         src.enable(p1);
-        assert!(src.stepping_needed());
-        src.retire(InsnClass::Branch); // the enabling instruction itself
+        assert!(src.counting());
         for class in [InsnClass::Other, InsnClass::Branch, InsnClass::Other, InsnClass::Branch] {
             src.retire(class);
         }
         assert_eq!((src.read(p0), src.read(p1)), (4, 2));
+        src.retire_early(); // the WRMSR that disables p0 counts
         src.disable(p0);
         src.retire(InsnClass::Branch);
-        assert_eq!((src.read(p0), src.read(p1)), (4, 3));
+        assert_eq!((src.read(p0), src.read(p1)), (5, 3));
+    }
+
+    #[test]
+    fn a_faulting_wrmsr_does_not_retire() {
+        let mut src = ExactSource::new();
+        let p = PmcIdx::gp(0).unwrap();
+        src.open(p, &config(ArchEvent::Instructions)).unwrap();
+        src.enable(p);
+        src.arm_overflow(p, Some(1));
+        src.retire_early();
+        assert_eq!(src.read(p), 1);
+        src.faulted();
+        assert_eq!(src.read(p), 0, "taken back");
+        assert!(!src.take_overflow(), "and so is the overflow it caused");
+        src.retire(InsnClass::Other);
+        assert!(src.take_overflow(), "the deadline still holds");
     }
 
     #[test]
@@ -196,7 +282,6 @@ mod tests {
         let p = PmcIdx::fixed(0).unwrap();
         src.open(p, &config(ArchEvent::Instructions)).unwrap();
         src.enable(p);
-        src.retire(InsnClass::Other); // the enabling instruction
         src.arm_overflow(p, Some(3));
         src.retire(InsnClass::Other);
         src.retire(InsnClass::Other);
@@ -224,7 +309,6 @@ mod tests {
         // Cycles in which fewer than 1 branch retired (cmask=1, inv).
         src.open(p, &HostEventConfig { cmask: 1, inv: true, ..config(ArchEvent::Branches) }).unwrap();
         src.enable(p);
-        src.retire(InsnClass::Other);
         for class in [InsnClass::Other, InsnClass::Branch, InsnClass::Other, InsnClass::Other] {
             src.retire(class);
         }
@@ -233,11 +317,34 @@ mod tests {
         let q = PmcIdx::gp(1).unwrap();
         src.open(q, &HostEventConfig { cmask: 1, edge: true, ..config(ArchEvent::Branches) }).unwrap();
         src.enable(q);
-        src.retire(InsnClass::Other);
         for class in [InsnClass::Branch, InsnClass::Branch, InsnClass::Other, InsnClass::Branch] {
             src.retire(class);
         }
         assert_eq!(src.read(q), 2);
+    }
+
+    static FAKE_TSC: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1000);
+
+    #[test]
+    fn reference_cycles_follow_the_tsc() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut src = ExactSource { tsc: || FAKE_TSC.load(Relaxed), ..ExactSource::new() };
+        let p = PmcIdx::fixed(2).unwrap();
+        src.open(p, &config(ArchEvent::RefCycles)).unwrap();
+        src.enable(p);
+        FAKE_TSC.fetch_add(500, Relaxed);
+        src.retire(InsnClass::Other);
+        assert_eq!(src.read(p), 500, "ticks with the TSC, not per instruction");
+        src.arm_overflow(p, Some(1000));
+        FAKE_TSC.fetch_add(999, Relaxed);
+        src.retire(InsnClass::Other);
+        assert!(!src.take_overflow());
+        FAKE_TSC.fetch_add(1, Relaxed);
+        src.retire(InsnClass::Other);
+        assert!(src.take_overflow(), "overflows when the TSC reaches the deadline");
+        src.disable(p);
+        FAKE_TSC.fetch_add(10_000, Relaxed);
+        assert_eq!(src.read(p), 1500, "stopped while disabled");
     }
 
     #[test]

@@ -4,3 +4,4 @@ pub mod decode;
 pub mod exact;
 pub mod perf;
 pub mod perf_sys;
+pub mod retire;

@@ -1,9 +1,21 @@
-//! Minimal ELF64 executables built byte by byte, for tests of the loader and the CLI's
-//! error paths (each segment's bytes are `hlt`).
+//! Minimal ELF64 executables built byte by byte, for tests of the loader, the CLI's error
+//! paths, and foreign guests (code that knows nothing of the guest kit).
 
-/// An ELF64 x86-64 executable with one PT_LOAD per (paddr, filesz, memsz); file data
-/// follows the headers.
+/// An ELF64 x86-64 executable with one PT_LOAD per (paddr, filesz, memsz), each segment's
+/// bytes `hlt`; file data follows the headers.
 pub fn elf64(entry: u64, segs: &[(u64, u64, u64)]) -> Vec<u8> {
+    let bytes: Vec<Vec<u8>> = segs.iter().map(|&(_, filesz, _)| vec![0xf4; filesz as usize]).collect();
+    let with: Vec<(u64, &[u8], u64)> = segs.iter().zip(&bytes).map(|(&(p, _, m), b)| (p, &b[..], m)).collect();
+    elf64_with(entry, &with)
+}
+
+/// A guest whose only code is `code`, loaded and entered at 1 MiB.
+pub fn elf64_code(code: &[u8]) -> Vec<u8> {
+    elf64_with(0x100000, &[(0x100000, code, code.len() as u64)])
+}
+
+/// An ELF64 x86-64 executable with one PT_LOAD per (paddr, file bytes, memsz).
+pub fn elf64_with(entry: u64, segs: &[(u64, &[u8], u64)]) -> Vec<u8> {
     let phoff = 64u64;
     let data_off = phoff + 56 * segs.len() as u64;
     let mut out = vec![0u8; 64];
@@ -20,7 +32,8 @@ pub fn elf64(entry: u64, segs: &[(u64, u64, u64)]) -> Vec<u8> {
     out[54..56].copy_from_slice(&56u16.to_le_bytes());
     out[56..58].copy_from_slice(&(segs.len() as u16).to_le_bytes());
     let mut offset = data_off;
-    for &(paddr, filesz, memsz) in segs {
+    for &(paddr, bytes, memsz) in segs {
+        let filesz = bytes.len() as u64;
         let mut ph = vec![0u8; 56];
         ph[0..4].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
         ph[4..8].copy_from_slice(&5u32.to_le_bytes());
@@ -32,8 +45,8 @@ pub fn elf64(entry: u64, segs: &[(u64, u64, u64)]) -> Vec<u8> {
         out.extend_from_slice(&ph);
         offset += filesz;
     }
-    for &(_, filesz, _) in segs {
-        out.extend(std::iter::repeat_n(0xf4, filesz as usize)); // hlt
+    for &(_, bytes, _) in segs {
+        out.extend_from_slice(bytes);
     }
     out
 }

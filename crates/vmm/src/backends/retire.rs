@@ -1,0 +1,291 @@
+//! Which instructions retired, from single-step exits, by the rules of docs/DESIGN.md
+//! ("Counting as hardware counts"). This host's stepping is not one exit per instruction:
+//!
+//! * a REP string instruction may exit once per batch of iterations with RIP unchanged: it
+//!   retires once, when RIP moves on;
+//! * no trap follows LFENCE/MFENCE/SFENCE, so the VMM retires them itself (RIP past them);
+//! * an instruction that exits to the VMM for a write (OUT, an MMIO store) has already
+//!   advanced RIP at that exit and takes no trap afterwards: it retires at the exit;
+//! * INT n is rejected by the host's emulator: the VMM delivers it (`softint`), so the
+//!   handler is stepped too; no trap follows IRETQ, so the VMM runs it too; RDPMC #GPs
+//!   inside KVM: the VMM emulates it;
+//! * an exception the host delivers while stepping traps after the handler's first
+//!   instruction: the faulting instruction is counted in its place (the total is right;
+//!   the class is the faulting one's).
+//!
+//! Everything the rules need from the vCPU is behind [`StepCpu`], so they are unit-tested
+//! against a mock.
+
+use super::decode::{decode, Insn, InsnClass, MAX_INSN_LEN};
+
+/// What the rules need of the vCPU being stepped.
+pub trait StepCpu {
+    /// The bytes at guest-virtual `va` (zeros where unmapped).
+    fn code(&mut self, va: u64) -> [u8; MAX_INSN_LEN];
+    /// The current RIP.
+    fn rip(&mut self) -> Option<u64>;
+    /// RIP += `len` (an instruction the VMM ran); the new RIP.
+    fn skip(&mut self, len: u64) -> Option<u64>;
+    /// RDPMC: EDX:EAX := `read(ECX)`, RIP += `len`; the new RIP. `None` when `read` says
+    /// #GP: the guest then runs the real instruction and takes the fault.
+    fn rdpmc(&mut self, len: u64, read: &mut dyn FnMut(u32) -> Option<u64>) -> Option<u64>;
+    /// Deliver INT `vector` (`len` bytes at RIP); the handler's RIP.
+    fn soft_int(&mut self, vector: u8, len: u64) -> Option<u64>;
+    /// IRETQ at RIP; the return RIP.
+    fn iret(&mut self) -> Option<u64>;
+}
+
+/// Where retired instructions go, and what RDPMC reads.
+pub trait Counting {
+    fn retire(&mut self, rip: u64, class: InsnClass);
+    fn rdpmc(&mut self, ecx: u32) -> Option<u64>;
+}
+
+/// The instruction the next single-step retires.
+#[derive(Debug, Clone, Copy)]
+pub struct Retirement {
+    rip: u64,
+    insn: Insn,
+    /// RIP of an instruction the VMM has accounted for already: one retired early (a WRMSR
+    /// whose exit it handled) or one it knows faults (an RDPMC the model #GPs). The step that
+    /// completes it retires nothing.
+    accounted: Option<u64>,
+    long_mode: bool,
+}
+
+impl Retirement {
+    pub fn new(long_mode: bool) -> Self {
+        Retirement { rip: 0, insn: Insn { class: InsnClass::Other, len: 0 }, accounted: None, long_mode }
+    }
+
+    /// Stepping begins at `pc`; `exited` says the instruction there already exited to the
+    /// VMM (a WRMSR completing at this entry): it counts for no counter.
+    pub fn begin(&mut self, cpu: &mut impl StepCpu, counting: &mut impl Counting, pc: u64, exited: bool) {
+        self.accounted = exited.then_some(pc);
+        self.start(cpu, counting, pc);
+    }
+
+    /// Stepping goes on (after a step or a write exit) at `pc`.
+    fn start(&mut self, cpu: &mut impl StepCpu, counting: &mut impl Counting, pc: u64) {
+        let mut pc = pc;
+        loop {
+            self.rip = pc;
+            self.insn = decode(&cpu.code(pc), self.long_mode);
+            let ran = match self.insn.class {
+                InsnClass::Rdpmc => cpu.rdpmc(self.insn.len, &mut |ecx| counting.rdpmc(ecx)),
+                InsnClass::Fence => cpu.skip(self.insn.len),
+                InsnClass::SoftInt(vector) => cpu.soft_int(vector, self.insn.len),
+                InsnClass::Iret => cpu.iret(),
+                _ => None,
+            };
+            if ran.is_none() && self.insn.class == InsnClass::Rdpmc {
+                self.accounted = Some(pc); // it faults: it does not retire
+            }
+            let Some(next) = ran else { return };
+            counting.retire(pc, self.insn.class);
+            pc = next;
+        }
+    }
+
+    /// A single-step exit at `pc`.
+    pub fn stepped(&mut self, cpu: &mut impl StepCpu, counting: &mut impl Counting, pc: u64) {
+        let iteration = self.insn.class == InsnClass::RepString && pc == self.rip;
+        let accounted = self.accounted.take() == Some(self.rip);
+        if !iteration && !accounted {
+            counting.retire(self.rip, self.insn.class);
+        }
+        self.start(cpu, counting, pc);
+    }
+
+    /// The instruction the next step retires was retired by the VMM already (a WRMSR, as
+    /// its exit was handled); returns its RIP.
+    pub fn retired_early(&mut self) -> u64 {
+        self.accounted = Some(self.rip);
+        self.rip
+    }
+
+    /// An exit for a write (OUT, MMIO store): if RIP moved, the instruction retired.
+    pub fn write_exit(&mut self, cpu: &mut impl StepCpu, counting: &mut impl Counting) {
+        match cpu.rip() {
+            Some(pc) if pc != self.rip => {
+                counting.retire(self.rip, self.insn.class);
+                self.start(cpu, counting, pc);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A program at fixed addresses; RIP moves as the mock says.
+    #[derive(Default)]
+    struct Mock {
+        code: BTreeMap<u64, Vec<u8>>,
+        rip: u64,
+        handler: u64,
+        stack: Vec<u64>,
+        gp_on_rdpmc: bool,
+    }
+
+    impl StepCpu for Mock {
+        fn code(&mut self, va: u64) -> [u8; MAX_INSN_LEN] {
+            let mut b = [0u8; MAX_INSN_LEN];
+            if let Some(c) = self.code.get(&va) {
+                b[..c.len()].copy_from_slice(c);
+            }
+            b
+        }
+        fn rip(&mut self) -> Option<u64> {
+            Some(self.rip)
+        }
+        fn skip(&mut self, len: u64) -> Option<u64> {
+            self.rip += len;
+            Some(self.rip)
+        }
+        fn rdpmc(&mut self, len: u64, read: &mut dyn FnMut(u32) -> Option<u64>) -> Option<u64> {
+            read(0)?;
+            (!self.gp_on_rdpmc).then(|| self.skip(len))?
+        }
+        fn soft_int(&mut self, _vector: u8, len: u64) -> Option<u64> {
+            self.stack.push(self.rip + len);
+            self.rip = self.handler;
+            Some(self.rip)
+        }
+        fn iret(&mut self) -> Option<u64> {
+            self.rip = self.stack.pop()?;
+            Some(self.rip)
+        }
+    }
+
+    #[derive(Default)]
+    struct Log {
+        retired: Vec<(u64, InsnClass)>,
+        rdpmc_reads: usize,
+    }
+
+    impl Counting for Log {
+        fn retire(&mut self, rip: u64, class: InsnClass) {
+            self.retired.push((rip, class));
+        }
+        fn rdpmc(&mut self, _ecx: u32) -> Option<u64> {
+            self.rdpmc_reads += 1;
+            Some(42)
+        }
+    }
+
+    /// Stepping begins at `pc` (where the vCPU is).
+    fn begin(r: &mut Retirement, cpu: &mut Mock, log: &mut Log, pc: u64, exited: bool) {
+        cpu.rip = pc;
+        r.begin(cpu, log, pc, exited);
+    }
+
+    /// A step exit with the vCPU at `pc`.
+    fn step(r: &mut Retirement, cpu: &mut Mock, log: &mut Log, pc: u64) {
+        cpu.rip = pc;
+        r.stepped(cpu, log, pc);
+    }
+
+    fn mock(program: &[(u64, &[u8])]) -> Mock {
+        Mock { code: program.iter().map(|&(a, b)| (a, b.to_vec())).collect(), ..Default::default() }
+    }
+
+    const NOP: &[u8] = &[0x90];
+    const MFENCE: &[u8] = &[0x0f, 0xae, 0xf0];
+    const REP_MOVSB: &[u8] = &[0xf3, 0xa4];
+    const OUT: &[u8] = &[0xe6, 0xe0];
+
+    #[test]
+    fn fences_are_run_by_the_vmm_and_retire_once_each() {
+        let mut cpu = mock(&[(0x10, MFENCE), (0x13, MFENCE), (0x16, NOP)]);
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x10, false);
+        assert_eq!(cpu.rip, 0x16, "both fences skipped");
+        step(&mut r, &mut cpu, &mut log, 0x17);
+        let rips: Vec<u64> = log.retired.iter().map(|x| x.0).collect();
+        assert_eq!(rips, vec![0x10, 0x13, 0x16]);
+    }
+
+    #[test]
+    fn a_rep_string_retires_once_whatever_its_iterations() {
+        let mut cpu = mock(&[(0x20, REP_MOVSB), (0x22, NOP)]);
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x20, false);
+        step(&mut r, &mut cpu, &mut log, 0x20);
+        step(&mut r, &mut cpu, &mut log, 0x20);
+        assert!(log.retired.is_empty(), "iterations are not instructions");
+        step(&mut r, &mut cpu, &mut log, 0x22);
+        assert_eq!(log.retired, vec![(0x20, InsnClass::RepString)]);
+    }
+
+    #[test]
+    fn a_jump_to_itself_still_retires() {
+        let mut cpu = mock(&[(0x30, &[0xeb, 0xfe])]);
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x30, false);
+        step(&mut r, &mut cpu, &mut log, 0x30);
+        assert_eq!(log.retired, vec![(0x30, InsnClass::Branch)]);
+    }
+
+    #[test]
+    fn a_write_exit_retires_its_instruction_once() {
+        let mut cpu = mock(&[(0x40, OUT), (0x42, NOP)]);
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x40, false);
+        cpu.rip = 0x42; // the exit came with RIP already past the OUT
+        r.write_exit(&mut cpu, &mut log);
+        step(&mut r, &mut cpu, &mut log, 0x43); // no trap after the OUT: the next step is the NOP's
+        assert_eq!(log.retired, vec![(0x40, InsnClass::Other), (0x42, InsnClass::Other)]);
+        // A write exit before RIP moved: the step that follows retires it.
+        let mut cpu = mock(&[(0x40, OUT), (0x42, NOP)]);
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x40, false);
+        r.write_exit(&mut cpu, &mut log);
+        step(&mut r, &mut cpu, &mut log, 0x42);
+        assert_eq!(log.retired, vec![(0x40, InsnClass::Other)]);
+    }
+
+    #[test]
+    fn int_n_is_delivered_and_its_handler_stepped() {
+        let mut cpu = mock(&[(0x50, &[0xcd, 0xf1]), (0x52, NOP), (0x900, NOP), (0x901, &[0x48, 0xcf])]);
+        cpu.handler = 0x900;
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x50, false);
+        assert_eq!(cpu.rip, 0x900, "INT n delivered by the VMM");
+        step(&mut r, &mut cpu, &mut log, 0x901); // the handler's NOP; IRETQ is run by the VMM too
+        assert_eq!(cpu.rip, 0x52);
+        step(&mut r, &mut cpu, &mut log, 0x53);
+        let classes: Vec<InsnClass> = log.retired.iter().map(|x| x.1).collect();
+        use InsnClass::*;
+        assert_eq!(classes, vec![SoftInt(0xf1), Other, Iret, Other]);
+    }
+
+    #[test]
+    fn rdpmc_reads_before_it_retires_and_a_fault_is_left_to_the_guest() {
+        let mut cpu = mock(&[(0x60, &[0x0f, 0x33]), (0x62, NOP)]);
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x60, false);
+        assert_eq!((cpu.rip, log.rdpmc_reads), (0x62, 1));
+        assert_eq!(log.retired, vec![(0x60, InsnClass::Rdpmc)]);
+        let mut cpu = mock(&[(0x60, &[0x0f, 0x33])]);
+        cpu.gp_on_rdpmc = true;
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x60, false);
+        assert_eq!(cpu.rip, 0x60, "the guest runs it and takes the #GP");
+        step(&mut r, &mut cpu, &mut log, 0x700); // in the #GP handler
+        assert!(log.retired.is_empty(), "a faulting instruction does not retire");
+    }
+
+    #[test]
+    fn an_instruction_the_vmm_accounted_for_retires_nothing_more() {
+        let mut cpu = mock(&[(0x80, &[0x0f, 0x30]), (0x82, NOP)]);
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x80, true); // a WRMSR whose exit started stepping
+        step(&mut r, &mut cpu, &mut log, 0x82);
+        step(&mut r, &mut cpu, &mut log, 0x83);
+        assert_eq!(log.retired, vec![(0x82, InsnClass::Other)]);
+    }
+}
