@@ -483,7 +483,8 @@ impl VcpuPmu {
         let Some(page) = self.pv.filter(|p| p.version >= 2) else { return };
         let clock = matches!(self.pmu.backend(), Backend::Perf(p) if matches!(p.mode(), crate::backends::perf::PerfMode::SoftwareClock { .. }));
         let rate = |e: ArchEvent| match e {
-            ArchEvent::CoreCycles | ArchEvent::RefCycles if clock => pv::Extrapolation::TscRate,
+            // ref-cycles follow the TSC itself (`backends::TscCount`): read with an exit.
+            ArchEvent::CoreCycles if clock => pv::Extrapolation::TscRate,
             _ => pv::Extrapolation::NeedsExit,
         };
         let created = self.created;

@@ -66,12 +66,6 @@ impl ExactCounter {
     }
 }
 
-/// The host TSC, which the guest's TSC follows at the same rate.
-fn host_tsc() -> u64 {
-    // SAFETY: RDTSC has no memory effects; every x86-64 CPU has it.
-    unsafe { core::arch::x86_64::_rdtsc() }
-}
-
 /// Counts from single-stepping.
 #[derive(Debug)]
 pub struct ExactSource {
@@ -94,7 +88,7 @@ impl Default for ExactSource {
             overflow_pending: false,
             steps: 0,
             checkpoint: None,
-            tsc: host_tsc,
+            tsc: super::host_tsc,
         }
     }
 }

@@ -144,6 +144,10 @@ struct PerfCounter {
     period_stale: bool,
     /// The kernel's id (group reads), when in the group.
     id: Option<u64>,
+    /// Software clock, ref-cycles: the guest sees the TSC while the counter runs, as on
+    /// hardware, not the thread's CPU time (a busy host shares that out); the task-clock
+    /// event still brings the overflow notification (late when the host is busy).
+    tsc: Option<super::TscCount>,
 }
 
 /// The software-clock events' group: a leader that stands for no counter, always open.
@@ -293,6 +297,9 @@ impl PerfSource {
     fn stopped(&mut self, pmc: PmcIdx, now: u64) {
         self.count_lost(pmc, now);
         let c = self.counter(pmc);
+        if let Some(t) = &mut c.tsc {
+            t.stop(super::host_tsc());
+        }
         c.enabled = false;
         c.stopped_at = Some(now);
     }
@@ -301,12 +308,27 @@ impl PerfSource {
     fn started(&mut self, pmc: PmcIdx) {
         let c = self.counter(pmc);
         c.enabled = true;
+        if let Some(t) = &mut c.tsc {
+            t.start(super::host_tsc());
+        }
         let stale = std::mem::take(&mut c.period_stale);
         if stale {
             // A period set while disabled is not restarted by the kernel: do it now.
             self.restart_period(pmc);
         }
         self.counter(pmc).stopped_at = None;
+    }
+
+    /// The host event's count in event units (what notifications and periods follow).
+    fn clock(&mut self, pmc: PmcIdx) -> u64 {
+        let c = self.counter(pmc);
+        match (c.enabled, c.stopped_at) {
+            (false, Some(now)) => now,
+            _ => {
+                let raw = c.event.read().unwrap_or(0);
+                self.in_event_units(raw)
+            }
+        }
     }
 
     fn counter(&mut self, pmc: PmcIdx) -> &mut PerfCounter {
@@ -344,7 +366,7 @@ impl PerfSource {
         // Just started: the count it stopped at is still the count.
         let now = match self.counter(pmc).stopped_at {
             Some(now) => now,
-            None => self.read(pmc),
+            None => self.clock(pmc),
         };
         let remaining = after.saturating_sub(now.saturating_sub(armed_at)).max(1);
         let period = self.to_host_units(remaining);
@@ -389,11 +411,13 @@ impl CountSource for PerfSource {
             return Err(BackendError::Os(e.raw_os_error().unwrap_or(0)));
         }
         let id = if grouped { event.id().ok() } else { None };
+        let software = matches!(self.mode, PerfMode::SoftwareClock { .. });
+        let tsc = (software && config.event == ArchEvent::RefCycles).then(super::TscCount::default);
         if let (Some(g), Some(_)) = (self.group.as_mut(), id) {
             g.members |= pmc.mask();
         }
         self.counters[pmc.bit() as usize] =
-            Some(PerfCounter { event, enabled: false, armed: None, stopped_at: Some(0), period_stale: false, id });
+            Some(PerfCounter { event, enabled: false, armed: None, stopped_at: Some(0), period_stale: false, id, tsc });
         Ok(())
     }
 
@@ -466,20 +490,16 @@ impl CountSource for PerfSource {
     }
 
     fn read(&mut self, pmc: PmcIdx) -> u64 {
-        let c = self.counter(pmc);
-        match (c.enabled, c.stopped_at) {
-            (false, Some(now)) => now,
-            _ => {
-                let raw = c.event.read().unwrap_or(0);
-                self.in_event_units(raw)
-            }
+        match &self.counter(pmc).tsc {
+            Some(t) => t.value(super::host_tsc()),
+            None => self.clock(pmc),
         }
     }
 
     fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
         match after {
             Some(after) => {
-                let now = self.read(pmc);
+                let now = self.clock(pmc);
                 self.count_lost(pmc, now);
                 let floor = self.floor_in_event_units();
                 if self.floor_ns > MIN_CLOCK_PERIOD_NS && after < floor {
