@@ -22,6 +22,8 @@ pub enum Command {
     Report(ReportArgs),
     /// Reproduce the seed documents' measurements, legacy vs ours in one run.
     Bench(BenchArgs),
+    /// List the events the virtual PMU offers, as `perf list` does.
+    List,
 }
 
 /// `-F` when neither `-c` nor `-F` is given (samples per second of guest cycles). Each
@@ -29,15 +31,25 @@ pub enum Command {
 /// plus a few exits), so 100 Hz keeps sampling overhead near 2% (docs/PERFORMANCE.md).
 pub const DEFAULT_RECORD_FREQ: u64 = 100;
 
+/// `-c` on the exact backend when neither `-c` nor `-F` is given. Its events count retired
+/// instructions (cycles are a model clock of one per instruction), single-stepped at ~10^5
+/// per second here: ~100 samples from ftest's 10^6 instructions. Prime, so the samples do
+/// not fall in step with a loop.
+pub const DEFAULT_EXACT_PERIOD: u64 = 10_007;
+
 #[derive(Debug, Args)]
 pub struct StatArgs {
     /// Events to count, comma-separated (cycles, instructions, ref-cycles, cache-references,
     /// cache-misses, branches, branch-misses, or rUUEE).
     #[arg(short = 'e', long = "event", default_value = "cycles,instructions,branches,branch-misses")]
     pub events: String,
-    /// Count per guest task too (counters saved and restored on every guest context switch).
-    #[arg(short = 'p', long = "per-task")]
+    /// Count per guest task too (counters saved and restored on every guest context switch),
+    /// with a row for what ran outside the tasks.
+    #[arg(long = "per-task")]
     pub per_task: bool,
+    /// Run the workload N times and print the mean of each count with its spread.
+    #[arg(short = 'r', long = "repeat", value_name = "N", default_value_t = 1)]
+    pub repeat: u32,
     /// Print counts, statistics and console as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -56,7 +68,8 @@ pub struct RecordArgs {
     /// Event to sample.
     #[arg(short = 'e', long = "event", default_value = "cycles")]
     pub event: String,
-    /// Sample every PERIOD events.
+    /// Sample every PERIOD events (default: -F 100 for cycles on the perf backend,
+    /// 10007 on the exact backend).
     #[arg(short = 'c', long = "count")]
     pub count: Option<u64>,
     /// Sample FREQ times per second of guest cycles (cycles events on the perf backend;
@@ -81,14 +94,16 @@ pub struct RecordArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// Record file to read.
-    #[arg(short = 'i', long = "input", default_value = "perfvm.data.json")]
-    pub input: String,
-    /// Also write a flamegraph SVG.
+    /// Record file to read (default perfvm.data.json); with --compare B, the A side.
+    #[arg(short = 'i', long = "input")]
+    pub input: Option<String>,
+    /// Also write a flamegraph SVG; with --compare, a differential one (B against A: red
+    /// grew, blue shrank).
     #[arg(long, value_name = "OUT.svg")]
     pub flamegraph: Option<String>,
-    /// Show two record files side by side with their total variation distance.
-    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    /// Show two record files side by side with their total variation distance:
+    /// --compare A B, or -i A --compare B.
+    #[arg(long, num_args = 1..=2, value_names = ["A", "B"])]
     pub compare: Option<Vec<String>>,
 }
 
@@ -96,12 +111,12 @@ pub struct ReportArgs {
 pub struct BenchArgs {
     /// Suites to run (default: all).
     pub suites: Vec<String>,
-    /// Fewer repetitions and smaller guests.
+    /// Smaller guests, and 2 repetitions unless --reps is given.
     #[arg(long)]
     pub quick: bool,
-    /// Repetitions per configuration.
-    #[arg(long, default_value_t = 5)]
-    pub reps: usize,
+    /// Repetitions per configuration (at least 1; default 5, or 2 with --quick).
+    #[arg(long, value_name = "N")]
+    pub reps: Option<usize>,
     /// Print results as JSON.
     #[arg(long)]
     pub json: bool,
@@ -256,4 +271,65 @@ pub struct RunArgs {
     /// Print one JSON document (end, statistics, console output) on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The command whose help fits the arguments: `perfvm stat` for `stat ...`.
+pub fn help_command(args: &[String]) -> String {
+    use clap::CommandFactory;
+    match args.get(1) {
+        Some(sub) if Cli::command().find_subcommand(sub).is_some() => format!("perfvm {sub}"),
+        _ => "perfvm".into(),
+    }
+}
+
+/// clap's error as one line: its message, the details clap puts on the lines below it
+/// (missing arguments, possible values, tips), and the help to read (`help`, unless the
+/// error shows a usage line).
+pub fn error_line(rendered: &str, help: &str) -> String {
+    let mut line = String::new();
+    let mut help = help.to_owned();
+    for part in rendered.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("For more information")) {
+        if let Some(usage) = part.strip_prefix("Usage: ") {
+            let words = usage.split_whitespace().take_while(|w| !w.starts_with(['[', '<', '-']));
+            help = words.collect::<Vec<_>>().join(" ");
+        } else if line.is_empty() {
+            line.push_str(part.trim_start_matches("error: "));
+        } else {
+            line.push_str(if part.starts_with("tip:") { "; " } else { " " });
+            line.push_str(part);
+        }
+    }
+    if line.is_empty() {
+        line.push_str("invalid arguments");
+    }
+    format!("{line} (see {help} --help)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn error_of(args: &[&str]) -> String {
+        let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        error_line(&Cli::try_parse_from(args).unwrap_err().to_string(), &help_command(&owned))
+    }
+
+    #[test]
+    fn clap_errors_keep_their_details_on_one_line() {
+        assert_eq!(
+            error_of(&["perfvm", "stat"]),
+            "the following required arguments were not provided: <GUEST> (see perfvm stat --help)"
+        );
+        let e = error_of(&["perfvm", "run", "hello", "--backend", "foo"]);
+        assert_eq!(
+            e,
+            "invalid value 'foo' for '--backend <BACKEND>' [possible values: perf, exact] (see perfvm run --help)"
+        );
+        let e = error_of(&["perfvm", "run", "hello", "--bakend", "exact"]);
+        assert!(e.contains("unexpected argument '--bakend' found; tip: a similar argument exists: '--backend'"), "{e}");
+        assert!(e.ends_with("(see perfvm run --help)"), "{e}");
+        assert_eq!(error_line("error: boom\n", "perfvm"), "boom (see perfvm --help)");
+        assert_eq!(error_of(&["perfvm", "frobnicate"]), "unrecognized subcommand 'frobnicate' (see perfvm --help)");
+    }
 }

@@ -18,6 +18,11 @@ pub struct Event {
     pub raw: u16,
 }
 
+/// The named events with their other names (`perfvm list`).
+pub fn named() -> impl Iterator<Item = (Event, &'static [&'static str])> {
+    EVENTS.iter().map(|(names, raw)| (Event { name: names[0], raw: *raw }, &names[1..]))
+}
+
 /// Every event name `-e` accepts.
 pub fn available() -> String {
     EVENTS.iter().map(|(names, _)| names[0]).collect::<Vec<_>>().join(", ")

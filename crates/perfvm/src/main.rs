@@ -1,10 +1,12 @@
 //! The `perfvm` command line.
 
+mod agent_lines;
 mod bench;
 mod cli;
 mod events;
 mod format;
 mod guests;
+mod list;
 mod profile;
 mod record;
 mod report;
@@ -27,6 +29,12 @@ impl Failure {
     pub fn usage(message: impl Into<String>) -> Self {
         Failure { code: 2, message: message.into() }
     }
+
+    /// SIGINT or SIGTERM stopped the work: exit 130 or 143, as a shell reports it.
+    pub fn interrupted(what: &str, signal: i32) -> Self {
+        let name = if signal == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
+        Failure { code: 128 + signal, message: format!("{what} interrupted by {name}") }
+    }
 }
 
 fn main() {
@@ -39,9 +47,8 @@ fn main() {
             std::process::exit(0);
         }
         Err(e) => {
-            let first =
-                e.to_string().lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_owned();
-            eprintln!("perfvm: {first} (see perfvm --help)");
+            let args: Vec<String> = std::env::args().collect();
+            eprintln!("perfvm: {}", cli::error_line(&e.to_string(), &cli::help_command(&args)));
             std::process::exit(2);
         }
     };
@@ -51,6 +58,7 @@ fn main() {
         cli::Command::Record(args) => record::run(args, started),
         cli::Command::Report(args) => report::run(args),
         cli::Command::Bench(args) => bench::run(args),
+        cli::Command::List => list::run(),
     };
     match result {
         Ok(code) => std::process::exit(code),

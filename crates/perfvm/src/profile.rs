@@ -47,11 +47,11 @@ impl Profile {
         shares
     }
 
-    /// The perf-report table.
-    pub fn render(&self, event: &str, samples: u64) -> String {
+    /// The perf-report table; `event_count` is what perf shows as the event count: the sum
+    /// of the sample periods.
+    pub fn render(&self, event: &str, samples: u64, event_count: u64) -> String {
         let total = self.total().max(1) as f64;
-        let mut out =
-            format!("# Samples: {samples} of event '{event}'\n# Event count (approx.): {}\n#\n", self.total());
+        let mut out = format!("# Samples: {samples} of event '{event}'\n# Event count (approx.): {event_count}\n#\n");
         out.push_str("# Overhead  Command          Shared Object    Symbol\n");
         out.push_str("# ........  ...............  ...............  ......................\n#\n");
         for r in &self.rows {
@@ -94,7 +94,9 @@ mod tests {
         assert_eq!(p.rows.iter().map(|r| r.symbol.as_str()).collect::<Vec<_>>(), ["bar", "qux", "foo"]);
         assert_eq!(p.total(), 10);
         assert!((p.shares()["bar"] - 0.5).abs() < 1e-12);
-        assert!(p.render("cycles", 10).contains("  50.00%  ftest            ftest            [.] bar"));
+        let table = p.render("cycles", 10, 10_000);
+        assert!(table.contains("# Samples: 10 of event 'cycles'\n# Event count (approx.): 10000\n"), "{table}");
+        assert!(table.contains("  50.00%  ftest            ftest            [.] bar"), "{table}");
         assert_eq!(p.folded().lines().next(), Some("ftest;bar 5"));
     }
 

@@ -5,7 +5,7 @@
 use crate::cli::{BackendArg, RecordArgs};
 use crate::events::{self, Event};
 use crate::profile::{Profile, ProfileRow};
-use crate::run::{boot, vm_config};
+use crate::run::{boot_under_agent, vm_config};
 use crate::stat::agent_cmdline;
 use crate::symbols::Symbols;
 use crate::Failure;
@@ -78,6 +78,12 @@ impl RecordFile {
         ))
     }
 
+    /// What perf's report calls the event count: the sum of the sample periods (every
+    /// sample stands for `period` events; the reference's period is 1).
+    pub fn sampled_event_count(&self) -> u64 {
+        self.profile.total().saturating_mul(self.period)
+    }
+
     /// VM exits of the workload per sample taken (None without samples).
     pub fn exits_per_sample(&self) -> Option<f64> {
         (self.mode == "sampled" && self.samples > 0).then(|| self.exits as f64 / self.samples as f64)
@@ -96,16 +102,19 @@ impl RecordFile {
     }
 }
 
-/// Period from `-c` / `-F`: frequency means samples per second of guest cycles.
+/// Period from `-c` / `-F`: frequency means samples per second of guest cycles. The exact
+/// backend counts retired instructions, not time, so it takes a period of its own.
 fn period(args: &RecordArgs, event: Event) -> Result<u64, Failure> {
+    let exact = args.vm.pmu.backend == BackendArg::Exact;
     match (args.count, args.freq) {
         (Some(_), Some(_)) => Err(Failure::usage("give -c PERIOD or -F FREQ, not both")),
         (Some(0), _) => Err(Failure::usage("-c PERIOD must be positive")),
         (Some(c), None) => Ok(c),
+        (None, None) if exact => Ok(crate::cli::DEFAULT_EXACT_PERIOD),
         (None, freq) => {
             let freq = freq.unwrap_or(crate::cli::DEFAULT_RECORD_FREQ);
             let is_cycles = matches!(event.raw, 0x003c | 0x013c);
-            if !is_cycles || args.vm.pmu.backend == BackendArg::Exact {
+            if !is_cycles || exact {
                 return Err(Failure::usage(format!(
                     "-F needs a cycles event on the perf backend; give -c PERIOD for {}",
                     event.name
@@ -118,6 +127,20 @@ fn period(args: &RecordArgs, event: Event) -> Result<u64, Failure> {
             Ok((khz * 1000 / freq).max(1))
         }
     }
+}
+
+/// Fail before the run, not after it, where `path` cannot be written.
+fn check_writable(path: &str) -> Result<(), Failure> {
+    let existed = Path::new(path).exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| Failure::usage(format!("cannot write {path}: {e}")))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
 }
 
 /// Boot a guest under the agent (or the reference tracer) and build its record.
@@ -146,7 +169,7 @@ pub fn record(
     let extra = std::mem::take(&mut config.cmdline);
     config.cmdline = agent_cmdline(&orders, args, &extra);
     let elf_bytes = std::fs::read(&config.kernel).unwrap_or_default();
-    let report = boot(&config, started)?;
+    let report = boot_under_agent(&config, started)?;
     let code = report.end.exit_code();
     if let Some(msg) = report.end.message() {
         eprintln!("perfvm: {msg}");
@@ -216,10 +239,12 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
     }
     let period = if args.reference { 1 } else { period(&args, event)? };
     let config = vm_config(&args.vm, false)?;
+    let folded = format!("{}.folded", args.output);
+    check_writable(&args.output)?;
+    check_writable(&folded)?;
     let (file, code) = record(config, &args.vm.guest, &args.args, event, period, args.reference, started)?;
     let json = serde_json::to_string(&file).expect("JSON");
     std::fs::write(&args.output, &json).map_err(|e| Failure::usage(format!("cannot write {}: {e}", args.output)))?;
-    let folded = format!("{}.folded", args.output);
     std::fs::write(&folded, file.profile.folded())
         .map_err(|e| Failure::usage(format!("cannot write {folded}: {e}")))?;
     eprintln!(

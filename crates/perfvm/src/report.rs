@@ -1,32 +1,92 @@
 //! `perfvm report`: the overhead table of a record file, a flamegraph, or two profiles side
-//! by side with their total variation distance.
+//! by side with their total variation distance (and a differential flamegraph).
 
 use crate::cli::ReportArgs;
 use crate::profile::tvd;
 use crate::record::RecordFile;
 use crate::Failure;
+use std::io::Write;
 use std::path::Path;
+
+/// `-i` when not given, as `record -o` writes by default.
+const DEFAULT_INPUT: &str = "perfvm.data.json";
 
 pub fn run(args: ReportArgs) -> Result<i32, Failure> {
     if let Some(files) = &args.compare {
-        let a = RecordFile::load(Path::new(&files[0])).map_err(Failure::usage)?;
-        let b = RecordFile::load(Path::new(&files[1])).map_err(Failure::usage)?;
-        print!("{}", compare(&a, &files[0], &b, &files[1]));
+        let (a, b) = match (args.input.as_deref(), files.as_slice()) {
+            (Some(_), [_, _]) => {
+                return Err(Failure::usage("give -i A --compare B or --compare A B, not -i and two files"))
+            }
+            (input, [b]) => (input.unwrap_or(DEFAULT_INPUT), b.as_str()),
+            (None, [a, b]) => (a.as_str(), b.as_str()),
+            _ => unreachable!("clap takes one or two files for --compare"),
+        };
+        let (file_a, file_b) = (load(a)?, load(b)?);
+        print!("{}", compare(&file_a, a, &file_b, b));
+        if let Some(svg) = &args.flamegraph {
+            let title = format!("perfvm: {b} against {a} (red: grew, blue: shrank)");
+            write_flamegraph(svg, title, &differential(&file_a, &file_b)?)?;
+        }
         return Ok(0);
     }
-    let file = RecordFile::load(Path::new(&args.input)).map_err(Failure::usage)?;
+    let input = args.input.as_deref().unwrap_or(DEFAULT_INPUT);
+    let file = load(input)?;
     print!("{}", header(&file));
-    print!("{}", file.profile.render(&file.event, file.samples));
+    print!("{}", file.profile.render(&file.event, file.samples, file.sampled_event_count()));
     if let Some(svg) = &args.flamegraph {
-        let folded = file.profile.folded();
-        let mut options = inferno::flamegraph::Options::default();
-        options.title = format!("perfvm: {} ({} samples of {})", command(&file), file.samples, file.event);
-        let out = std::fs::File::create(svg).map_err(|e| Failure::usage(format!("cannot write {svg}: {e}")))?;
-        inferno::flamegraph::from_lines(&mut options, folded.lines(), std::io::BufWriter::new(out))
-            .map_err(|e| Failure::usage(format!("flamegraph: {e}")))?;
-        eprintln!("perfvm: wrote flamegraph {svg}");
+        let title = format!("perfvm: {} ({} samples of {})", command(&file), file.samples, file.event);
+        write_flamegraph(svg, title, &file.profile.folded())?;
     }
     Ok(0)
+}
+
+fn load(path: &str) -> Result<RecordFile, Failure> {
+    RecordFile::load(Path::new(path)).map_err(Failure::usage)
+}
+
+/// Collapsed stacks with A's and B's weight on each line (A scaled to B's total), the input
+/// of a differential flamegraph.
+fn differential(a: &RecordFile, b: &RecordFile) -> Result<String, Failure> {
+    let options = inferno::differential::Options { normalize: true, strip_hex: false };
+    let mut out = Vec::new();
+    inferno::differential::from_readers(options, a.profile.folded().as_bytes(), b.profile.folded().as_bytes(), &mut out)
+        .map_err(|e| Failure::usage(format!("differential flamegraph: {e}")))?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Write a flamegraph of collapsed stacks; without any, an SVG that says so (inferno would
+/// leave an error page and fail).
+fn write_flamegraph(path: &str, title: String, folded: &str) -> Result<(), Failure> {
+    let cannot_write = |e: std::io::Error| Failure::usage(format!("cannot write {path}: {e}"));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).map_err(cannot_write)?);
+    if folded.trim().is_empty() {
+        out.write_all(no_samples_svg(&title).as_bytes()).and_then(|()| out.flush()).map_err(cannot_write)?;
+        eprintln!("perfvm: no samples: wrote an empty flamegraph {path}");
+        return Ok(());
+    }
+    let mut options = inferno::flamegraph::Options::default();
+    options.title = title;
+    inferno::flamegraph::from_lines(&mut options, folded.lines(), out)
+        .map_err(|e| Failure::usage(format!("flamegraph: {e}")))?;
+    eprintln!("perfvm: wrote flamegraph {path}");
+    Ok(())
+}
+
+/// A flamegraph-sized SVG with the title and "no samples".
+fn no_samples_svg(title: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" standalone=\"no\"?>\n\
+         <svg version=\"1.1\" width=\"1200\" height=\"90\" viewBox=\"0 0 1200 90\" xmlns=\"http://www.w3.org/2000/svg\">\n\
+         <rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"#f8f8f8\"/>\n\
+         <text x=\"600\" y=\"28\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"17\">{}</text>\n\
+         <text x=\"600\" y=\"62\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"14\">no samples: nothing to draw</text>\n\
+         </svg>\n",
+        xml_escape(title)
+    )
+}
+
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 /// The command as the user ran it: guest and workload arguments.
@@ -68,4 +128,16 @@ pub fn compare(a: &RecordFile, name_a: &str, b: &RecordFile, name_b: &str) -> St
     }
     out.push_str(&format!("#\n# total variation distance: {:.4}\n", tvd(&a.profile, &b.profile)));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_empty_flamegraph_is_escaped_svg() {
+        let svg = no_samples_svg("perfvm: a<b> & \"c\"");
+        assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"), "{svg}");
+        assert!(svg.contains("perfvm: a&lt;b&gt; &amp; &quot;c&quot;") && svg.contains("no samples"), "{svg}");
+    }
 }

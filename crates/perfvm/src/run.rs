@@ -99,6 +99,13 @@ pub fn boot(config: &VmConfig, started: Instant) -> Result<RunReport, Failure> {
     Ok(vm.run(started))
 }
 
+/// `boot` a guest that runs under the perf agent: the agent's chatter goes to stderr while
+/// it runs (where the console is not captured).
+pub fn boot_under_agent(config: &VmConfig, started: Instant) -> Result<RunReport, Failure> {
+    let _split = if config.capture_console { None } else { crate::agent_lines::AgentLinesToStderr::start() };
+    boot(config, started)
+}
+
 pub fn run(args: RunArgs, started: Instant) -> Result<i32, Failure> {
     let mut config = vm_config(&args.vm, args.json)?;
     config.count_syscalls = args.stats || args.json;

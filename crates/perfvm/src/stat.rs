@@ -1,14 +1,19 @@
-//! `perfvm stat`: boot a guest whose perf agent counts the workload, then print what
-//! `perf stat` prints.
+//! `perfvm stat`: boot a guest whose perf agent counts the workload (`-r N`: N times), then
+//! print what `perf stat` prints.
 
 use crate::cli::StatArgs;
 use crate::events::{self, Event};
 use crate::format::thousands;
-use crate::run::{boot, vm_config};
+use crate::run::{boot_under_agent, vm_config};
 use crate::Failure;
+use pmu::{ArchEvent, CountSource};
+use serde::Serialize;
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::time::Instant;
-use vmm::devices::{AgentData, COUNT_UNSUPPORTED};
+use vmm::devices::{AgentData, CountRecord, COUNT_UNSUPPORTED};
+use vmm::vm::BackendKind;
+use vmm::RunReport;
 
 /// The guest command line: agent orders, then the workload's arguments.
 pub fn agent_cmdline(orders: &str, args: &[String], extra: &str) -> String {
@@ -29,114 +34,419 @@ pub fn raw_list(events: &[Event]) -> String {
     events.iter().map(|e| format!("{:#06x}", e.raw)).collect::<Vec<_>>().join(",")
 }
 
+/// How an event fared, in perf's words (in rising severity: the worst run's status wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Counted,
+    /// The vPMU offers the event but the agent found no counter for it (no multiplexing).
+    NotCounted,
+    /// The vPMU does not offer the event: CPUID.0AH:EBX says so, or it is not architectural
+    /// (no backend counts those).
+    NotSupported,
+}
+
+impl Status {
+    fn of(c: &CountRecord, cpuid_0xa: Option<[u32; 4]>) -> Status {
+        if !advertised(c.event, cpuid_0xa) {
+            Status::NotSupported
+        } else if c.flags & COUNT_UNSUPPORTED != 0 {
+            Status::NotCounted
+        } else {
+            Status::Counted
+        }
+    }
+
+    /// What the table shows instead of a count.
+    fn placeholder(self) -> &'static str {
+        match self {
+            Status::Counted => "",
+            Status::NotCounted => "<not counted>",
+            Status::NotSupported => "<not supported>",
+        }
+    }
+}
+
+/// Whether the vPMU (CPUID leaf 0xA, None without one) offers the event `raw`.
+fn advertised(raw: u16, cpuid_0xa: Option<[u32; 4]>) -> bool {
+    let (Some([eax, ebx, ..]), Some(event)) = (cpuid_0xa, ArchEvent::from_select(raw as u8, (raw >> 8) as u8)) else {
+        return false;
+    };
+    let (version, vector_len, bit) = (eax & 0xff, (eax >> 24) & 0xff, event.cpuid_bit());
+    version >= 2 && bit < vector_len && ebx & (1 << bit) == 0
+}
+
+/// Whether the exact backend counts the event `raw`.
+pub fn exact_counts(raw: u16) -> bool {
+    let exact = vmm::backends::exact::ExactSource::new();
+    ArchEvent::from_select(raw as u8, (raw >> 8) as u8).is_some_and(|e| exact.supports(e))
+}
+
+/// Whose count a line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    Whole,
+    Task(u32),
+    /// The whole minus the tasks: the scheduler, idle, the agent between tasks.
+    OutsideTasks,
+}
+
+/// One event's counts over the runs, for one scope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub event: u16,
+    /// Position of the event in `-e`.
+    pub slot: usize,
+    pub scope: Scope,
+    pub status: Status,
+    /// One count per run (counted lines only).
+    pub values: Vec<u64>,
+}
+
+impl Line {
+    pub fn mean(&self) -> f64 {
+        self.values.iter().sum::<u64>() as f64 / self.values.len().max(1) as f64
+    }
+
+    /// perf's `+- x.xx%`: the standard error of the mean, in percent of the mean (None for
+    /// one run).
+    pub fn spread_percent(&self) -> Option<f64> {
+        let samples: Vec<f64> = self.values.iter().map(|&v| v as f64).collect();
+        spread_percent(&samples)
+    }
+}
+
+fn spread_percent(samples: &[f64]) -> Option<f64> {
+    let n = samples.len() as f64;
+    if samples.len() < 2 {
+        return None;
+    }
+    let mean = samples.iter().sum::<f64>() / n;
+    let variance = samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    Some(if mean == 0.0 { 0.0 } else { 100.0 * (variance / n).sqrt() / mean })
+}
+
+/// Every run's counts, folded into lines (in the order of the first run), with a row per
+/// event for what ran outside the tasks when counting per task.
+pub fn fold(runs: &[&AgentData], cpuid_0xa: Option<[u32; 4]>) -> Vec<Line> {
+    let mut lines: Vec<Line> = Vec::new();
+    for agent in runs {
+        let mut slots: BTreeMap<Scope, usize> = BTreeMap::new();
+        for c in &agent.counts {
+            let scope = if c.task == 0 { Scope::Whole } else { Scope::Task(c.task) };
+            // The agent sends a scope's events in `-e` order: the slot tells repeated ones apart.
+            let slot = slots.entry(scope).or_default();
+            let status = Status::of(c, cpuid_0xa);
+            let i = match lines.iter().position(|l| l.slot == *slot && l.scope == scope) {
+                Some(i) => i,
+                None => {
+                    lines.push(Line { event: c.event, slot: *slot, scope, status, values: Vec::new() });
+                    lines.len() - 1
+                }
+            };
+            *slot += 1;
+            let line = &mut lines[i];
+            line.status = line.status.max(status);
+            line.values.push(c.value);
+        }
+    }
+    for line in lines.iter_mut().filter(|l| l.status != Status::Counted) {
+        line.values.clear();
+    }
+    let outside: Vec<Line> = lines
+        .iter()
+        .filter(|l| l.scope == Scope::Whole && l.status == Status::Counted)
+        .filter_map(|whole| {
+            let tasks: Vec<&Line> =
+                lines.iter().filter(|l| l.slot == whole.slot && matches!(l.scope, Scope::Task(_))).collect();
+            let in_tasks = |run: usize| tasks.iter().filter_map(|t| t.values.get(run)).sum::<u64>();
+            let values = whole.values.iter().enumerate().map(|(run, v)| v.saturating_sub(in_tasks(run))).collect();
+            (!tasks.is_empty()).then_some(Line { values, scope: Scope::OutsideTasks, ..whole.clone() })
+        })
+        .collect();
+    lines.extend(outside);
+    lines
+}
+
+/// What the `perf stat` block shows.
+#[derive(Debug)]
+pub struct Table<'a> {
+    pub command: &'a str,
+    pub lines: &'a [Line],
+    pub tasks: &'a BTreeMap<u32, String>,
+    /// Workload time of each run.
+    pub seconds: &'a [f64],
+    /// The exact backend counted: cycles are its model clock.
+    pub model_clock: bool,
+    /// The perf backend counted: events it did not support that the exact backend counts
+    /// earn a hint.
+    pub perf_backend: bool,
+}
+
+impl Table<'_> {
+    fn task_name(&self, scope: Scope) -> String {
+        match scope {
+            Scope::Task(id) => self.tasks.get(&id).cloned().unwrap_or_else(|| format!("task-{id}")),
+            Scope::OutsideTasks => "[outside tasks]".into(),
+            Scope::Whole => String::new(),
+        }
+    }
+
+    fn mean_of(&self, raw: u16) -> Option<f64> {
+        self.lines.iter().find(|l| l.event == raw && l.scope == Scope::Whole && l.status == Status::Counted).map(Line::mean)
+    }
+
+    /// perf's ratio column: IPC for instructions, miss rate for branch misses.
+    fn note(&self, line: &Line) -> String {
+        let of = |raw| self.mean_of(raw).filter(|&d| d > 0.0 && line.status == Status::Counted);
+        match line.event {
+            0x00c0 => of(0x003c).map(|cy| format!("#  {:>6.2}  insn per cycle", line.mean() / cy)),
+            0x00c5 => of(0x00c4).map(|b| format!("#  {:>6.2}% of all branches", 100.0 * line.mean() / b)),
+            _ => None,
+        }
+        .unwrap_or_default()
+    }
+
+    /// A count (or perf's placeholder), the event, the ratio, and the spread over runs.
+    fn row(&self, prefix: &str, line: &Line, note: &str) -> String {
+        let name = events::by_raw(line.event).name;
+        let value = match line.status {
+            Status::Counted => thousands(line.mean().round() as u64),
+            other => other.placeholder().to_owned(),
+        };
+        let mut row = format!("{prefix}{value:>20}      {name:<24}  {note:<28}");
+        if let Some(spread) = line.spread_percent() {
+            row.push_str(&format!("( +- {spread:>5.2}% )"));
+        }
+        format!("{}\n", row.trim_end())
+    }
+
+    pub fn render(&self) -> String {
+        let runs = self.seconds.len();
+        let of_runs = if runs > 1 { format!(" ({runs} runs)") } else { String::new() };
+        let mut out = format!("\n Performance counter stats for '{}'{of_runs}:\n\n", self.command);
+        for line in self.lines.iter().filter(|l| l.scope == Scope::Whole) {
+            out.push_str(&self.row("", line, &self.note(line)));
+        }
+        let per_task: Vec<&Line> =
+            self.lines.iter().filter(|l| l.scope != Scope::Whole && l.status == Status::Counted).collect();
+        if !per_task.is_empty() {
+            out.push_str("\n Per task:\n");
+            for line in per_task {
+                out.push_str(&self.row(&format!("  {:<16}", self.task_name(line.scope)), line, ""));
+            }
+        }
+        out.push_str(&self.elapsed());
+        if self.model_clock && self.mean_of(0x003c).is_some() {
+            out.push_str(" cycles are the exact backend's model clock: one per retired instruction\n\n");
+        }
+        if let Some(hint) = self.exact_hint() {
+            out.push_str(&hint);
+        }
+        out
+    }
+
+    fn elapsed(&self) -> String {
+        let mean = self.seconds.iter().sum::<f64>() / self.seconds.len().max(1) as f64;
+        match spread_percent(self.seconds) {
+            None => format!("\n{mean:>20.9} seconds time elapsed\n\n"),
+            Some(spread) => format!(
+                "\n{mean:>20.9} +- {:.9} seconds time elapsed  ( +- {spread:>5.2}% )\n\n",
+                mean * spread / 100.0
+            ),
+        }
+    }
+
+    /// Events the perf backend does not support here (no host PMU) that `--backend exact`
+    /// counts.
+    fn exact_hint(&self) -> Option<String> {
+        let names: Vec<&str> = self
+            .lines
+            .iter()
+            .filter(|l| self.perf_backend && l.scope == Scope::Whole && l.status == Status::NotSupported)
+            .filter(|l| exact_counts(l.event))
+            .map(|l| events::by_raw(l.event).name)
+            .collect();
+        (!names.is_empty()).then(|| {
+            let (them, are) = if names.len() == 1 { ("it", "is") } else { ("them", "are") };
+            format!(" {} {are} not supported by the perf backend on this host: --backend exact counts {them}\n\n", names.join(", "))
+        })
+    }
+}
+
+/// One line as JSON: the mean count (rounded), each run's count, and perf's spread.
+fn line_json(line: &Line, table: &Table) -> serde_json::Value {
+    let task = match line.scope {
+        Scope::Whole => json!(0),
+        Scope::Task(id) => json!(id),
+        Scope::OutsideTasks => json!(null),
+    };
+    let name = (line.scope != Scope::Whole).then(|| table.task_name(line.scope));
+    json!({"event": events::by_raw(line.event).name, "raw": line.event, "task": task, "task_name": name,
+           "status": line.status, "supported": line.status == Status::Counted,
+           "value": line.mean().round() as u64, "values": line.values, "spread_percent": line.spread_percent()})
+}
+
 pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
     let events = events::parse_list(&args.events).map_err(Failure::usage)?;
+    if args.repeat == 0 {
+        return Err(Failure::usage("-r N must be at least 1"));
+    }
     let mut config = vm_config(&args.vm, args.json)?;
     let orders = format!("stat -e {}{}", raw_list(&events), if args.per_task { " -p" } else { "" });
     config.cmdline = agent_cmdline(&orders, &args.args, &args.vm.cmdline);
-    let report = boot(&config, started)?;
-    let code = report.end.exit_code();
-    if let Some(msg) = report.end.message() {
-        eprintln!("perfvm: {msg}");
+    let mut reports: Vec<RunReport> = Vec::new();
+    let mut code = 0;
+    for run in 0..args.repeat {
+        let report = boot_under_agent(&config, if run == 0 { started } else { Instant::now() })?;
+        code = report.end.exit_code();
+        if let Some(msg) = report.end.message() {
+            eprintln!("perfvm: {msg}");
+        }
+        let sent_counts = report.agent.counts.iter().any(|c| c.task == 0);
+        if !sent_counts {
+            return Err(Failure {
+                code: if code == 0 { 1 } else { code },
+                message: "the guest sent no counts (is it built with the guest kit's perf agent?)".into(),
+            });
+        }
+        reports.push(report);
+        if code != 0 {
+            break; // the runs so far are the result
+        }
     }
-    let whole: Vec<_> = report.agent.counts.iter().filter(|c| c.task == 0).collect();
-    if whole.is_empty() {
-        return Err(Failure {
-            code: if code == 0 { 1 } else { code },
-            message: "the guest sent no counts (is it built with the guest kit's perf agent?)".into(),
-        });
-    }
+    let last = reports.last().expect("at least one run");
     let command = std::iter::once(args.vm.guest.clone()).chain(args.args.iter().cloned()).collect::<Vec<_>>().join(" ");
-    let seconds = report.agent.workload_ns().unwrap_or(report.stats.wall_ns) as f64 / 1e9;
-    let backend = report.stats.pmu.as_ref().map(|p| p.backend_detail.clone()).unwrap_or_default();
+    let seconds: Vec<f64> =
+        reports.iter().map(|r| r.agent.workload_ns().unwrap_or(r.stats.wall_ns) as f64 / 1e9).collect();
+    let pmu = last.stats.pmu.as_ref();
+    let lines = fold(&reports.iter().map(|r| &r.agent).collect::<Vec<_>>(), pmu.map(|p| p.cpuid_0xa));
+    let backend = pmu.map(|p| p.backend_detail.clone()).unwrap_or_default();
+    let table = Table {
+        command: &command,
+        lines: &lines,
+        tasks: &last.agent.tasks,
+        seconds: &seconds,
+        model_clock: backend.contains("model clock"),
+        perf_backend: pmu.is_some_and(|p| p.backend == BackendKind::Perf),
+    };
     if args.json {
-        let counts: Vec<_> = report
-            .agent
-            .counts
-            .iter()
-            .map(|c| {
-                json!({"event": events::by_raw(c.event).name, "raw": c.event, "task": c.task,
-                       "task_name": report.agent.tasks.get(&c.task), "supported": c.flags & COUNT_UNSUPPORTED == 0,
-                       "value": c.value})
-            })
-            .collect();
-        let doc = json!({"command": command, "counts": counts, "seconds": seconds, "backend": backend,
-                         "exit_code": code, "stats": report.stats, "console": String::from_utf8_lossy(&report.console.captured())});
+        let counts: Vec<_> = lines.iter().map(|l| line_json(l, &table)).collect();
+        let doc = json!({"command": command, "runs": seconds.len(), "counts": counts,
+                         "seconds": seconds.iter().sum::<f64>() / seconds.len() as f64, "seconds_per_run": seconds,
+                         "backend": backend, "exit_code": code, "stats": last.stats,
+                         "console": String::from_utf8_lossy(&last.console.captured())});
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
-        eprint!("{}", render(&command, &report.agent, seconds, &backend));
+        eprint!("{}", table.render());
         if args.vm_stats {
-            eprint!("{}", report.stats.render());
+            eprint!("{}", last.stats.render());
         }
     }
     Ok(code)
 }
 
-/// The `perf stat` block.
-pub fn render(command: &str, agent: &AgentData, seconds: f64, backend: &str) -> String {
-    let mut out = format!("\n Performance counter stats for '{command}':\n\n");
-    let whole: Vec<_> = agent.counts.iter().filter(|c| c.task == 0).collect();
-    let value_of =
-        |raw: u16| whole.iter().find(|c| c.event == raw && c.flags & COUNT_UNSUPPORTED == 0).map(|c| c.value);
-    for c in &whole {
-        let name = events::by_raw(c.event).name;
-        if c.flags & COUNT_UNSUPPORTED != 0 {
-            out.push_str(&format!("{:>20}      {}\n", "<not supported>", name));
-            continue;
-        }
-        let note = match c.event {
-            0x00c0 => value_of(0x003c)
-                .filter(|&cy| cy > 0)
-                .map(|cy| format!("#  {:>6.2}  insn per cycle", c.value as f64 / cy as f64)),
-            0x00c5 => value_of(0x00c4)
-                .filter(|&b| b > 0)
-                .map(|b| format!("#  {:>6.2}% of all branches", 100.0 * c.value as f64 / b as f64)),
-            _ => None,
-        };
-        let line = format!("{:>20}      {:<24}  {}", thousands(c.value), name, note.unwrap_or_default());
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    let per_task: Vec<_> = agent.counts.iter().filter(|c| c.task != 0).collect();
-    if !per_task.is_empty() {
-        out.push_str("\n Per task:\n");
-        for c in per_task {
-            let task = agent.tasks.get(&c.task).cloned().unwrap_or_else(|| format!("task-{}", c.task));
-            let value =
-                if c.flags & COUNT_UNSUPPORTED != 0 { "<not supported>".to_owned() } else { thousands(c.value) };
-            out.push_str(&format!("  {:<16} {:>18}      {}\n", task, value, events::by_raw(c.event).name));
-        }
-    }
-    out.push_str(&format!("\n{seconds:>20.9} seconds time elapsed\n\n"));
-    if backend.contains("model clock") && value_of(0x003c).is_some() {
-        out.push_str(" cycles are the exact backend's model clock: one per retired instruction\n\n");
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vmm::devices::CountRecord;
+
+    /// CPUID.0AH of a perfmon v2 PMU with 7 events, of which `missing` (EBX bits) are not
+    /// available.
+    fn cpuid(missing: u32) -> Option<[u32; 4]> {
+        Some([0x0730_0402, missing, 0, 0x0600])
+    }
+
+    fn agent(records: &[(u16, u16, u32, u64)], tasks: &[(u32, &str)]) -> AgentData {
+        let mut agent = AgentData::default();
+        for &(event, flags, task, value) in records {
+            agent.counts.push(CountRecord { event, flags, task, value });
+        }
+        agent.tasks = tasks.iter().map(|(id, name)| (*id, name.to_string())).collect();
+        agent
+    }
+
+    fn render(agents: &[&AgentData], cpuid_0xa: Option<[u32; 4]>, perf_backend: bool) -> String {
+        let lines = fold(agents, cpuid_0xa);
+        let seconds: Vec<f64> = agents.iter().enumerate().map(|(i, _)| 1.5 + i as f64 * 0.1).collect();
+        let table = Table {
+            command: "ftest 3",
+            lines: &lines,
+            tasks: &agents[0].tasks,
+            seconds: &seconds,
+            model_clock: false,
+            perf_backend,
+        };
+        table.render()
+    }
 
     #[test]
     fn renders_like_perf_stat() {
-        let mut agent = AgentData::default();
-        for (event, flags, value) in
-            [(0x003c, 0, 2_000_000), (0x00c0, 0, 1_000_000), (0x00c4, 0, 100_000), (0x00c5, COUNT_UNSUPPORTED, 0)]
-        {
-            agent.counts.push(CountRecord { event, flags, task: 0, value });
-        }
-        let out = render("ftest 3", &agent, 1.5, "perf");
+        let a = agent(
+            &[(0x003c, 0, 0, 2_000_000), (0x00c0, 0, 0, 1_000_000), (0x00c4, 0, 0, 100_000), (0x00c5, 0, 0, 2_000)],
+            &[],
+        );
+        let out = render(&[&a], cpuid(0), false);
         assert!(out.contains(" Performance counter stats for 'ftest 3':"), "{out}");
-        assert!(out.contains("           2,000,000      cycles"), "{out}");
-        assert!(out.contains("1,000,000      instructions              #    0.50  insn per cycle"), "{out}");
-        assert!(out.contains("     <not supported>      branch-misses"), "{out}");
+        assert!(out.contains("           2,000,000      cycles\n"), "{out}");
+        assert!(out.contains("1,000,000      instructions              #    0.50  insn per cycle\n"), "{out}");
+        assert!(out.contains("2,000      branch-misses             #    2.00% of all branches\n"), "{out}");
         assert!(out.contains("1.500000000 seconds time elapsed"), "{out}");
+        assert!(!out.contains("+-") && !out.contains("Per task"), "{out}");
         assert_eq!(agent_cmdline("stat -e 0x00c0", &["3".into()], ""), "stat -e 0x00c0 -- 3");
         assert_eq!(
             raw_list(&[events::parse("cycles").unwrap(), events::parse("ref-cycles").unwrap()]),
             "0x003c,0x013c"
         );
+    }
+
+    #[test]
+    fn not_supported_and_not_counted_like_perf() {
+        // No host PMU: instructions and branches not advertised (EBX bits 1, 5); r01c2 is not
+        // architectural: its 0 was never counted; cycles found no second counter.
+        let a = agent(
+            &[
+                (0x003c, 0, 0, 2_000_000),
+                (0x00c0, COUNT_UNSUPPORTED, 0, 0),
+                (0x00c4, COUNT_UNSUPPORTED, 0, 0),
+                (0x01c2, 0, 0, 0),
+                (0x013c, COUNT_UNSUPPORTED, 0, 0),
+            ],
+            &[],
+        );
+        let out = render(&[&a], cpuid(0b10_0010), true);
+        assert!(out.contains("     <not supported>      instructions\n"), "{out}");
+        assert!(out.contains("     <not supported>      r01c2\n"), "{out}");
+        assert!(out.contains("       <not counted>      ref-cycles\n"), "{out}");
+        assert_eq!(out.matches("ref-cycles").count(), 1, "{out}");
+        assert!(
+            out.contains(" instructions, branches are not supported by the perf backend on this host: --backend exact counts them\n"),
+            "{out}"
+        );
+        assert!(!render(&[&a], cpuid(0b10_0010), false).contains("--backend exact"), "no hint on the exact backend");
+        assert!(render(&[&a], None, true).contains("<not supported>      cycles"), "no vPMU, nothing counted");
+    }
+
+    #[test]
+    fn per_task_rows_add_up_with_the_outside_row() {
+        let a = agent(
+            &[(0x00c0, 0, 0, 1000), (0x00c5, COUNT_UNSUPPORTED, 0, 0), (0x00c0, 0, 1, 600), (0x00c5, COUNT_UNSUPPORTED, 1, 0), (0x00c0, 0, 2, 300), (0x00c5, COUNT_UNSUPPORTED, 2, 0)],
+            &[(1, "task-a"), (2, "task-b")],
+        );
+        let out = render(&[&a], cpuid(0), false);
+        assert!(out.contains("\n Per task:\n  task-a                           600      instructions\n"), "{out}");
+        assert!(out.contains("  task-b                           300      instructions\n"), "{out}");
+        assert!(out.contains("  [outside tasks]                  100      instructions\n"), "{out}");
+        assert_eq!(out.matches("branch-misses").count(), 1, "not counted: once, in the main table: {out}");
+    }
+
+    #[test]
+    fn repeated_runs_print_mean_and_spread() {
+        let (a, b) = (agent(&[(0x00c0, 0, 0, 1000)], &[]), agent(&[(0x00c0, 0, 0, 1100)], &[]));
+        let out = render(&[&a, &b], cpuid(0), false);
+        assert!(out.contains(" Performance counter stats for 'ftest 3' (2 runs):"), "{out}");
+        // mean 1050, standard error 50: 4.76%.
+        let line = out.lines().find(|l| l.contains("instructions")).unwrap();
+        assert!(line.starts_with("               1,050      instructions") && line.ends_with("( +-  4.76% )"), "{line}");
+        assert!(out.contains("1.550000000 +- 0.050000000 seconds time elapsed  ( +-  3.23% )"), "{out}");
     }
 }

@@ -62,11 +62,79 @@ fn stat_prints_perf_shaped_output() {
         "thousands separators: {cycles}"
     );
     // No host PMU here: the perf backend counts cycles from a clock and says instructions
-    // are not supported rather than inventing them (a host with a PMU counts both).
-    if !err.contains("<not supported>      instructions") {
+    // are not supported rather than inventing them, and that the exact backend counts them
+    // (a host with a PMU counts both).
+    let hint = "instructions is not supported by the perf backend on this host: --backend exact counts it";
+    if err.contains("<not supported>      instructions") {
+        assert!(err.contains(hint), "{err}");
+    } else {
         assert!(err.lines().any(|l| l.contains("instructions") && l.contains("insn per cycle")), "{err}");
+        assert!(!err.contains("--backend exact"), "{err}");
     }
-    assert!(stdout(&o).contains("ftest: iterations="), "guest console stays on stdout");
+    let out = stdout(&o);
+    assert!(out.contains("ftest: iterations="), "guest console stays on stdout");
+    assert!(!out.contains("agent:"), "the agent's lines go to stderr: {out}");
+    assert!(err.contains("agent: "), "{err}");
+}
+
+#[test]
+fn events_nothing_counts_and_events_without_a_counter_are_told_apart() {
+    require_kvm!();
+    // r01c2 is not architectural: no backend counts it. One GP counter: at least one of
+    // three ref-cycles finds none (with or without fixed counters).
+    let o = perfvm(&["stat", "--counters", "1", "-e", "r01c2,ref-cycles,ref-cycles,ref-cycles", "ftest"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("     <not supported>      r01c2\n"), "{err}");
+    assert!(err.contains("       <not counted>      ref-cycles\n"), "{err}");
+    assert!(!err.contains("<not supported>      ref-cycles"), "{err}");
+    let all = format!("{}{err}", stdout(&o));
+    assert!(!all.contains("no free counter"), "said once, in the table: {all}");
+}
+
+#[test]
+fn stat_repeats_and_prints_the_spread() {
+    require_kvm!();
+    let o = perfvm(&["stat", "-r", "3", "-e", "cycles", "ftest"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(" Performance counter stats for 'ftest' (3 runs):"), "{err}");
+    let cycles = err.lines().find(|l| l.contains("cycles")).unwrap();
+    assert!(cycles.contains("( +- ") && cycles.ends_with("% )"), "{cycles}");
+    assert!(err.contains(" seconds time elapsed  ( +- "), "{err}");
+    assert_eq!(stdout(&o).matches("ftest: iterations=").count(), 3, "three runs");
+    assert_usage_error(&perfvm(&["stat", "-r", "0", "ftest"]), "-r N must be at least 1");
+}
+
+#[test]
+fn exact_record_needs_no_period() {
+    require_kvm!();
+    let out = tmp("exact-default.json");
+    let o = perfvm(&["record", "--backend", "exact", "-o", &out, "ftest"]);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    assert!(!err.contains("-F"), "{err}");
+    assert!(!stdout(&o).contains("agent:"), "the agent's lines go to stderr: {}", stdout(&o));
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(doc["period"], 10_007);
+    let samples = doc["samples"].as_u64().unwrap();
+    assert!((50..200).contains(&samples), "~100 samples of ftest's 10^6 instructions: {samples}");
+}
+
+#[test]
+fn record_stats_print_what_stat_stats_prints() {
+    require_kvm!();
+    let sections = [" VM statistics (", "exit reason", " vPMU: ", "PMU MSR exits", "PMU MSR accesses"];
+    let stat = stderr(&perfvm(&["stat", "--stats", "-e", "cycles", "ftest"]));
+    let out = tmp("stats.json");
+    let o = perfvm(&["record", "--stats", "-c", "20000000", "-o", &out, "ftest"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let record = stderr(&o);
+    for s in sections {
+        assert!(stat.contains(s), "stat --stats: {s:?} in {stat}");
+        assert!(record.contains(s), "record --stats: {s:?} in {record}");
+    }
+    assert!(record.contains("exits per sample"), "{record}");
 }
 
 #[test]
@@ -83,6 +151,10 @@ fn record_and_report_rank_qux_first_within_tvd_bound() {
     let o = perfvm(&["report", "-i", &sampled]);
     assert_eq!(code(&o), 0);
     let out = stdout(&o);
+    let number = |prefix: &str| -> u64 {
+        out.lines().find_map(|l| l.strip_prefix(prefix)).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+    };
+    assert_eq!(number("# Event count (approx.): "), number("# Samples: ") * 997, "the sum of the periods: {out}");
     let first = out.lines().find(|l| l.contains("[.] ")).expect("a symbol row");
     assert!(first.ends_with("[.] qux"), "qux ranks first: {out}");
     for f in ["foo", "bar", "main", "random", "random_r"] {
@@ -116,7 +188,7 @@ fn perf_errors_are_one_line() {
 #[test]
 fn per_task_counts_add_up_to_the_whole() {
     require_kvm!();
-    let doc = json(&perfvm(&["stat", "--json", "--backend", "exact", "-p", "-e", "instructions", "tasks"]));
+    let doc = json(&perfvm(&["stat", "--json", "--backend", "exact", "--per-task", "-e", "instructions", "tasks"]));
     let counts = doc["counts"].as_array().unwrap();
     let of_task = |t: u64| {
         counts
@@ -127,6 +199,8 @@ fn per_task_counts_add_up_to_the_whole() {
     };
     let (whole, a, b) = (of_task(0), of_task(1), of_task(2));
     assert!(a + b <= whole, "tasks {a} + {b} exceed the whole {whole}");
+    let outside = counts.iter().find(|c| c["task_name"] == "[outside tasks]").expect("a row outside the tasks");
+    assert_eq!(a + b + outside["value"].as_u64().unwrap(), whole, "the rows add up");
     assert!((a + b) as f64 >= 0.95 * whole as f64, "tasks {a} + {b} far below the whole {whole}");
     let ratio = a as f64 / b as f64;
     assert!((1.6..2.4).contains(&ratio), "task-a does about twice task-b's work: {ratio:.2}");

@@ -1,15 +1,23 @@
 //! The chart of each suite, drawn from the suite's JSON result: one bar per series and
-//! execution mode in each category (native bars lighter than emulated ones).
+//! execution mode in each category (native bars lighter than emulated ones), with the
+//! spread of the runs (a `Summary`'s min and max) as error bars.
 
-use super::plot::Chart;
+use super::plot::{Bar, Chart};
 use serde_json::Value;
 
 fn rows(v: &Value) -> Vec<&Value> {
     v["rows"].as_array().map(|r| r.iter().collect()).unwrap_or_default()
 }
 
-fn num(v: &Value) -> f64 {
-    v.as_f64().or_else(|| v["median"].as_f64()).unwrap_or(f64::NAN)
+/// A plain number, or a `Summary`: its median with its min and max.
+fn bar(v: &Value) -> Bar {
+    match v.as_f64() {
+        Some(x) => Bar::exact(x),
+        None => {
+            let get = |key: &str| v[key].as_f64().unwrap_or(f64::NAN);
+            Bar { value: get("median"), low: get("min"), high: get("max") }
+        }
+    }
 }
 
 fn text(v: &Value) -> String {
@@ -35,12 +43,12 @@ fn distinct(rows: &[&Value], f: impl Fn(&Value) -> String) -> Vec<String> {
 pub fn chart_for(suite: &str, v: &Value) -> Option<Chart> {
     let r = rows(v);
     if suite == "rate" {
-        // Host, native and emulated rates are orders of magnitude apart: plot their log.
+        // Host, native and emulated rates are orders of magnitude apart: a log axis.
         let chart = Chart {
             title: "Instruction rate of the same dec/jnz loop".into(),
-            y_label: "log10 instructions/s".into(),
+            y_label: "instructions/s".into(),
             categories: distinct(&r, |x| text(&x["mode"])),
-            series: vec![("rate".into(), r.iter().map(|x| num(&x["instr_per_s"]).log10()).collect())],
+            series: vec![("rate".into(), r.iter().map(|x| bar(&x["instr_per_s"])).collect())],
             modes: 1,
         };
         return (!chart.categories.is_empty()).then_some(chart);
@@ -89,7 +97,7 @@ pub fn chart_for(suite: &str, v: &Value) -> Option<Chart> {
     for (name, key) in metrics {
         for mode in &modes {
             let cell = |c: &String| r.iter().find(|x| category(x) == *c && text(&x["mode"]) == *mode);
-            let values = categories.iter().map(|c| cell(c).map_or(f64::NAN, |x| num(&x[*key]))).collect();
+            let values = categories.iter().map(|c| cell(c).map_or(Bar::exact(f64::NAN), |x| bar(&x[*key]))).collect();
             let name = if modes.len() > 1 { format!("{name}, {mode}") } else { name.to_string() };
             series.push((name, values));
         }
@@ -111,15 +119,16 @@ mod tests {
     #[test]
     fn one_series_per_metric_and_mode() {
         let v = json!({"rows": [
-            {"configuration": "vPMU off", "mode": "emulated", "roundtrip_ns": {"median": 9000.0}},
+            {"configuration": "vPMU off", "mode": "emulated", "roundtrip_ns": {"median": 9000.0, "min": 8900.0, "max": 9500.0}},
             {"configuration": "vPMU off", "mode": "native", "roundtrip_ns": {"median": 25000.0}},
-            {"configuration": "vPMU on, idle", "mode": "emulated", "roundtrip_ns": {"median": 9100.0}},
+            {"configuration": "vPMU on, idle", "mode": "emulated", "roundtrip_ns": 9100.0},
         ]});
         let c = chart_for("transitions", &v).unwrap();
         assert_eq!(c.categories, ["vPMU off", "vPMU on, idle"]);
-        assert_eq!(c.series[0], ("roundtrip, emulated".to_string(), vec![9000.0, 9100.0]));
+        let spread = Bar { value: 9000.0, low: 8900.0, high: 9500.0 };
+        assert_eq!(c.series[0], ("roundtrip, emulated".to_string(), vec![spread, Bar::exact(9100.0)]));
         assert_eq!(c.series[1].0, "roundtrip, native");
-        assert!(c.series[1].1[1].is_nan());
+        assert!(c.series[1].1[1].value.is_nan());
         assert_eq!(c.modes, 2);
     }
 }

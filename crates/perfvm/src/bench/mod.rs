@@ -97,7 +97,21 @@ pub struct Bench {
 impl Bench {
     /// Run one configuration's measurement in `mode`. An emulated failure ends the bench; a
     /// native one is recorded, and that configuration is skipped (None) from then on.
+    /// SIGINT/SIGTERM end the bench whatever the run made of them.
     pub fn attempt<T>(
+        &self,
+        mode: NativeMode,
+        what: &str,
+        measure: impl FnOnce() -> Result<T, Failure>,
+    ) -> Result<Option<T>, Failure> {
+        let result = self.attempt_in_mode(mode, what, measure);
+        match vmm::kick::termination() {
+            Some(signal) => Err(Failure::interrupted("bench", signal)),
+            None => result,
+        }
+    }
+
+    fn attempt_in_mode<T>(
         &self,
         mode: NativeMode,
         what: &str,
@@ -233,7 +247,9 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
             return Err(Failure::usage(format!("unknown bench suite '{s}' (available: {})", SUITES.join(", "))));
         }
     }
-    let reps = if args.quick { 2 } else { args.reps };
+    let reps = repetitions(&args)?;
+    // From here a Ctrl-C (between runs too) ends the bench at the next run, with exit 130.
+    vmm::kick::catch_termination();
     let mut modes = args.native.list();
     let mut results = serde_json::Map::new();
     results.insert("machine".into(), machine());
@@ -284,6 +300,16 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
     Ok(0)
 }
 
+/// Repetitions per configuration: `--reps`, else 2 with `--quick` and 5 without.
+fn repetitions(args: &BenchArgs) -> Result<usize, Failure> {
+    match args.reps {
+        Some(0) => Err(Failure::usage("--reps must be at least 1")),
+        Some(n) => Ok(n),
+        None if args.quick => Ok(2),
+        None => Ok(5),
+    }
+}
+
 /// The guest TSC frequency, for turning guest-measured cycles into time.
 pub fn tsc_khz() -> Result<u64, Failure> {
     vmm::kvm::guest_tsc_khz().map_err(|e| Failure::usage(e.to_string()))
@@ -310,4 +336,21 @@ fn machine() -> Value {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
     let module = if std::path::Path::new("/sys/module/kvm_pvm").exists() { "kvm_pvm" } else { "kvm" };
     json!({ "cpu": cpu, "kernel": kernel, "kvm_module": module, "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(quick: bool, reps: Option<usize>) -> BenchArgs {
+        BenchArgs { suites: vec![], quick, reps, json: false, plot: None, native: Modes::Off }
+    }
+
+    #[test]
+    fn quick_sets_the_repetitions_only_without_reps() {
+        assert_eq!(repetitions(&args(false, None)).unwrap(), 5);
+        assert_eq!(repetitions(&args(true, None)).unwrap(), 2);
+        assert_eq!(repetitions(&args(true, Some(7))).unwrap(), 7);
+        assert_eq!(repetitions(&args(false, Some(0))).unwrap_err().message, "--reps must be at least 1");
+    }
 }

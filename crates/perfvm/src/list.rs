@@ -1,0 +1,77 @@
+//! `perfvm list`: the events the virtual PMU offers, as `perf list` shows a PMU's events:
+//! names, raw encodings, and what each backend counts them with on this host.
+
+use crate::events::{self, Event};
+use crate::stat::exact_counts;
+use crate::Failure;
+use pmu::{ArchEvent, CountSource};
+use vmm::backends::perf::{EventBudget, PerfMode, PerfSource};
+
+/// How the perf backend counts `event` on this host, or "-".
+fn perf_backend(source: &PerfSource, event: ArchEvent) -> &'static str {
+    match (source.mode(), source.supports(event)) {
+        (_, false) => "-",
+        (PerfMode::Hardware, true) => "host PMU (guest mode)",
+        (PerfMode::SoftwareClock { .. }, true) => "vCPU time x TSC",
+    }
+}
+
+/// How the exact backend counts `event`: instructions and branches exactly, cycles as its
+/// model clock, ref-cycles from the TSC.
+fn exact_backend(event: Event) -> &'static str {
+    match event.raw {
+        _ if !exact_counts(event.raw) => "-",
+        0x003c => "model clock (1 per insn)",
+        0x013c => "TSC",
+        _ => "exact",
+    }
+}
+
+pub fn run() -> Result<i32, Failure> {
+    let khz = vmm::kvm::guest_tsc_khz().unwrap_or(1);
+    let perf = PerfSource::new(PerfMode::detect(khz), EventBudget::new(1));
+    print!("{}", render(|e| perf_backend(&perf, e), &perf.mode().describe()));
+    Ok(0)
+}
+
+fn render(perf: impl Fn(ArchEvent) -> &'static str, perf_mode: &str) -> String {
+    let mut out = String::from("Events of the perfvm virtual PMU (Intel architectural perfmon v2):\n\n");
+    out.push_str(&format!("  {:<18} {:<6} {:<24} {:<26} {}\n", "event", "raw", "perf backend", "exact backend", "aliases"));
+    for (event, aliases) in events::named() {
+        let arch = ArchEvent::from_select(event.raw as u8, (event.raw >> 8) as u8).expect("architectural");
+        let line = format!(
+            "  {:<18} r{:04x}  {:<24} {:<26} {}",
+            event.name,
+            event.raw,
+            perf(arch),
+            exact_backend(event),
+            aliases.join(", ")
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\n  perf backend here: {perf_mode}.\n  \
+         -e also takes rUUEE (unit mask UU, event select EE); only the architectural encodings\n  \
+         above are counted: stat shows any other as <not supported>.\n"
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_every_event_with_its_raw_code_and_backends() {
+        let out = render(|e| if e == ArchEvent::CoreCycles { "vCPU time x TSC" } else { "-" }, "a clock");
+        let line = |name: &str| out.lines().find(|l| l.trim_start().starts_with(&format!("{name} "))).unwrap();
+        assert!(line("instructions").contains("r00c0") && line("instructions").contains(" exact"), "{out}");
+        assert!(line("cycles").contains("vCPU time x TSC") && line("cycles").contains("model clock"), "{out}");
+        assert!(line("branches").ends_with("branch-instructions"), "{out}");
+        assert!(line("cache-misses").contains("r412e"), "{out}");
+        assert!(!line("cache-misses").contains("exact"), "{out}");
+        let raw_code = |w: &str| w.len() == 5 && w.starts_with('r') && u16::from_str_radix(&w[1..], 16).is_ok();
+        assert_eq!(out.lines().filter(|l| l.split_whitespace().any(raw_code)).count(), 7, "{out}");
+    }
+}

@@ -1,0 +1,147 @@
+//! The CLI's perf habits: one-line errors that say what is wrong, report on record files
+//! (event count, compare, flamegraphs, an empty profile), record checking its output first,
+//! bench repetitions and Ctrl-C, `perfvm list`.
+
+mod common;
+use common::*;
+use serde_json::json;
+use std::io::BufRead;
+
+/// A record file with these (symbol, samples) rows, sampled every `period` cycles.
+fn record_file(name: &str, rows: &[(&str, u64)], period: u64) -> String {
+    let samples: u64 = rows.iter().map(|(_, n)| n).sum();
+    let rows: Vec<_> = rows
+        .iter()
+        .map(|(symbol, weight)| json!({"command": "ftest", "object": "ftest", "symbol": symbol, "weight": weight}))
+        .collect();
+    let doc = json!({"format": "perfvm-record-1", "guest": "ftest", "elf": "/ftest.elf", "args": [], "event": "cycles",
+                     "raw_event": 0x3c, "period": period, "backend": "test", "policy": "test", "mode": "sampled",
+                     "samples": samples, "samples_dropped": 0, "workload_ns": null, "wall_ns": 1,
+                     "profile": {"rows": rows}, "rips": []});
+    temp_file(name, doc.to_string().as_bytes())
+}
+
+#[test]
+fn clap_errors_name_the_flag_and_why() {
+    assert_usage_error(&perfvm(&["stat"]), "the following required arguments were not provided: <GUEST>");
+    assert_usage_error(
+        &perfvm(&["run", "hello", "--backend", "foo"]),
+        "invalid value 'foo' for '--backend <BACKEND>' [possible values: perf, exact]",
+    );
+    let o = perfvm(&["run", "hello", "--bakend", "exact"]);
+    assert_usage_error(&o, "unexpected argument '--bakend' found; tip: a similar argument exists: '--backend'");
+    assert!(stderr(&o).contains("(see perfvm run --help)"), "{}", stderr(&o));
+    assert_usage_error(&perfvm(&["report", "--compare"]), "a value is required for '--compare <A> [B]'");
+    assert!(stderr(&perfvm(&["bench", "--native", "maybe"])).contains("(see perfvm bench --help)"));
+}
+
+#[test]
+fn per_task_is_a_long_flag_and_p_is_free() {
+    assert_usage_error(&perfvm(&["stat", "-p", "tasks"]), "unexpected argument '-p' found");
+    let help = stdout(&perfvm(&["stat", "--help"]));
+    assert!(help.contains("--per-task") && !help.contains("-p,"), "{help}");
+    assert!(help.contains("-r, --repeat <N>"), "{help}");
+}
+
+#[test]
+fn bench_reps_must_be_positive_and_quick_leaves_them_alone() {
+    assert_usage_error(&perfvm(&["bench", "--reps", "0"]), "--reps must be at least 1");
+    let help = stdout(&perfvm(&["bench", "--help"]));
+    assert!(help.contains("2 repetitions unless --reps is given"), "{help}");
+    require_kvm!();
+    let o = perfvm(&["bench", "transitions", "--quick", "--reps", "1", "--native", "off", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(doc["transitions"]["reps"], 1, "--reps wins over --quick");
+    assert_eq!(doc["transitions"]["rows"][0]["roundtrip_ns"]["n"], 1);
+}
+
+#[test]
+fn ctrl_c_stops_the_bench_with_130_and_one_line() {
+    require_kvm!();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
+        .args(["bench", "transitions", "--native", "off", "--reps", "50"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    assert!(first.contains("running transitions"), "{first}");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: signalling our own child by pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    let rest: Vec<String> = err.lines().map_while(Result::ok).collect();
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+    assert_eq!(rest.last().map(String::as_str), Some("perfvm: bench interrupted by SIGINT"), "{rest:?}");
+    assert!(!rest.iter().any(|l| l.contains("Signal {") || l.contains("failed (")), "no debug text: {rest:?}");
+}
+
+#[test]
+fn record_checks_its_output_before_booting() {
+    let started = std::time::Instant::now();
+    let o = perfvm(&["record", "-c", "100000", "-o", "/nonexistent-dir/x.json", "ftest", "50"]);
+    assert_usage_error(&o, "cannot write /nonexistent-dir/x.json: No such file or directory");
+    assert!(stdout(&o).is_empty(), "the workload did not run: {}", stdout(&o));
+    assert!(started.elapsed().as_secs() < 10, "failed before the run");
+    // An existing file is left as it was until the run ends.
+    let existing = temp_file("kept.json", b"old");
+    let o = perfvm(&["record", "-c", "100000", "-o", &existing, "/nonexistent/guest.elf"]);
+    assert_eq!(code(&o), 2);
+    assert_eq!(std::fs::read(&existing).unwrap(), b"old");
+}
+
+#[test]
+fn report_event_count_is_the_sum_of_the_periods() {
+    let file = record_file("count.json", &[("qux", 3), ("foo", 1)], 1000);
+    let o = perfvm(&["report", "-i", &file]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("# Samples: 4 of event 'cycles'\n# Event count (approx.): 4000\n"), "{out}");
+    assert!(out.contains("  75.00%  ftest            ftest            [.] qux"), "{out}");
+}
+
+#[test]
+fn an_empty_profile_gives_a_flamegraph_that_says_so() {
+    let file = record_file("empty.json", &[], 1000);
+    let svg = temp_file("empty.svg", b"");
+    let o = perfvm(&["report", "-i", &file, "--flamegraph", &svg]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("no samples: wrote an empty flamegraph"), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<?xml") && text.trim_end().ends_with("</svg>"), "{text}");
+    assert!(text.contains("no samples") && !text.contains("ERROR"), "{text}");
+    assert_eq!(text.matches("<text").count(), text.matches("</text>").count(), "{text}");
+}
+
+#[test]
+fn compare_honours_input_and_flamegraph() {
+    let a = record_file("a.json", &[("qux", 6), ("foo", 2)], 1000);
+    let b = record_file("b.json", &[("qux", 2), ("foo", 6)], 1000);
+    let svg = temp_file("diff.svg", b"");
+    let o = perfvm(&["report", "-i", &a, "--compare", &b, "--flamegraph", &svg]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains(&format!("# A: {a} (8 cycles samples")) && out.contains(&format!("# B: {b} (")), "{out}");
+    assert!(out.contains("# total variation distance: 0.5000"), "{out}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<?xml") && text.contains("qux") && text.contains("foo"), "differential flamegraph");
+    assert!(text.contains("against"), "titled as a comparison");
+    // The same as --compare A B.
+    let o = perfvm(&["report", "--compare", &a, &b]);
+    assert_eq!(stdout(&o), out);
+    assert_usage_error(&perfvm(&["report", "-i", &a, "--compare", &a, &b]), "not -i and two files");
+}
+
+#[test]
+fn list_shows_the_events_with_raw_codes_and_backends() {
+    let o = perfvm(&["list"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = |name: &str| out.lines().find(|l| l.trim_start().starts_with(&format!("{name} "))).unwrap_or("");
+    assert!(line("instructions").contains("r00c0") && line("instructions").contains(" exact"), "{out}");
+    assert!(line("branch-misses").contains("r00c5"), "{out}");
+    assert!(out.contains("rUUEE"), "{out}");
+}
