@@ -51,6 +51,11 @@ pub fn parse_list(list: &str) -> Result<Vec<Event>, String> {
     Ok(events)
 }
 
+/// The architectural event this encoding selects, if any (nothing counts the others).
+pub fn architectural(raw: u16) -> Option<pmu::ArchEvent> {
+    pmu::ArchEvent::from_select(raw as u8, (raw >> 8) as u8)
+}
+
 /// The event with this encoding (a raw name if it has none).
 pub fn by_raw(raw: u16) -> Event {
     match EVENTS.iter().find(|(_, r)| *r == raw) {

@@ -6,7 +6,7 @@ use crate::events::{self, Event};
 use crate::format::thousands;
 use crate::run::{boot_under_agent, vm_config};
 use crate::Failure;
-use pmu::{ArchEvent, CountSource};
+use pmu::CountSource;
 use serde::Serialize;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -69,7 +69,7 @@ impl Status {
 
 /// Whether the vPMU (CPUID leaf 0xA, None without one) offers the event `raw`.
 fn advertised(raw: u16, cpuid_0xa: Option<[u32; 4]>) -> bool {
-    let (Some([eax, ebx, ..]), Some(event)) = (cpuid_0xa, ArchEvent::from_select(raw as u8, (raw >> 8) as u8)) else {
+    let (Some([eax, ebx, ..]), Some(event)) = (cpuid_0xa, events::architectural(raw)) else {
         return false;
     };
     let (version, vector_len, bit) = (eax & 0xff, (eax >> 24) & 0xff, event.cpuid_bit());
@@ -79,7 +79,7 @@ fn advertised(raw: u16, cpuid_0xa: Option<[u32; 4]>) -> bool {
 /// Whether the exact backend counts the event `raw`.
 pub fn exact_counts(raw: u16) -> bool {
     let exact = vmm::backends::exact::ExactSource::new();
-    ArchEvent::from_select(raw as u8, (raw >> 8) as u8).is_some_and(|e| exact.supports(e))
+    events::architectural(raw).is_some_and(|e| exact.supports(e))
 }
 
 /// Whose count a line is.
