@@ -7,11 +7,13 @@ use crate::Failure;
 use pmu::{ArchEvent, CountSource};
 use vmm::backends::perf::{EventBudget, PerfMode, PerfSource};
 
-/// How the perf backend counts `event` on this host, or "-".
+/// How the perf backend counts `event` on this host, or "-". Without a host PMU, cycles
+/// are the vCPU thread's time and ref-cycles follow the TSC.
 fn perf_backend(source: &PerfSource, event: ArchEvent) -> &'static str {
     match (source.mode(), source.supports(event)) {
         (_, false) => "-",
         (PerfMode::Hardware, true) => "host PMU (guest mode)",
+        (PerfMode::SoftwareClock { .. }, true) if event == ArchEvent::RefCycles => "TSC",
         (PerfMode::SoftwareClock { .. }, true) => "vCPU time x TSC",
     }
 }
