@@ -1,94 +1,100 @@
-//! [`PmuCaps`]: what the virtual PMU exposes, decided once from the config and the backend,
-//! turned into CPUID leaf 0xA, IA32_PERF_CAPABILITIES, reserved-bit masks and MSR ranges.
-//! Like KVM's `refresh()`, legality is decided here so each WRMSR check is one AND.
+//! [`PmuCaps`]: what the virtual PMU exposes, decided once from the config and the backend
+//! by the vendor's `refresh` (KVM `kvm_pmu_ops.refresh`), turned into CPUID leaves,
+//! IA32_PERF_CAPABILITIES, reserved-bit masks and MSR ranges. Legality is decided here so
+//! each WRMSR check is one AND.
 
 use crate::backend::CountSource;
 use crate::error::ConfigError;
-use crate::event::{ArchEvent, EventSet, FIXED_EVENTS};
-use crate::eventsel::FixedCtrl;
+use crate::event::{ArchEvent, EventSet};
 use crate::msr::{MsrIndex, MsrRange};
-use crate::pebs::{MISC_ENABLE_BTS_UNAVAIL, MISC_ENABLE_EMON, MISC_ENABLE_PEBS_UNAVAIL, PEBS_RECORD_FORMAT};
-use crate::pmc::{PmcIdx, COUNTER_MASK, COUNTER_WIDTH, MAX_FIXED_COUNTERS, MAX_GP_COUNTERS};
+use crate::pebs::{MISC_ENABLE_BTS_UNAVAIL, MISC_ENABLE_EMON, MISC_ENABLE_PEBS_UNAVAIL};
+use crate::pmc::{PmcIdx, COUNTER_MASK, COUNTER_WIDTH};
+use crate::vendor::{CapsRequest, PmuReg, ReservedBits, Vendor, VendorOps};
 
-/// Architectural perfmon version the model implements.
-pub const PMU_VERSION: u32 = 2;
-/// Length of the CPUID.0AH:EBX architectural event vector (`EAX[31:24]`).
-pub const ARCH_EVENT_VECTOR_LEN: u32 = 7;
-/// IA32_PERF_CAPABILITIES.FW_WRITE: IA32_A_PMCx exist.
-const PERF_CAP_FW_WRITE: u64 = 1 << 13;
-/// IA32_PERF_CAPABILITIES.PEBS_TRAP: PEBS records are trap-like (written after the
-/// instruction that triggered them; the record's RIP is the next instruction's).
-const PERF_CAP_PEBS_TRAP: u64 = 1 << 6;
-/// IA32_PERF_CAPABILITIES.PEBS_ARCH_REG: records hold RFLAGS, RIP and the 16 GPRs.
-const PERF_CAP_PEBS_ARCH_REG: u64 = 1 << 7;
-/// IA32_PERF_CAPABILITIES[11:8]: the PEBS record format.
-const PERF_CAP_PEBS_FORMAT_SHIFT: u32 = 8;
-/// GLOBAL_STATUS / OVF_CTRL bits 62 (OvfBuffer) and 63 (CondChgd).
-const OVF_BUF_COND_CHGD: u64 = 3 << 62;
-
-/// Capabilities of one virtual PMU. Fixed counters are the longest prefix of FIXED_CTR0..2
-/// whose events ([`FIXED_EVENTS`]: instructions, core cycles, reference cycles) the backend
-/// counts honestly, so a backend without instructions exposes no fixed counter at all.
+/// Capabilities of one virtual PMU, as its vendor's `refresh` decided them.
+///
+/// Intel: fixed counters are the longest prefix of FIXED_CTR0..2 whose events
+/// ([`crate::FIXED_EVENTS`]: instructions, core cycles, reference cycles) the backend counts
+/// honestly, so a backend without instructions exposes no fixed counter at all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PmuCaps {
-    gp_counters: u8,
-    fixed_counters: u8,
-    full_width_writes: bool,
-    available: EventSet,
-    counters: u64,
-    eventsel_reserved: u64,
-    fixed_ctr_ctrl_reserved: u64,
-    global_ctrl_reserved: u64,
-    global_status_reserved: u64,
-    pebs: bool,
+    pub(crate) vendor: Vendor,
+    /// Architectural perfmon version (KVM `pmu->version`).
+    pub(crate) version: u32,
+    pub(crate) gp_counters: u8,
+    pub(crate) fixed_counters: u8,
+    pub(crate) full_width_writes: bool,
+    pub(crate) available: EventSet,
+    pub(crate) counters: u64,
+    pub(crate) eventsel_reserved: u64,
+    pub(crate) fixed_ctr_ctrl_reserved: u64,
+    pub(crate) global_ctrl_reserved: u64,
+    pub(crate) global_status_reserved: u64,
+    pub(crate) reserved_bits: ReservedBits,
+    pub(crate) pebs: bool,
 }
 
 impl PmuCaps {
-    /// Caps for `gp_counters` GP counters over a backend that counts `available` honestly.
+    /// Intel caps for `gp_counters` GP counters over a backend that counts `available`
+    /// honestly.
     pub fn new(gp_counters: u8, full_width_writes: bool, available: EventSet) -> Result<PmuCaps, ConfigError> {
-        if !(1..=MAX_GP_COUNTERS).contains(&gp_counters) {
-            return Err(ConfigError::GpCounters(gp_counters));
-        }
-        let fixed_counters = FIXED_EVENTS.iter().take_while(|&&e| available.contains(e)).count() as u8;
-        debug_assert!(fixed_counters <= MAX_FIXED_COUNTERS);
-        let gp_bits = (1u64 << gp_counters) - 1;
-        let fixed_bits = ((1u64 << fixed_counters) - 1) << PmcIdx::FIXED_BASE;
-        let counters = gp_bits | fixed_bits;
-        // Per fixed counter OS|USR|PMI are writable; ANY (bit 2) is reserved in v2 (KVM: 0xb).
-        let fixed_ctrl_ok = (0..fixed_counters)
-            .map(|j| u64::from(FixedCtrl::OS | FixedCtrl::USR | FixedCtrl::PMI) << (j as u32 * FixedCtrl::BITS))
-            .fold(0, |a, b| a | b);
-        Ok(PmuCaps {
-            gp_counters,
-            fixed_counters,
-            full_width_writes,
-            available,
-            counters,
-            eventsel_reserved: crate::eventsel::EventSel::RESERVED,
-            fixed_ctr_ctrl_reserved: !fixed_ctrl_ok,
-            global_ctrl_reserved: !counters,
-            // STATUS and OVF_CTRL share reserved bits: counters plus OvfBuffer/CondChgd (KVM).
-            global_status_reserved: !(counters | OVF_BUF_COND_CHGD),
-            pebs: false,
-        })
+        Vendor::Intel.ops().refresh(&CapsRequest { gp_counters, full_width_writes, pebs: false, available })
     }
 
     /// The same caps with software PEBS (see [`crate::Pmu`]'s PEBS methods) on or off:
     /// IA32_PEBS_ENABLE and IA32_DS_AREA exist, IA32_MISC_ENABLE.PEBS_UNAVAIL is clear, and
-    /// PERF_CAPABILITIES advertises PEBS record format [`PEBS_RECORD_FORMAT`], trap-like,
-    /// with registers.
+    /// PERF_CAPABILITIES advertises PEBS record format [`crate::PEBS_RECORD_FORMAT`],
+    /// trap-like, with registers.
     pub const fn with_pebs(mut self, pebs: bool) -> PmuCaps {
         self.pebs = pebs;
         self
     }
 
-    /// Caps for a backend: asks it once which architectural events it can count.
+    /// Intel caps for a backend: asks it once which architectural events it can count.
     pub fn probe<B: CountSource + ?Sized>(
         gp_counters: u8,
         full_width_writes: bool,
         backend: &B,
     ) -> Result<PmuCaps, ConfigError> {
         PmuCaps::new(gp_counters, full_width_writes, EventSet::from_fn(|e| backend.supports(e)))
+    }
+
+    /// The vendor's operations.
+    pub(crate) fn ops(&self) -> &'static dyn VendorOps {
+        self.vendor.ops()
+    }
+
+    /// The vendor whose PMU this is.
+    pub const fn vendor(&self) -> Vendor {
+        self.vendor
+    }
+
+    /// The register `msr` names in this PMU, or `None` if it has no such MSR (an access
+    /// #GPs). Vendor-neutral: e.g. [`PmuReg::GlobalCtrl`] for Intel's IA32_PERF_GLOBAL_CTRL.
+    pub fn decode_msr(&self, msr: MsrIndex) -> Option<PmuReg> {
+        self.ops().decode_msr(self, msr)
+    }
+
+    /// The MSR the VMM writes `reg` through, if this vendor has one (a counter's plain MSR).
+    pub fn reg_msr(&self, reg: PmuReg) -> Option<MsrIndex> {
+        self.ops().reg_msr(self, reg)
+    }
+
+    /// Whether this PMU has register `reg` (the vendor has an MSR for it, and it exists here).
+    pub fn has_reg(&self, reg: PmuReg) -> bool {
+        self.reg_msr(reg).is_some_and(|msr| self.decode_msr(msr).is_some())
+    }
+
+    /// The value a write of `data` to a register with reserved bits `reserved` stores, or
+    /// `None` for #GP (per the vendor's rule for reserved bits).
+    pub(crate) const fn check_reserved(&self, data: u64, reserved: u64) -> Option<u64> {
+        self.reserved_bits.apply(data, reserved)
+    }
+
+    /// Whether a guest write to a read-only register (GLOBAL_STATUS) #GPs rather than
+    /// being ignored.
+    pub(crate) const fn read_only_faults(&self) -> bool {
+        matches!(self.reserved_bits, ReservedBits::Fault)
     }
 
     /// Whether this PMU has software PEBS.
@@ -112,9 +118,9 @@ impl PmuCaps {
         MISC_ENABLE_EMON | MISC_ENABLE_BTS_UNAVAIL | unavail
     }
 
-    /// Architectural perfmon version (2).
+    /// Performance monitoring version: 2 for Intel (architectural perfmon version 2).
     pub const fn version(&self) -> u32 {
-        PMU_VERSION
+        self.version
     }
     /// Number of GP counters.
     pub const fn gp_counters(&self) -> u8 {
@@ -156,7 +162,7 @@ impl PmuCaps {
     pub fn pmcs(&self) -> impl Iterator<Item = PmcIdx> {
         PmcIdx::iter_mask(self.counters)
     }
-    /// Reserved bits of IA32_PERFEVTSELx.
+    /// Reserved bits of the event selectors (Intel IA32_PERFEVTSELx).
     pub const fn eventsel_reserved(&self) -> u64 {
         self.eventsel_reserved
     }
@@ -164,34 +170,29 @@ impl PmuCaps {
     pub const fn fixed_ctr_ctrl_reserved(&self) -> u64 {
         self.fixed_ctr_ctrl_reserved
     }
-    /// Reserved bits of IA32_PERF_GLOBAL_CTRL.
+    /// Reserved bits of the global control register (Intel IA32_PERF_GLOBAL_CTRL).
     pub const fn global_ctrl_reserved(&self) -> u64 {
         self.global_ctrl_reserved
     }
-    /// Reserved bits of IA32_PERF_GLOBAL_STATUS and IA32_PERF_GLOBAL_OVF_CTRL.
+    /// Reserved bits of the global status register and of the register that clears it
+    /// (Intel IA32_PERF_GLOBAL_STATUS and IA32_PERF_GLOBAL_OVF_CTRL).
     pub const fn global_status_reserved(&self) -> u64 {
         self.global_status_reserved
     }
-    /// IA32_PERF_GLOBAL_CTRL at reset: GP enables set, fixed clear. SDM: v2 processors come
-    /// up this way so version-1 software, which knows no GLOBAL_CTRL, still counts (KVM
-    /// does the same since "Set enable bits for GP counters in PERF_GLOBAL_CTRL at RESET").
+    /// The global control register at reset: GP enables set, fixed clear. SDM: v2
+    /// processors come up this way so version-1 software, which knows no GLOBAL_CTRL, still
+    /// counts (KVM does the same since "Set enable bits for GP counters in PERF_GLOBAL_CTRL
+    /// at RESET").
     pub const fn global_ctrl_reset(&self) -> u64 {
         (1u64 << self.gp_counters) - 1
     }
 
     /// IA32_PERF_CAPABILITIES: FW_WRITE (bit 13) when full-width writes are enabled; with
     /// PEBS also PEBS_TRAP (bit 6), PEBS_ARCH_REG (bit 7) and the record format in bits
-    /// 11:8. The VMM should advertise `CPUID.1:ECX.PDCM[15]` so the guest knows to read it.
+    /// 11:8. The VMM should advertise `CPUID.1:ECX.PDCM[15]` so the guest knows to read it
+    /// ([`PmuCaps::cpuid_bits`] does).
     pub const fn perf_capabilities(&self) -> u64 {
-        let mut v = 0;
-        if self.full_width_writes {
-            v |= PERF_CAP_FW_WRITE;
-        }
-        if self.pebs {
-            v |=
-                PERF_CAP_PEBS_TRAP | PERF_CAP_PEBS_ARCH_REG | (PEBS_RECORD_FORMAT as u64) << PERF_CAP_PEBS_FORMAT_SHIFT;
-        }
-        v
+        crate::vendor::intel_perf_capabilities(self)
     }
 
     /// Whether the guest has IA32_PERF_CAPABILITIES: the VMM advertises `CPUID.1:ECX.PDCM`
@@ -203,38 +204,12 @@ impl PmuCaps {
     /// CPUID leaf 0xA as `[eax, ebx, ecx, edx]`. EBX sets a bit for every architectural
     /// event the backend cannot count (never advertise what is not counted honestly).
     pub fn cpuid_0xa(&self) -> [u32; 4] {
-        let eax = PMU_VERSION | u32::from(self.gp_counters) << 8 | COUNTER_WIDTH << 16 | ARCH_EVENT_VECTOR_LEN << 24;
-        let ebx = u32::from(!self.available.bits()) & ((1 << ARCH_EVENT_VECTOR_LEN) - 1);
-        let edx = u32::from(self.fixed_counters) | COUNTER_WIDTH << 5;
-        [eax, ebx, 0, edx]
+        self.ops().cpuid(self, 0xA)
     }
 
     /// Exactly the MSRs of this PMU, for the VMM to route here (KVM MSR filter).
     pub fn msr_ranges(&self) -> Vec<MsrRange> {
-        let gp = u32::from(self.gp_counters);
-        let mut v = vec![
-            MsrRange { base: MsrIndex::IA32_PMC0, count: gp },
-            MsrRange { base: MsrIndex::IA32_PERFEVTSEL0, count: gp },
-        ];
-        if self.fixed_counters > 0 {
-            v.push(MsrRange { base: MsrIndex::IA32_FIXED_CTR0, count: u32::from(self.fixed_counters) });
-        }
-        v.push(MsrRange { base: MsrIndex::IA32_PERF_CAPABILITIES, count: 1 });
-        // FIXED_CTR_CTRL, GLOBAL_STATUS, GLOBAL_CTRL, GLOBAL_OVF_CTRL are contiguous.
-        v.push(MsrRange { base: MsrIndex::IA32_FIXED_CTR_CTRL, count: 4 });
-        if self.full_width_writes {
-            v.push(MsrRange { base: MsrIndex::IA32_A_PMC0, count: gp });
-        }
-        // MISC_ENABLE always: its PEBS_UNAVAIL bit must match the model, whatever the
-        // host's KVM would say. Without PEBS, PEBS_ENABLE / DS_AREA stay with KVM, which
-        // #GPs them for a vCPU without PEBS.
-        v.push(MsrRange { base: MsrIndex::IA32_MISC_ENABLE, count: 1 });
-        if self.pebs {
-            for base in [MsrIndex::IA32_PEBS_ENABLE, MsrIndex::IA32_DS_AREA] {
-                v.push(MsrRange { base, count: 1 });
-            }
-        }
-        v
+        self.ops().msr_ranges(self)
     }
 }
 
@@ -326,19 +301,6 @@ mod tests {
     }
 
     #[test]
-    fn msr_ranges_exact() {
-        let r = |b: u32, n: u32| MsrRange { base: MsrIndex(b), count: n };
-        assert_eq!(
-            caps(4, true, &ArchEvent::ALL).msr_ranges(),
-            vec![r(0xC1, 4), r(0x186, 4), r(0x309, 3), r(0x345, 1), r(0x38D, 4), r(0x4C1, 4), r(0x1A0, 1)]
-        );
-        assert_eq!(
-            caps(2, false, &[]).msr_ranges(),
-            vec![r(0xC1, 2), r(0x186, 2), r(0x345, 1), r(0x38D, 4), r(0x1A0, 1)]
-        );
-    }
-
-    #[test]
     fn pebs_caps() {
         let c = caps(4, true, &ArchEvent::ALL).with_pebs(true);
         assert!(c.pebs());
@@ -355,19 +317,6 @@ mod tests {
         assert_eq!(caps(4, true, &[]).misc_enable_reset(), 0x1880);
         // The cpuid leaf does not change.
         assert_eq!(c.cpuid_0xa(), caps(4, false, &[]).with_pebs(false).cpuid_0xa());
-    }
-
-    #[test]
-    fn pebs_msr_ranges_only_with_pebs() {
-        let r = |b: u32, n: u32| MsrRange { base: MsrIndex(b), count: n };
-        assert_eq!(
-            caps(2, false, &[]).with_pebs(true).msr_ranges(),
-            vec![r(0xC1, 2), r(0x186, 2), r(0x345, 1), r(0x38D, 4), r(0x1A0, 1), r(0x3F1, 1), r(0x600, 1)]
-        );
-        let without = caps(2, false, &[]).msr_ranges();
-        for msr in [0x3F1, 0x600] {
-            assert!(!without.iter().any(|r| r.contains(MsrIndex(msr))));
-        }
     }
 
     #[test]

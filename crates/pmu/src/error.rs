@@ -25,7 +25,8 @@ pub enum BackendError {
 }
 
 /// A [`crate::PmuState`] that cannot be loaded into this PMU. [`RestoreError::Format`] and
-/// [`RestoreError::Shape`] leave the PMU untouched; after [`RestoreError::Rejected`] it is reset.
+/// [`RestoreError::Shape`] leave the PMU untouched; after [`RestoreError::Rejected`] or
+/// [`RestoreError::Absent`] it is reset.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum RestoreError {
     /// The snapshot was written by an incompatible format.
@@ -42,6 +43,15 @@ pub enum RestoreError {
         gp: u8,
         /// Fixed counters of this PMU.
         fixed: u8,
+    },
+    /// The snapshot gives a register this PMU does not have (e.g. a fixed-counter control
+    /// for a vendor without fixed counters) a value other than its reset value.
+    #[error("Snapshot sets {register:?} to {value:#x}, which this PMU does not have")]
+    Absent {
+        /// The register.
+        register: crate::vendor::PmuReg,
+        /// The value it was given.
+        value: u64,
     },
     /// A host-initiated write of a snapshot value faulted (reserved bits, too wide).
     #[error("Snapshot value {value:#x} rejected by MSR {msr:#x}")]

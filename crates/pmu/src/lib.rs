@@ -1,6 +1,12 @@
 //! perfvm's virtual PMU: a pure model of Intel architectural performance monitoring
 //! version 2 (Intel SDM Vol. 3B, "Architectural Performance Monitoring").
 //!
+//! The model is split as Linux KVM splits `arch/x86/kvm/pmu.c` from `vmx/pmu_intel.c`: the
+//! generic part ([`Pmu`]: counters, enables, overflow, policies, filter, snapshots) works on
+//! vendor-neutral registers ([`PmuReg`]) and counter indexes ([`PmcIdx`]); a vendor module
+//! (KVM's `kvm_pmu_ops`, chosen by [`Vendor`]) owns the MSR map, CPUID leaves
+//! ([`PmuCaps::cpuid_bits`]), reserved bits, RDPMC operands and event encodings.
+//!
 //! The model owns every guest-visible PMU register and decides every rule (reserved bits,
 //! widths, gating, overflow status). It never touches KVM, file descriptors or threads:
 //! the outside world is reached only through [`CountSource`], which the VMM implements
@@ -33,12 +39,12 @@
 mod backend;
 mod caps;
 mod counting;
+mod cpuid;
 mod error;
 mod event;
 mod eventsel;
 mod filter;
 mod host;
-mod intel;
 #[cfg(any(test, feature = "mock"))]
 mod mock;
 mod msr;
@@ -50,22 +56,25 @@ mod policy;
 mod reload;
 mod state;
 mod stats;
+mod vendor;
 
 pub use backend::{CountSource, HostEventConfig};
-pub use caps::{PmuCaps, ARCH_EVENT_VECTOR_LEN, PMU_VERSION};
+pub use caps::PmuCaps;
+pub use cpuid::{CpuidBits, LEAF1_ECX_DTES64, LEAF1_ECX_PDCM, LEAF1_EDX_DS};
 pub use error::{BackendError, ConfigError, RestoreError};
 pub use event::{ArchEvent, EventSet, FIXED_EVENTS};
 pub use eventsel::{EventSel, FixedCtrl};
 pub use filter::{FilterAction, FilterError, FilterFormat, PmuEventFilter};
 #[cfg(any(test, feature = "mock"))]
 pub use mock::{MockCall, MockEvent, MockSource};
-pub use msr::{Initiator, MsrAccess, MsrIndex, MsrRange, PmuMsr};
+pub use msr::{Initiator, MsrAccess, MsrIndex, MsrRange};
 pub use pebs::{
     GLOBAL_STATUS_OVF_BUFFER, MISC_ENABLE_BTS_UNAVAIL, MISC_ENABLE_EMON, MISC_ENABLE_PEBS_UNAVAIL, PEBS_RECORD_FORMAT,
     PEBS_RECORD_SIZE,
 };
-pub use pmc::{PmcIdx, RdpmcIdx, COUNTER_MASK, COUNTER_WIDTH, MAX_FIXED_COUNTERS, MAX_GP_COUNTERS};
+pub use pmc::{PmcIdx, RdpmcIdx, COUNTER_MASK, COUNTER_WIDTH, MAX_FIXED_COUNTERS, MAX_GP_COUNTERS, PMC_SLOTS};
 pub use pmu::{Pmu, PmuConfig};
 pub use policy::{Policy, DEFAULT_RELEASE_AFTER_NS};
 pub use state::{PmuState, STATE_FORMAT};
 pub use stats::{BackendCalls, PmuStats};
+pub use vendor::{CounterWrite, PmuMsr, PmuReg, Vendor, ARCH_EVENT_VECTOR_LEN, PMU_VERSION};

@@ -3,7 +3,7 @@
 use crate::backend::{CountSource, HostEventConfig};
 use crate::error::BackendError;
 use crate::event::{ArchEvent, EventSet};
-use crate::pmc::{PmcIdx, SLOTS};
+use crate::pmc::{PmcIdx, PMC_SLOTS};
 
 /// One call the model made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub struct MockEvent {
 #[derive(Clone, Debug)]
 pub struct MockSource {
     supported: EventSet,
-    events: [Option<MockEvent>; SLOTS],
+    events: [Option<MockEvent>; PMC_SLOTS],
     calls: Vec<MockCall>,
     fail_open: bool,
     cpl: u8,
@@ -65,7 +65,7 @@ impl MockSource {
     pub fn supporting(events: &[ArchEvent]) -> Self {
         MockSource {
             supported: events.iter().copied().collect(),
-            events: [None; SLOTS],
+            events: [None; PMC_SLOTS],
             calls: Vec::new(),
             fail_open: false,
             cpl: 0,
@@ -98,10 +98,8 @@ impl MockSource {
 
     /// [`MockSource::advance`] on every counter slot.
     pub fn advance_all(&mut self, n: u64) {
-        for slot in 0..SLOTS {
-            if let Some(idx) = slot_idx(slot) {
-                self.advance(idx, n);
-            }
+        for idx in (0..PMC_SLOTS).filter_map(PmcIdx::from_slot) {
+            self.advance(idx, n);
         }
     }
 
@@ -151,15 +149,6 @@ impl MockSource {
             self.violations.push(format!("{what} on unopened {pmc:?}"));
         }
         self.events[pmc.slot()].as_mut()
-    }
-}
-
-fn slot_idx(slot: usize) -> Option<PmcIdx> {
-    let gp = crate::pmc::MAX_GP_COUNTERS as usize;
-    if slot < gp {
-        PmcIdx::gp(slot as u8)
-    } else {
-        PmcIdx::fixed((slot - gp) as u8)
     }
 }
 

@@ -35,7 +35,7 @@ use crate::msr::Initiator;
 use crate::pmc::{PmcIdx, COUNTER_MASK};
 use crate::pmu::Pmu;
 
-/// The PEBS record format advertised in IA32_PERF_CAPABILITIES[11:8].
+/// The PEBS record format advertised in IA32_PERF_CAPABILITIES\[11:8\].
 pub const PEBS_RECORD_FORMAT: u8 = 1;
 /// Bytes in one record of [`PEBS_RECORD_FORMAT`]: 22 quadwords.
 pub const PEBS_RECORD_SIZE: u64 = 0xB0;

@@ -12,8 +12,10 @@ pub const COUNTER_WIDTH: u32 = 48;
 /// Mask of the bits a counter holds.
 pub const COUNTER_MASK: u64 = (1 << COUNTER_WIDTH) - 1;
 
-/// Number of counter slots (GP then fixed), dense.
-pub(crate) const SLOTS: usize = (MAX_GP_COUNTERS + MAX_FIXED_COUNTERS) as usize;
+/// Number of counter slots: the dense index space of [`PmcIdx::slot`] (GP counters
+/// `0..MAX_GP_COUNTERS`, then fixed counters), for per-counter arrays
+/// (`[T; PMC_SLOTS]` indexed by `idx.slot()`).
+pub const PMC_SLOTS: usize = (MAX_GP_COUNTERS + MAX_FIXED_COUNTERS) as usize;
 
 /// Internal counter index: GP counter i is `i`, fixed counter j is `32 + j`, so the index is
 /// also the counter's bit in IA32_PERF_GLOBAL_CTRL / STATUS / OVF_CTRL (as KVM's `pmc->idx`).
@@ -77,12 +79,24 @@ impl PmcIdx {
         }
     }
 
-    /// Dense slot 0..SLOTS (GP first).
-    pub(crate) const fn slot(self) -> usize {
+    /// Dense slot `0..PMC_SLOTS` (GP first): an index for per-counter arrays.
+    pub const fn slot(self) -> usize {
         if self.is_fixed() {
             (MAX_GP_COUNTERS + self.0 - Self::FIXED_BASE) as usize
         } else {
             self.0 as usize
+        }
+    }
+
+    /// The counter of dense slot `slot` ([`PmcIdx::slot`]), if `slot < PMC_SLOTS`.
+    pub const fn from_slot(slot: usize) -> Option<PmcIdx> {
+        let gp = MAX_GP_COUNTERS as usize;
+        if slot < gp {
+            Some(PmcIdx(slot as u8))
+        } else if slot < PMC_SLOTS {
+            Some(PmcIdx(Self::FIXED_BASE + (slot - gp) as u8))
+        } else {
+            None
         }
     }
 
@@ -211,7 +225,11 @@ mod tests {
         let all: Vec<_> =
             (0..8).map(|i| PmcIdx::gp(i).unwrap()).chain((0..3).map(|j| PmcIdx::fixed(j).unwrap())).collect();
         let slots: Vec<_> = all.iter().map(|i| i.slot()).collect();
-        assert_eq!(slots, (0..SLOTS).collect::<Vec<_>>());
+        assert_eq!(slots, (0..PMC_SLOTS).collect::<Vec<_>>());
+        for (slot, idx) in all.iter().enumerate() {
+            assert_eq!(PmcIdx::from_slot(slot), Some(*idx));
+        }
+        assert_eq!(PmcIdx::from_slot(PMC_SLOTS), None);
     }
 
     #[test]

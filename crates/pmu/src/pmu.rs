@@ -1,18 +1,20 @@
-//! [`Pmu`]: the virtual PMU of one vCPU. Owns the vendor-neutral global registers
-//! (GLOBAL_CTRL/STATUS/OVF_CTRL) and hands the rest to `intel.rs` (KVM's two-tier dispatch).
+//! [`Pmu`]: the virtual PMU of one vCPU, vendor-neutral (KVM's generic `pmu.c`). Its
+//! registers are [`PmuReg`]s; which MSR names which register, and every other vendor rule,
+//! is the vendor's (`vendor/`, KVM's `kvm_pmu_ops`), reached through [`PmuCaps`].
 
 use crate::backend::CountSource;
 use crate::backend::HostEventConfig;
 use crate::caps::PmuCaps;
 use crate::error::ConfigError;
+use crate::event::EventSet;
 use crate::eventsel::{EventSel, FixedCtrl};
 use crate::filter::PmuEventFilter;
 use crate::host::HostDriver;
-use crate::intel::{self, IntelReg};
-use crate::msr::{Initiator, MsrAccess, MsrIndex, MsrRange, PmuMsr};
-use crate::pmc::{Pmc, PmcIdx, RdpmcIdx, SLOTS};
+use crate::msr::{Initiator, MsrAccess, MsrIndex, MsrRange};
+use crate::pmc::{Pmc, PmcIdx, RdpmcIdx, PMC_SLOTS};
 use crate::policy::Policy;
 use crate::stats::PmuStats;
+use crate::vendor::{CapsRequest, PmuReg, Vendor};
 
 /// How to build a [`Pmu`]. Not `Copy` (the filter owns a list): clone it to build several.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +53,7 @@ pub struct Pmu<B: CountSource> {
     pub(crate) policy: Policy,
     pub(crate) filter: Option<PmuEventFilter>,
     pub(crate) host: HostDriver<B>,
-    pub(crate) pmcs: [Pmc; SLOTS],
+    pub(crate) pmcs: [Pmc; PMC_SLOTS],
     pub(crate) fixed_ctr_ctrl: u64,
     pub(crate) global_ctrl: u64,
     pub(crate) global_status: u64,
@@ -82,13 +84,18 @@ pub struct Pmu<B: CountSource> {
 impl<B: CountSource> Pmu<B> {
     /// Builds a PMU in its reset state, asking `backend` once which events it counts.
     pub fn new(config: PmuConfig, backend: B) -> Result<Self, ConfigError> {
-        let caps = PmuCaps::probe(config.gp_counters, config.full_width_writes, &backend)?.with_pebs(config.pebs);
+        let caps = Vendor::Intel.ops().refresh(&CapsRequest {
+            gp_counters: config.gp_counters,
+            full_width_writes: config.full_width_writes,
+            pebs: config.pebs,
+            available: EventSet::from_fn(|e| backend.supports(e)),
+        })?;
         Ok(Pmu {
             caps,
             policy: config.policy,
             filter: config.filter,
             host: HostDriver::new(backend),
-            pmcs: [Pmc::default(); SLOTS],
+            pmcs: [Pmc::default(); PMC_SLOTS],
             fixed_ctr_ctrl: 0,
             global_ctrl: caps.global_ctrl_reset(),
             global_status: 0,
@@ -195,14 +202,7 @@ impl<B: CountSource> Pmu<B> {
     /// run at CPL 0).
     pub fn rdpmc(&mut self, ecx: RdpmcIdx) -> MsrAccess<u64> {
         self.stats.rdpmc += 1;
-        let r = intel::rdpmc_to_pmc(&self.caps, ecx).map(|idx| {
-            let v = self.read_counter(idx);
-            if ecx.is_fast() {
-                v & 0xFFFF_FFFF
-            } else {
-                v
-            }
-        });
+        let r = self.caps.ops().rdpmc_to_pmc(&self.caps, ecx).map(|(idx, mask)| self.read_counter(idx) & mask);
         self.account(r, Initiator::Guest)
     }
 
@@ -214,7 +214,7 @@ impl<B: CountSource> Pmu<B> {
         for idx in PmcIdx::iter_mask(self.open_mask) {
             self.discard_event(idx);
         }
-        self.pmcs = [Pmc::default(); SLOTS];
+        self.pmcs = [Pmc::default(); PMC_SLOTS];
         self.fixed_ctr_ctrl = 0;
         self.global_ctrl = self.caps.global_ctrl_reset();
         self.global_status = 0;
@@ -239,84 +239,76 @@ impl<B: CountSource> Pmu<B> {
     }
 
     fn read_reg(&mut self, msr: MsrIndex, who: Initiator) -> Option<u64> {
-        Some(match PmuMsr::decode(msr)? {
-            PmuMsr::GlobalStatus => self.global_status,
-            PmuMsr::GlobalCtrl => self.global_ctrl,
-            // OVF_CTRL only acts on writes; it reads as 0 (KVM).
-            PmuMsr::GlobalOvfCtrl => 0,
-            m => match intel::decode(&self.caps, m)? {
-                IntelReg::Counter(idx, _) => self.read_counter(idx),
-                IntelReg::EventSel(idx) => self.pmcs[idx.slot()].eventsel,
-                IntelReg::FixedCtrCtrl => self.fixed_ctr_ctrl,
-                // Exists for the guest only when CPUID.1:ECX.PDCM is advertised, which the
-                // VMM does iff the value is non-zero (KVM: #GP without guest PDCM; the host
-                // may always read it).
-                IntelReg::PerfCapabilities => {
-                    if who == Initiator::Guest && !self.caps.has_perf_capabilities() {
-                        return None;
-                    }
-                    self.caps.perf_capabilities()
+        Some(match self.caps.decode_msr(msr)? {
+            PmuReg::Counter(idx, _) => self.read_counter(idx),
+            PmuReg::EventSel(idx) => self.pmcs[idx.slot()].eventsel,
+            PmuReg::FixedCtrCtrl => self.fixed_ctr_ctrl,
+            PmuReg::GlobalStatus => self.global_status,
+            PmuReg::GlobalCtrl => self.global_ctrl,
+            // It only acts on writes; it reads as 0 (KVM).
+            PmuReg::GlobalStatusClear => 0,
+            // Exists for the guest only when CPUID.1:ECX.PDCM is advertised, which the VMM
+            // does iff the value is non-zero (KVM: #GP without guest PDCM; the host may
+            // always read it).
+            PmuReg::PerfCapabilities => {
+                if who == Initiator::Guest && !self.caps.has_perf_capabilities() {
+                    return None;
                 }
-                IntelReg::MiscEnable => self.misc_enable,
-                IntelReg::PebsEnable => self.pebs_enable,
-                IntelReg::DsArea => self.ds_area,
-            },
+                self.caps.perf_capabilities()
+            }
+            PmuReg::MiscEnable => self.misc_enable,
+            PmuReg::PebsEnable => self.pebs_enable,
+            PmuReg::DsArea => self.ds_area,
         })
     }
 
     fn write_reg(&mut self, msr: MsrIndex, data: u64, who: Initiator) -> Option<()> {
         let guest = who == Initiator::Guest;
-        match PmuMsr::decode(msr)? {
-            PmuMsr::GlobalStatus => {
-                // Read-only to the guest; the VMM restores it (KVM: host_initiated only).
-                if guest || data & self.caps.global_status_reserved() != 0 {
+        match self.caps.decode_msr(msr)? {
+            PmuReg::Counter(idx, rule) => {
+                let v = rule.value(data, who)?;
+                self.write_counter(idx, v);
+            }
+            PmuReg::EventSel(idx) => {
+                let v = self.caps.check_reserved(data, self.caps.eventsel_reserved())?;
+                self.write_eventsel(idx, v);
+            }
+            PmuReg::FixedCtrCtrl => {
+                let v = self.caps.check_reserved(data, self.caps.fixed_ctr_ctrl_reserved())?;
+                self.write_fixed_ctr_ctrl(v);
+            }
+            PmuReg::GlobalStatus => {
+                // Read-only to the guest; the VMM restores it (KVM: host_initiated only), but
+                // never with reserved bits.
+                if guest {
+                    return (!self.caps.read_only_faults()).then_some(());
+                }
+                if data & self.caps.global_status_reserved() != 0 {
                     return None;
                 }
                 self.global_status = data;
             }
-            PmuMsr::GlobalCtrl => {
-                if data & self.caps.global_ctrl_reserved() != 0 {
-                    return None;
-                }
-                self.write_global_ctrl(data);
+            PmuReg::GlobalCtrl => {
+                let v = self.caps.check_reserved(data, self.caps.global_ctrl_reserved())?;
+                self.write_global_ctrl(v);
             }
-            PmuMsr::GlobalOvfCtrl => {
+            PmuReg::GlobalStatusClear => {
                 // Shares STATUS's reserved bits. A host write is accepted but clears nothing,
                 // as in KVM: restore sets GLOBAL_STATUS directly and must not be undone.
-                if data & self.caps.global_status_reserved() != 0 {
-                    return None;
-                }
+                let v = self.caps.check_reserved(data, self.caps.global_status_reserved())?;
                 if guest {
-                    self.global_status &= !data;
+                    self.global_status &= !v;
                 }
             }
-            m => match intel::decode(&self.caps, m)? {
-                IntelReg::Counter(idx, rule) => {
-                    let v = intel::counter_write_value(rule, data, who)?;
-                    self.write_counter(idx, v);
+            // Read-only to the guest; the host may only confirm the configured value.
+            PmuReg::PerfCapabilities => {
+                if guest || data != self.caps.perf_capabilities() {
+                    return None;
                 }
-                IntelReg::EventSel(idx) => {
-                    if data & self.caps.eventsel_reserved() != 0 {
-                        return None;
-                    }
-                    self.write_eventsel(idx, data);
-                }
-                IntelReg::FixedCtrCtrl => {
-                    if data & self.caps.fixed_ctr_ctrl_reserved() != 0 {
-                        return None;
-                    }
-                    self.write_fixed_ctr_ctrl(data);
-                }
-                // Read-only to the guest; the host may only confirm the configured value.
-                IntelReg::PerfCapabilities => {
-                    if guest || data != self.caps.perf_capabilities() {
-                        return None;
-                    }
-                }
-                IntelReg::MiscEnable => self.write_misc_enable(data, who)?,
-                IntelReg::PebsEnable => self.write_pebs_enable(data)?,
-                IntelReg::DsArea => self.write_ds_area(data)?,
-            },
+            }
+            PmuReg::MiscEnable => self.write_misc_enable(data, who)?,
+            PmuReg::PebsEnable => self.write_pebs_enable(data)?,
+            PmuReg::DsArea => self.write_ds_area(data)?,
         }
         Some(())
     }
@@ -379,8 +371,13 @@ impl<B: CountSource> Pmu<B> {
         if idx.is_fixed() {
             !f.allows_fixed(idx.number())
         } else {
-            let sel = EventSel(self.pmcs[idx.slot()].eventsel);
-            !f.allows_gp(sel.event(), sel.umask())
+            let (event, umask) = self.caps.ops().event_select(self.pmcs[idx.slot()].eventsel);
+            // The filter lists 8-bit event selects: a wider one is never listed.
+            let allowed = match u8::try_from(event) {
+                Ok(event) => f.allows_gp(event, umask),
+                Err(_) => f.action == crate::filter::FilterAction::Deny,
+            };
+            !allowed
         }
     }
 
@@ -392,9 +389,57 @@ impl<B: CountSource> Pmu<B> {
         }
         if idx.is_fixed() {
             let j = idx.number();
-            Some(intel::fixed_config(j, FixedCtrl::of(self.fixed_ctr_ctrl, j)))
+            Some(fixed_config(&self.caps, j, FixedCtrl::of(self.fixed_ctr_ctrl, j)))
         } else {
-            intel::gp_config(&self.caps, EventSel(self.pmcs[idx.slot()].eventsel))
+            gp_config(&self.caps, self.pmcs[idx.slot()].eventsel)
         }
+    }
+}
+
+/// Host configuration for a GP counter with `eventsel`, or `None` when nothing is to be
+/// counted: the selected event (in the vendor's encoding) is not architectural or not
+/// available. Such an event selector is accepted (no #GP, as on hardware) but counts
+/// nothing. The control bits (USR, OS, EDGE, INT, INV, CMASK) sit at the same place for
+/// every vendor.
+pub(crate) fn gp_config(caps: &PmuCaps, eventsel: u64) -> Option<HostEventConfig> {
+    let event = caps.ops().arch_event(eventsel).filter(|&e| caps.is_available(e))?;
+    let s = EventSel(eventsel);
+    Some(HostEventConfig {
+        event,
+        usr: s.usr(),
+        os: s.os(),
+        edge: s.edge(),
+        inv: s.inv(),
+        cmask: s.cmask(),
+        interrupt: s.int(),
+    })
+}
+
+/// Host configuration for fixed counter `j` with control field `ctrl`.
+pub(crate) fn fixed_config(caps: &PmuCaps, j: u8, ctrl: FixedCtrl) -> HostEventConfig {
+    HostEventConfig {
+        event: caps.ops().fixed_events()[usize::from(j)],
+        usr: ctrl.usr(),
+        os: ctrl.os(),
+        edge: false,
+        inv: false,
+        cmask: 0,
+        interrupt: ctrl.pmi(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::ArchEvent;
+
+    #[test]
+    fn fixed_config_events() {
+        let caps = PmuCaps::new(4, true, EventSet::ALL).unwrap();
+        let f = fixed_config(&caps, 2, FixedCtrl(FixedCtrl::USR | FixedCtrl::PMI));
+        assert_eq!(f.event, ArchEvent::RefCycles);
+        assert!(f.usr && !f.os && f.interrupt);
+        assert_eq!(fixed_config(&caps, 0, FixedCtrl(1)).event, ArchEvent::Instructions);
+        assert_eq!(fixed_config(&caps, 1, FixedCtrl(1)).event, ArchEvent::CoreCycles);
     }
 }

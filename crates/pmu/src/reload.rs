@@ -8,14 +8,14 @@
 //! Without a reload value a counter follows the SDM exactly; `reset` forgets every value.
 
 use crate::backend::CountSource;
-use crate::pmc::{PmcIdx, COUNTER_MASK, SLOTS};
+use crate::pmc::{PmcIdx, COUNTER_MASK, PMC_SLOTS};
 use crate::pmu::Pmu;
 
 /// Per-counter reload values and what the reloads did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct AutoReload {
-    values: [Option<u64>; SLOTS],
-    counts: [u64; SLOTS],
+    values: [Option<u64>; PMC_SLOTS],
+    counts: [u64; PMC_SLOTS],
     /// Counters reloaded since the last [`Pmu::take_auto_reloaded`] (GLOBAL_CTRL layout).
     reloaded: u64,
 }

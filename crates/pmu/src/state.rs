@@ -5,6 +5,7 @@ use crate::error::RestoreError;
 use crate::msr::{Initiator, MsrIndex};
 use crate::pmc::{PmcIdx, COUNTER_MASK};
 use crate::pmu::Pmu;
+use crate::vendor::{CounterWrite, PmuReg};
 use serde::{Deserialize, Serialize};
 
 /// Format number written into [`PmuState::format`].
@@ -56,14 +57,16 @@ impl<B: CountSource> Pmu<B> {
             global_status: self.global_status,
             pebs_enable: self.pebs_enable,
             ds_area: self.ds_area,
-            misc_enable: Some(self.misc_enable),
+            misc_enable: self.caps.has_reg(PmuReg::MiscEnable).then_some(self.misc_enable),
         }
     }
 
-    /// Resets the PMU, then loads `state` through host-initiated MSR writes (so every value
-    /// passes the same checks as on real MSRs), GLOBAL_CTRL last so counting starts only
-    /// once everything is in place. A snapshot of the wrong format or shape is refused
-    /// before anything changes; if a value is rejected, the PMU is left reset.
+    /// Resets the PMU, then loads `state` through host-initiated writes of the vendor's MSRs
+    /// (so every value passes the same checks as on real MSRs), GLOBAL_CTRL last so counting
+    /// starts only once everything is in place. A snapshot of the wrong format or shape is
+    /// refused before anything changes; if a value is rejected, the PMU is left reset. A
+    /// register this PMU does not have must hold its reset value (0, or none for
+    /// MISC_ENABLE) in the snapshot.
     pub fn restore(&mut self, state: &PmuState) -> Result<(), RestoreError> {
         if state.format != STATE_FORMAT {
             return Err(RestoreError::Format(state.format));
@@ -89,32 +92,67 @@ impl<B: CountSource> Pmu<B> {
     }
 
     fn load(&mut self, s: &PmuState) -> Result<(), RestoreError> {
-        self.host_write(MsrIndex::IA32_PERF_GLOBAL_CTRL, 0)?;
-        for (i, &v) in (0u8..).zip(&s.eventsel) {
-            self.host_write(MsrIndex::perfevtsel(i), v)?;
+        let gp = || (0u8..).map_while(PmcIdx::gp);
+        let fixed = || (0u8..).map_while(PmcIdx::fixed);
+        let gated = self.caps.has_reg(PmuReg::GlobalCtrl);
+        if gated {
+            self.load_reg(PmuReg::GlobalCtrl, 0, 0)?;
+        } else {
+            // No global enable to hold counting back: values first, then the selectors
+            // that may start the counters.
+            for (idx, &v) in gp().zip(&s.pmc) {
+                self.load_counter(idx, v)?;
+            }
+        }
+        for (idx, &v) in gp().zip(&s.eventsel) {
+            self.load_reg(PmuReg::EventSel(idx), v, 0)?;
         }
         // Host writes to legacy PMCs are not sign-extended but would be truncated: refuse
         // values wider than a counter instead of silently losing bits.
-        for (i, &v) in (0u8..).zip(&s.pmc) {
-            self.host_write_counter(MsrIndex::pmc(i), v)?;
+        if gated {
+            for (idx, &v) in gp().zip(&s.pmc) {
+                self.load_counter(idx, v)?;
+            }
         }
-        for (j, &v) in (0u8..).zip(&s.fixed_ctr) {
-            self.host_write_counter(MsrIndex::fixed_ctr(j), v)?;
+        for (idx, &v) in fixed().zip(&s.fixed_ctr) {
+            self.load_counter(idx, v)?;
         }
-        self.host_write(MsrIndex::IA32_FIXED_CTR_CTRL, s.fixed_ctr_ctrl)?;
-        self.host_write(MsrIndex::IA32_PERF_GLOBAL_STATUS, s.global_status)?;
+        self.load_reg(PmuReg::FixedCtrCtrl, s.fixed_ctr_ctrl, 0)?;
+        self.load_reg(PmuReg::GlobalStatus, s.global_status, 0)?;
         // PEBS_ENABLE and DS_AREA exist only with PEBS: a snapshot that sets them is
         // refused by a PMU without (the host write faults).
         if let Some(v) = s.misc_enable {
-            self.host_write(MsrIndex::IA32_MISC_ENABLE, v)?;
+            // Any value: a snapshot that has one needs the register (`!v` is never `v`).
+            self.load_reg(PmuReg::MiscEnable, v, !v)?;
         }
-        if self.caps.pebs() || s.ds_area != 0 {
-            self.host_write(MsrIndex::IA32_DS_AREA, s.ds_area)?;
+        self.load_reg(PmuReg::DsArea, s.ds_area, 0)?;
+        self.load_reg(PmuReg::PebsEnable, s.pebs_enable, 0)?;
+        if gated {
+            self.load_reg(PmuReg::GlobalCtrl, s.global_ctrl, 0)
+        } else if s.global_ctrl != self.global_ctrl {
+            Err(RestoreError::Absent { register: PmuReg::GlobalCtrl, value: s.global_ctrl })
+        } else {
+            Ok(())
         }
-        if self.caps.pebs() || s.pebs_enable != 0 {
-            self.host_write(MsrIndex::IA32_PEBS_ENABLE, s.pebs_enable)?;
+    }
+
+    /// Host write of `value` to `reg` through its MSR. A register this PMU does not have
+    /// takes only `absent` (skipped); any other value is refused: the write is tried and
+    /// faults, or, if the vendor has no MSR for it at all, [`RestoreError::Absent`].
+    fn load_reg(&mut self, reg: PmuReg, value: u64, absent: u64) -> Result<(), RestoreError> {
+        match self.caps.reg_msr(reg) {
+            Some(msr) if value != absent || self.caps.decode_msr(msr).is_some() => self.host_write(msr, value),
+            None if value != absent => Err(RestoreError::Absent { register: reg, value }),
+            _ => Ok(()),
         }
-        self.host_write(MsrIndex::IA32_PERF_GLOBAL_CTRL, s.global_ctrl)
+    }
+
+    fn load_counter(&mut self, idx: PmcIdx, value: u64) -> Result<(), RestoreError> {
+        let reg = PmuReg::Counter(idx, CounterWrite::Masked);
+        let Some(msr) = self.caps.reg_msr(reg) else {
+            return Err(RestoreError::Absent { register: reg, value });
+        };
+        self.host_write_counter(msr, value)
     }
 
     fn host_write_counter(&mut self, msr: MsrIndex, value: u64) -> Result<(), RestoreError> {

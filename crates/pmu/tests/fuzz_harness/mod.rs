@@ -20,7 +20,8 @@
 
 use pmu::{
     ArchEvent, EventSel, FilterAction, FixedCtrl, Initiator, MockCall, MockSource, MsrAccess, MsrIndex, PmcIdx, Pmu,
-    PmuConfig, PmuEventFilter, PmuState, Policy, RdpmcIdx, COUNTER_MASK, FIXED_EVENTS, STATE_FORMAT,
+    PmuConfig, PmuEventFilter, PmuState, Policy, RdpmcIdx, COUNTER_MASK, FIXED_EVENTS, PMC_SLOTS as SLOTS,
+    STATE_FORMAT,
 };
 
 /// A source of random bits.
@@ -61,7 +62,6 @@ impl Entropy for XorShift {
     }
 }
 
-const SLOTS: usize = 11;
 const OVF_BUF_COND_CHGD: u64 = 3 << 62;
 /// IA32_MISC_ENABLE of a PMU without PEBS at reset: EMON, BTS and PEBS unavailable.
 const MISC_RESET: u64 = 1 << 7 | 3 << 11;
@@ -230,19 +230,11 @@ pub fn gen_config(e: &mut impl Entropy) -> FuzzConfig {
 }
 
 fn slot_of(idx: PmcIdx) -> usize {
-    if idx.is_fixed() {
-        8 + idx.number() as usize
-    } else {
-        idx.number() as usize
-    }
+    idx.slot()
 }
 
 fn idx_of(slot: usize) -> PmcIdx {
-    if slot < 8 {
-        PmcIdx::gp(slot as u8).unwrap()
-    } else {
-        PmcIdx::fixed(slot as u8 - 8).unwrap()
-    }
+    PmcIdx::from_slot(slot).expect("slot in range")
 }
 
 /// What the guest registers say about one counter, computed without the model.
