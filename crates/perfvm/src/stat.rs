@@ -274,7 +274,8 @@ impl Table<'_> {
     }
 }
 
-/// One line as JSON: the mean count (rounded), each run's count, and perf's spread.
+/// One line as JSON: the mean count (rounded; null where nothing was counted), each run's
+/// count, and perf's spread.
 fn line_json(line: &Line, table: &Table) -> serde_json::Value {
     let task = match line.scope {
         Scope::Whole => json!(0),
@@ -284,7 +285,8 @@ fn line_json(line: &Line, table: &Table) -> serde_json::Value {
     let name = (line.scope != Scope::Whole).then(|| table.task_name(line.scope));
     json!({"event": events::by_raw(line.event).name, "raw": line.event, "task": task, "task_name": name,
            "status": line.status, "supported": line.status == Status::Counted,
-           "value": line.mean().round() as u64, "values": line.values, "spread_percent": line.spread_percent()})
+           "value": (line.status == Status::Counted).then(|| line.mean().round() as u64), "values": line.values,
+           "spread_percent": line.spread_percent()})
 }
 
 pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {

@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use serde_json::json;
 use std::path::PathBuf;
 
 fn tmp(name: &str) -> String {
@@ -90,6 +91,9 @@ fn events_nothing_counts_and_events_without_a_counter_are_told_apart() {
     assert!(!err.contains("<not supported>      ref-cycles"), "{err}");
     let all = format!("{}{err}", stdout(&o));
     assert!(!all.contains("no free counter"), "said once, in the table: {all}");
+    let doc = json(&perfvm(&["stat", "--json", "-e", "r01c2", "ftest"]));
+    let r01c2 = &doc["counts"][0];
+    assert_eq!((&r01c2["status"], &r01c2["value"]), (&json!("not_supported"), &json!(null)), "{doc}");
 }
 
 #[test]
