@@ -70,7 +70,7 @@ pub struct RecordArgs {
     pub event: String,
     /// Sample every PERIOD events (default: -F 100 for cycles on the perf backend,
     /// 10007 on the exact backend).
-    #[arg(short = 'c', long = "count")]
+    #[arg(short = 'c', long = "count", value_name = "PERIOD")]
     pub count: Option<u64>,
     /// Sample FREQ times per second of guest cycles (cycles events on the perf backend;
     /// default 100 when neither -c nor -F is given).
