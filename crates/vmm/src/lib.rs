@@ -2,8 +2,11 @@
 
 pub mod backends;
 pub mod boot;
+pub mod builder;
+pub mod config;
 pub mod cpuid;
 pub mod devices;
+pub mod error;
 pub mod exit;
 pub mod identity;
 pub mod kick;
@@ -27,6 +30,7 @@ pub mod throttle;
 pub mod vcpu;
 pub mod vm;
 pub mod vpmu;
+pub mod vpmu_stats;
 
 pub use exit::VmEnd;
 pub use vm::{RunReport, Vm, VmConfig, VmError};

@@ -4,7 +4,8 @@
 
 use crate::backends::perf_sys;
 use crate::vm::{BackendKind, PmuSettings};
-use crate::vpmu::{Backend, VcpuPmu, VpmuStats};
+use crate::backends::VmmSource;
+use crate::vpmu::{VcpuPmu, VpmuStats};
 use pmu::{PmuStats, Policy};
 use serde::Serialize;
 
@@ -40,12 +41,7 @@ impl PmuReport {
         pmu: &VcpuPmu,
         budget: std::sync::Arc<crate::backends::perf::EventBudget>,
     ) -> Self {
-        let backend_detail = match pmu.pmu.backend() {
-            Backend::Perf(p) => p.mode().describe(),
-            Backend::Exact(_) => {
-                "single-step: exact instructions and branches; cycles = model clock, 1 per retired instruction".into()
-            }
-        };
+        let backend_detail = pmu.pmu.backend().describe();
         let policy = match settings.policy {
             Policy::Reuse { release_after_ns } => {
                 format!("reuse (lazy release after {:.3} ms of vCPU run time)", release_after_ns as f64 / 1e6)
@@ -84,8 +80,8 @@ impl PmuReport {
         t.steps += v.steps;
         t.rdpmc_emulated += v.rdpmc_emulated;
         self.pv.merge(&pmu.pv_stats);
-        if let Backend::Perf(p) = pmu.pmu.backend() {
-            self.notifications.merge(&p.notifications);
+        if let Some(n) = pmu.pmu.backend().notifications() {
+            self.notifications.merge(n);
         }
         for (op, time) in &v.ops {
             t.ops.entry(*op).or_default().merge(time);

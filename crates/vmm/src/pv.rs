@@ -2,7 +2,7 @@
 //! counter programming in one exit, and pvclock-style published counters that the guest
 //! reads without an exit where the backend allows it.
 
-use pmu::{ArchEvent, CountSource, Initiator, MsrAccess, MsrIndex, Pmu};
+use pmu::{ArchEvent, CountSource, Initiator, MsrIndex, Pmu};
 use serde::Serialize;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -203,28 +203,26 @@ pub fn publish<B: CountSource>(
     if page.version < 2 {
         return;
     }
-    let host = Initiator::Host;
-    let reg = |pmu: &mut Pmu<B>, msr: MsrIndex| match pmu.get_msr(msr, host) {
-        MsrAccess::Ok(v) => Some(v),
-        MsrAccess::Fault => None,
-    };
-    let global = reg(pmu, MsrIndex::IA32_PERF_GLOBAL_CTRL).unwrap_or(0);
+    // A snapshot, not MSR reads: the guest's `--stats` count only the reads it made.
+    let state = pmu.save();
+    let global = state.global_ctrl;
     // Guest TSC, thread CPU time and wall time: read only if some counter runs.
     let mut tsc = None;
-    let fixed_ctrl = reg(pmu, MsrIndex::IA32_FIXED_CTR_CTRL).unwrap_or(0);
     for slot in 0..11u32 {
-        let (counter, event, enabled) = if slot < 8 {
-            let Some(sel) = reg(pmu, MsrIndex::perfevtsel(slot as u8)) else { continue };
-            let event = ArchEvent::from_select(sel as u8, (sel >> 8) as u8);
-            let enabled = sel & (1 << 22) != 0 && sel & (1 << 17) != 0 && global & (1 << slot) != 0;
-            (MsrIndex::pmc(slot as u8), event, enabled)
+        let (value, event, enabled) = if slot < 8 {
+            let (Some(&sel), Some(&value)) = (state.eventsel.get(slot as usize), state.pmc.get(slot as usize)) else {
+                continue;
+            };
+            let sel = pmu::EventSel(sel);
+            let enabled = sel.enabled() && sel.os() && global & (1 << slot) != 0;
+            (value, sel.arch_event(), enabled)
         } else {
             let j = slot - 8;
+            let Some(&value) = state.fixed_ctr.get(j as usize) else { continue };
             let event = pmu::FIXED_EVENTS.get(j as usize).copied();
-            let enabled = fixed_ctrl >> (4 * j) & 1 != 0 && global & (1 << (32 + j)) != 0;
-            (MsrIndex::fixed_ctr(j as u8), event, enabled)
+            let enabled = state.fixed_ctr_ctrl >> (4 * j) & 1 != 0 && global & (1 << (32 + j)) != 0;
+            (value, event, enabled)
         };
-        let Some(value) = reg(pmu, counter) else { continue };
         let extrapolation = event.map(&rate).unwrap_or(Extrapolation::NeedsExit);
         let counts = enabled && event.is_some_and(|e| pmu.caps().is_available(e));
         let flags = match (counts, extrapolation) {
@@ -265,6 +263,7 @@ pub fn publish<B: CountSource>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pmu::MsrAccess;
     use pmu::{MockSource, PmuConfig};
 
     fn mem() -> GuestMemoryMmap {
@@ -332,7 +331,9 @@ mod tests {
         pmu.set_msr(MsrIndex(0xc1), 500, Initiator::Guest).ok();
         let mut share = CpuShare::default();
         let rate = |e| if e == ArchEvent::CoreCycles { Extrapolation::TscRate } else { Extrapolation::NeedsExit };
+        let reads_before = pmu.stats().msr_reads;
         publish(&m, page, &mut pmu, rate, &mut share, &mut || (777, 0, 0));
+        assert_eq!(pmu.stats().msr_reads, reads_before, "publishing is no guest MSR read");
         let at = |slot: u64, off: u64| GuestAddress(0x1000 + COUNTERS_OFFSET + slot * COUNTER_SIZE + off);
         let seq: u32 = m.read_obj(at(0, 0)).unwrap();
         assert_eq!(seq % 2, 0, "seqlock left even");

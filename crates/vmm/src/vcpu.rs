@@ -363,3 +363,69 @@ fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu
         other => ("other", Next::End(VmEnd::Failed { vcpu, reason: format!("unexpected exit {other:?}") })),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devices::{Console, FwCfg, SerialPort, DEBUG_EXIT_PORT, NMI_REQUEST_PORT, VIF_PENDING_PORT};
+    use kvm_ioctls::{MsrExitReason, ReadMsrExit, WriteMsrExit};
+
+    /// A VM's shared state with its devices, and the console they print to.
+    fn shared() -> (Shared, Console) {
+        let console = Console::capture();
+        let bus = PioBus::new(SerialPort::new(console.clone()), FwCfg::new(1, 16 << 20));
+        let (tx, _rx) = std::sync::mpsc::channel();
+        (Shared { bus: Mutex::new(bus), stop: AtomicBool::new(false), ends: Mutex::new(tx) }, console)
+    }
+
+    fn run(exit: VcpuExit<'_>) -> (&'static str, Next) {
+        let (shared, _) = shared();
+        dispatch(exit, &shared, &mut None, 0)
+    }
+
+    #[test]
+    fn port_writes_reach_their_devices() {
+        let (shared, console) = shared();
+        let (label, next) = dispatch(VcpuExit::IoOut(0x3f8, b"A"), &shared, &mut None, 0);
+        assert!(matches!((label, next), ("serial", Next::Continue)));
+        assert_eq!(console.captured(), b"A");
+        let (_, next) = run(VcpuExit::IoOut(DEBUG_EXIT_PORT, &[3]));
+        assert!(matches!(next, Next::End(VmEnd::Status { status: 7 })), "isa-debug-exit: (3 << 1) | 1");
+        assert!(matches!(run(VcpuExit::IoOut(NMI_REQUEST_PORT, &[5])).1, Next::Nmi(5)));
+        assert!(matches!(run(VcpuExit::IoOut(VIF_PENDING_PORT, &[0])), ("vif-pending", Next::Continue)));
+    }
+
+    #[test]
+    fn unclaimed_ports_and_mmio_float_high() {
+        let mut data = [0u8; 2];
+        assert!(matches!(run(VcpuExit::IoIn(0x2f0, &mut data)), ("io-in", Next::Continue)));
+        assert_eq!(data, [0xff; 2]);
+        let mut mmio = [0u8; 4];
+        assert!(matches!(run(VcpuExit::MmioRead(0xd000_0000, &mut mmio)), ("mmio-read", Next::Continue)));
+        assert_eq!(mmio, [0xff; 4]);
+    }
+
+    #[test]
+    fn msrs_without_a_pmu_and_unadvertised_ones_fault() {
+        for index in [crate::identity::UNADVERTISED_MSRS[0], 0x38f] {
+            let (mut error, mut data) = (0u8, 0u64);
+            let exit = ReadMsrExit { error: &mut error, reason: MsrExitReason::Filter, index, data: &mut data };
+            assert!(matches!(run(VcpuExit::X86Rdmsr(exit)), ("msr-read", Next::Continue)));
+            assert_eq!(error, 1, "MSR {index:#x}: #GP");
+            let mut error = 0u8;
+            let exit = WriteMsrExit { error: &mut error, reason: MsrExitReason::Filter, index, data: 1 };
+            assert!(matches!(run(VcpuExit::X86Wrmsr(exit)), ("msr-write", Next::Continue)));
+            assert_eq!(error, 1, "MSR {index:#x}: #GP");
+        }
+    }
+
+    #[test]
+    fn ends_and_steps() {
+        assert!(matches!(run(VcpuExit::Shutdown), ("shutdown", Next::TripleFault)));
+        assert!(matches!(run(VcpuExit::InternalError), ("internal-error", Next::InternalError)));
+        assert!(matches!(run(VcpuExit::Hlt), ("hlt", Next::Continue)));
+        let debug = kvm_bindings::kvm_debug_exit_arch { pc: 0x1234, ..Default::default() };
+        assert!(matches!(run(VcpuExit::Debug(debug)), ("debug", Next::Step(0x1234))));
+        assert!(matches!(run(VcpuExit::SystemEvent(2, &[])).1, Next::End(VmEnd::Failed { .. })));
+    }
+}

@@ -5,18 +5,18 @@
 
 use crate::backends::decode::InsnClass;
 use crate::backends::retire::{Counting, Retirement};
-use crate::backends::exact::ExactSource;
-use crate::backends::perf::PerfSource;
+pub use crate::backends::Backend;
+pub use crate::vpmu_stats::{OpStart, OpTime, PmuOp, VpmuStats};
+use crate::backends::VmmSource;
 use crate::kick;
 use crate::pmi::{self, PmiOutcome};
 use crate::pv;
 use crate::stepping::Owed;
 use kvm_ioctls::{VcpuFd, VmFd};
 use pmu::{
-    ArchEvent, BackendError, CountSource, HostEventConfig, Initiator, MsrIndex, PmcIdx, Pmu, PmuStats,
+    ArchEvent, Initiator, MsrIndex, PmcIdx, Pmu, PmuStats,
     RdpmcIdx,
 };
-use serde::Serialize;
 use std::collections::HashMap;
 use std::time::Instant;
 use vm_memory::GuestMemoryMmap;
@@ -42,166 +42,6 @@ fn guest_tsc(vcpu: &VcpuFd) -> u64 {
 
 /// Set to N to drop every Nth overflow notification (tests of lost-notification counting).
 pub const DROP_ENV: &str = "PERFVM_DROP_NOTIFICATIONS";
-
-/// The backend of a vCPU's PMU.
-#[derive(Debug)]
-pub enum Backend {
-    Perf(PerfSource),
-    Exact(ExactSource),
-}
-
-impl Backend {
-    fn source(&mut self) -> &mut dyn CountSource {
-        match self {
-            Backend::Perf(p) => p,
-            Backend::Exact(e) => e,
-        }
-    }
-}
-
-impl CountSource for Backend {
-    fn supports(&self, event: ArchEvent) -> bool {
-        match self {
-            Backend::Perf(p) => p.supports(event),
-            Backend::Exact(e) => e.supports(event),
-        }
-    }
-    fn open(&mut self, pmc: PmcIdx, config: &HostEventConfig) -> Result<(), BackendError> {
-        self.source().open(pmc, config)
-    }
-    fn close(&mut self, pmc: PmcIdx) {
-        self.source().close(pmc)
-    }
-    fn enable(&mut self, pmc: PmcIdx) {
-        self.source().enable(pmc)
-    }
-    fn disable(&mut self, pmc: PmcIdx) {
-        self.source().disable(pmc)
-    }
-    fn read(&mut self, pmc: PmcIdx) -> u64 {
-        self.source().read(pmc)
-    }
-    fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
-        self.source().arm_overflow(pmc, after)
-    }
-    fn enable_many(&mut self, mask: u64) {
-        self.source().enable_many(mask)
-    }
-    fn disable_many(&mut self, mask: u64) {
-        self.source().disable_many(mask)
-    }
-}
-
-/// Guest PMU operations whose VMM-side cost the bench compares (seed 000's table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PmuOp {
-    EventselWrite,
-    FixedCtrlWrite,
-    GlobalCtrlEnable,
-    GlobalCtrlDisable,
-    CounterRead,
-    CounterWrite,
-    StatusRead,
-    OvfCtrlWrite,
-    /// From the overflow's notification to the PMI raised, its `KVM_NMI` ioctl included.
-    PmiDelivery,
-    /// One bare `KVM_NMI` ioctl (any NMI the loop injects): PMI delivery's floor.
-    KvmNmi,
-    Other,
-}
-
-impl PmuOp {
-    fn of_write(index: u32, value: u64) -> PmuOp {
-        match pmu::PmuMsr::decode(MsrIndex(index)) {
-            Some(pmu::PmuMsr::EventSel(_)) => PmuOp::EventselWrite,
-            Some(pmu::PmuMsr::FixedCtrCtrl) => PmuOp::FixedCtrlWrite,
-            Some(pmu::PmuMsr::GlobalCtrl) if value == 0 => PmuOp::GlobalCtrlDisable,
-            Some(pmu::PmuMsr::GlobalCtrl) => PmuOp::GlobalCtrlEnable,
-            Some(pmu::PmuMsr::Pmc(_) | pmu::PmuMsr::FullWidthPmc(_) | pmu::PmuMsr::FixedCtr(_)) => PmuOp::CounterWrite,
-            Some(pmu::PmuMsr::GlobalOvfCtrl) => PmuOp::OvfCtrlWrite,
-            _ => PmuOp::Other,
-        }
-    }
-
-    fn of_read(index: u32) -> PmuOp {
-        match pmu::PmuMsr::decode(MsrIndex(index)) {
-            Some(pmu::PmuMsr::Pmc(_) | pmu::PmuMsr::FullWidthPmc(_) | pmu::PmuMsr::FixedCtr(_)) => PmuOp::CounterRead,
-            Some(pmu::PmuMsr::GlobalStatus) => PmuOp::StatusRead,
-            _ => PmuOp::Other,
-        }
-    }
-}
-
-/// Count, total and worst VMM time of one kind of operation, and the host perf syscalls
-/// it made.
-#[derive(Debug, Default, Clone, Copy, Serialize)]
-pub struct OpTime {
-    pub count: u64,
-    pub total_ns: u64,
-    pub max_ns: u64,
-    pub syscalls: u64,
-}
-
-/// When an operation started: the clock and the thread's perf syscall count.
-#[derive(Debug, Clone, Copy)]
-pub struct OpStart {
-    at: Instant,
-    syscalls: u64,
-}
-
-impl OpStart {
-    pub fn now() -> Self {
-        OpStart { at: Instant::now(), syscalls: crate::backends::perf_sys::thread_syscalls() }
-    }
-}
-
-impl OpTime {
-    /// One operation that began at `start` ends now.
-    pub fn add(&mut self, start: OpStart) {
-        let ns = start.at.elapsed().as_nanos() as u64;
-        self.count += 1;
-        self.total_ns += ns;
-        self.max_ns = self.max_ns.max(ns);
-        self.syscalls += crate::backends::perf_sys::thread_syscalls() - start.syscalls;
-    }
-
-    pub fn merge(&mut self, other: &OpTime) {
-        self.count += other.count;
-        self.total_ns += other.total_ns;
-        self.max_ns = self.max_ns.max(other.max_ns);
-        self.syscalls += other.syscalls;
-    }
-
-    /// Host perf syscalls per operation.
-    pub fn syscalls_per_op(&self) -> f64 {
-        self.syscalls as f64 / self.count.max(1) as f64
-    }
-
-    pub fn mean_ns(&self) -> f64 {
-        if self.count == 0 {
-            0.0
-        } else {
-            self.total_ns as f64 / self.count as f64
-        }
-    }
-}
-
-/// VMM-side vPMU telemetry of one vCPU (the model keeps its own, [`PmuStats`]).
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct VpmuStats {
-    /// VMM time per guest PMU operation.
-    pub ops: std::collections::BTreeMap<PmuOp, OpTime>,
-    pub msr_exits: u64,
-    pub pmis_delivered: u64,
-    /// PMIs not sent because the guest's LVTPC was masked.
-    pub pmis_masked: u64,
-    /// Time spent in the VMM on PMU MSR exits and overflow handling.
-    pub handle_ns: u64,
-    /// Instructions single-stepped by the exact backend.
-    pub steps: u64,
-    pub rdpmc_emulated: u64,
-}
 
 /// A vCPU's PMU plus the run-loop state around it.
 #[derive(Debug)]
@@ -283,12 +123,12 @@ impl VcpuPmu {
     pub fn wrmsr(&mut self, index: u32, value: u64) -> bool {
         let t = OpStart::now();
         // Exact backend: the WRMSR retires before its write takes effect (docs/DESIGN.md).
-        let early = matches!(self.pmu.backend(), Backend::Exact(_)) && self.stepper.is_on();
+        let early = self.stepper.is_on();
         let rip = early.then(|| self.retirement.retired_early());
         if let Some(rip) = rip {
             self.counting().retire_early(rip);
         }
-        self.wrmsr_completing = matches!(self.pmu.backend(), Backend::Exact(_));
+        self.wrmsr_completing = true;
         let ok = self.pmu.set_msr(MsrIndex(index), value, Initiator::Guest).is_ok();
         if let (Some(rip), false) = (rip, ok) {
             self.counting().faulted(rip);
@@ -321,12 +161,12 @@ impl VcpuPmu {
         let mut nmi = false;
         let signaled = kick::take_pmu_signal() && !self.drop_injected();
         self.notified = signaled;
-        let exact_overflow = match self.pmu.backend_mut() {
-            Backend::Exact(e) => e.take_overflow(),
-            Backend::Perf(_) => false,
-        };
+        let exact_overflow = self.pmu.backend_mut().take_overflow();
         if signaled || exact_overflow || self.pmu.pmi_pending() || self.pmu.pebs_pending() {
             let t = OpStart::now();
+            if signaled {
+                self.pmu.backend_mut().notification_taken();
+            }
             let mut pmi = self.pmu.collect_overflows();
             // PEBS assists found by the fold: records into the guest's DS buffer (pebs.rs).
             let pebs = self.pmu.take_pebs_overflows();
@@ -334,9 +174,7 @@ impl VcpuPmu {
                 pmi |= crate::pebs::run_assists(&mut self.pmu, vcpu, mem, pebs);
             }
             if signaled {
-                if let Backend::Perf(p) = self.pmu.backend_mut() {
-                    p.rearm_after_notification();
-                }
+                self.pmu.backend_mut().after_notification();
             }
             self.report_reloads(mem);
             if pmi {
@@ -353,9 +191,7 @@ impl VcpuPmu {
         self.report_reloads(mem);
         // Stepping while a counter counts, and while one is programmed so that RDPMC (which
         // KVM #GPs) can be emulated.
-        if let Backend::Exact(e) = self.pmu.backend() {
-            self.stepper.state.wanted = e.counting() || self.pmu.any_programmed();
-        }
+        self.stepper.state.wanted = self.pmu.backend().wants_steps(self.pmu.any_programmed());
         if self.pmu.is_active() {
             self.pmu.tick(run_ns);
         }
@@ -375,8 +211,9 @@ impl VcpuPmu {
         if !std::mem::take(&mut self.notified) {
             return;
         }
-        let (Some(throttle), Backend::Perf(p)) = (self.throttle.as_mut(), self.pmu.backend_mut()) else { return };
-        p.set_period_floor(throttle.note(ns));
+        if let Some(throttle) = self.throttle.as_mut() {
+            self.pmu.backend_mut().set_period_floor(throttle.note(ns));
+        }
     }
 
     /// Tell the guest's PV page which counters the model reloaded.
@@ -481,11 +318,11 @@ impl VcpuPmu {
     /// Publish counter values for exitless reads (only with a v2 page).
     pub fn pv_publish(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
         let Some(page) = self.pv.filter(|p| p.version >= 2) else { return };
-        let clock = matches!(self.pmu.backend(), Backend::Perf(p) if matches!(p.mode(), crate::backends::perf::PerfMode::SoftwareClock { .. }));
-        let rate = |e: ArchEvent| match e {
-            // ref-cycles follow the TSC itself (`backends::TscCount`): read with an exit.
-            ArchEvent::CoreCycles if clock => pv::Extrapolation::TscRate,
-            _ => pv::Extrapolation::NeedsExit,
+        let backend = self.pmu.backend();
+        let tsc_rate = pmu::EventSet::from_fn(|e| backend.counts_at_tsc_rate(e));
+        let rate = |e: ArchEvent| match tsc_rate.contains(e) {
+            true => pv::Extrapolation::TscRate,
+            false => pv::Extrapolation::NeedsExit,
         };
         let created = self.created;
         let mut clocks = || (guest_tsc(vcpu), thread_cpu_ns(), created.elapsed().as_nanos() as u64);
@@ -559,38 +396,32 @@ struct StepCounting<'a> {
 
 impl StepCounting<'_> {
     /// Count `rip` in the reference profile (what retired while the counters counted) by `n`.
-    fn profile(&mut self, rip: u64, n: i64) -> Option<&mut ExactSource> {
-        let Backend::Exact(e) = self.pmu.backend_mut() else { return None };
-        if let (true, Some(profile)) = (e.counting(), self.rip_profile.as_mut()) {
+    fn profile(&mut self, rip: u64, n: i64) -> &mut Backend {
+        let backend = self.pmu.backend_mut();
+        if let (true, Some(profile)) = (backend.counts_by_steps(), self.rip_profile.as_mut()) {
             let c = profile.entry(rip).or_default();
             *c = c.saturating_add_signed(n);
         }
-        Some(e)
+        backend
     }
 
     /// The WRMSR at `rip` retires as its exit is handled, before its write takes effect.
     fn retire_early(&mut self, rip: u64) {
         self.stats.steps += 1;
-        if let Some(e) = self.profile(rip, 1) {
-            e.retire_early();
-        }
+        self.profile(rip, 1).retire_early();
     }
 
     /// The WRMSR retired early at `rip` faulted: it did not retire.
     fn faulted(&mut self, rip: u64) {
         self.stats.steps -= 1;
-        if let Some(e) = self.profile(rip, -1) {
-            e.faulted();
-        }
+        self.profile(rip, -1).faulted();
     }
 }
 
 impl Counting for StepCounting<'_> {
     fn retire(&mut self, rip: u64, class: InsnClass) {
         self.stats.steps += 1;
-        if let Some(e) = self.profile(rip, 1) {
-            e.retire(class);
-        }
+        self.profile(rip, 1).retire(class);
     }
 
     fn rdpmc(&mut self, ecx: u32) -> Option<u64> {

@@ -1,10 +1,194 @@
-//! Counting backends behind the PMU model's `CountSource` trait.
+//! Counting backends behind the PMU model's `CountSource` trait, and what the vCPU loop asks
+//! of them beyond counting ([`VmmSource`]): the only place that knows which backend is which.
+
+use exact::ExactSource;
+use perf::{NotificationStats, PerfMode, PerfSource};
+use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx};
 
 pub mod decode;
 pub mod exact;
 pub mod perf;
 pub mod perf_sys;
 pub mod retire;
+
+/// What the vCPU loop asks of a backend beyond counting. The defaults are a backend that
+/// neither single-steps nor takes notifications.
+pub trait VmmSource: CountSource {
+    /// What counts, for `--stats`.
+    fn describe(&self) -> String;
+    /// An overflow found since the last call that no host notification announces.
+    fn take_overflow(&mut self) -> bool {
+        false
+    }
+    /// A host overflow notification is about to be handled.
+    fn notification_taken(&mut self) {}
+    /// A host overflow notification was handled: re-issue what the kernel keeps periodic.
+    fn after_notification(&mut self) {}
+    /// No notification period shorter than `ns` (PMI throttling).
+    fn set_period_floor(&mut self, _ns: u64) {}
+    /// What became of the host's notifications, where there are any.
+    fn notifications(&self) -> Option<&NotificationStats> {
+        None
+    }
+    /// Whether some counter counts by single-stepping the guest.
+    fn counts_by_steps(&self) -> bool {
+        false
+    }
+    /// Whether the guest must be single-stepped now, given whether any counter is
+    /// programmed (a stepping backend also emulates RDPMC then).
+    fn wants_steps(&self, _any_programmed: bool) -> bool {
+        false
+    }
+    /// Whether a running counter of `event` advances at the guest TSC's rate while the
+    /// vCPU runs, so that a PV page can extrapolate it without an exit.
+    fn counts_at_tsc_rate(&self, _event: ArchEvent) -> bool {
+        false
+    }
+    /// Single-stepping: one instruction of `class` retired.
+    fn retire(&mut self, _class: decode::InsnClass) {}
+    /// Single-stepping: the WRMSR now exiting retires before its write takes effect.
+    fn retire_early(&mut self) {}
+    /// Single-stepping: what `retire_early` retired faulted instead.
+    fn faulted(&mut self) {}
+}
+
+impl VmmSource for PerfSource {
+    fn describe(&self) -> String {
+        self.mode().describe()
+    }
+    fn notification_taken(&mut self) {
+        PerfSource::notification_taken(self);
+    }
+    fn after_notification(&mut self) {
+        self.rearm_after_notification();
+    }
+    fn set_period_floor(&mut self, ns: u64) {
+        PerfSource::set_period_floor(self, ns);
+    }
+    fn notifications(&self) -> Option<&NotificationStats> {
+        Some(&self.notifications)
+    }
+    /// The software clock's cycles; ref-cycles follow the TSC itself and need an exit.
+    fn counts_at_tsc_rate(&self, event: ArchEvent) -> bool {
+        matches!(self.mode(), PerfMode::SoftwareClock { .. }) && event == ArchEvent::CoreCycles
+    }
+}
+
+impl VmmSource for ExactSource {
+    fn describe(&self) -> String {
+        "single-step: exact instructions and branches; cycles = model clock, 1 per retired instruction".into()
+    }
+    fn take_overflow(&mut self) -> bool {
+        ExactSource::take_overflow(self)
+    }
+    fn counts_by_steps(&self) -> bool {
+        self.counting()
+    }
+    fn wants_steps(&self, any_programmed: bool) -> bool {
+        self.counting() || any_programmed
+    }
+    fn retire(&mut self, class: decode::InsnClass) {
+        ExactSource::retire(self, class);
+    }
+    fn retire_early(&mut self) {
+        ExactSource::retire_early(self);
+    }
+    fn faulted(&mut self) {
+        ExactSource::faulted(self);
+    }
+}
+
+/// The backend of a vCPU's PMU.
+#[derive(Debug)]
+pub enum Backend {
+    Perf(PerfSource),
+    Exact(ExactSource),
+}
+
+impl Backend {
+    fn source(&mut self) -> &mut dyn VmmSource {
+        match self {
+            Backend::Perf(p) => p,
+            Backend::Exact(e) => e,
+        }
+    }
+
+    fn source_ref(&self) -> &dyn VmmSource {
+        match self {
+            Backend::Perf(p) => p,
+            Backend::Exact(e) => e,
+        }
+    }
+}
+
+impl CountSource for Backend {
+    fn supports(&self, event: ArchEvent) -> bool {
+        self.source_ref().supports(event)
+    }
+    fn open(&mut self, pmc: PmcIdx, config: &HostEventConfig) -> Result<(), BackendError> {
+        self.source().open(pmc, config)
+    }
+    fn close(&mut self, pmc: PmcIdx) {
+        self.source().close(pmc)
+    }
+    fn enable(&mut self, pmc: PmcIdx) {
+        self.source().enable(pmc)
+    }
+    fn disable(&mut self, pmc: PmcIdx) {
+        self.source().disable(pmc)
+    }
+    fn read(&mut self, pmc: PmcIdx) -> u64 {
+        self.source().read(pmc)
+    }
+    fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
+        self.source().arm_overflow(pmc, after)
+    }
+    fn enable_many(&mut self, mask: u64) {
+        self.source().enable_many(mask)
+    }
+    fn disable_many(&mut self, mask: u64) {
+        self.source().disable_many(mask)
+    }
+}
+
+impl VmmSource for Backend {
+    fn describe(&self) -> String {
+        self.source_ref().describe()
+    }
+    fn take_overflow(&mut self) -> bool {
+        self.source().take_overflow()
+    }
+    fn notification_taken(&mut self) {
+        self.source().notification_taken()
+    }
+    fn after_notification(&mut self) {
+        self.source().after_notification()
+    }
+    fn set_period_floor(&mut self, ns: u64) {
+        self.source().set_period_floor(ns)
+    }
+    fn notifications(&self) -> Option<&NotificationStats> {
+        self.source_ref().notifications()
+    }
+    fn counts_by_steps(&self) -> bool {
+        self.source_ref().counts_by_steps()
+    }
+    fn wants_steps(&self, any_programmed: bool) -> bool {
+        self.source_ref().wants_steps(any_programmed)
+    }
+    fn counts_at_tsc_rate(&self, event: ArchEvent) -> bool {
+        self.source_ref().counts_at_tsc_rate(event)
+    }
+    fn retire(&mut self, class: decode::InsnClass) {
+        self.source().retire(class)
+    }
+    fn retire_early(&mut self) {
+        self.source().retire_early()
+    }
+    fn faulted(&mut self) {
+        self.source().faulted()
+    }
+}
 
 /// The host TSC, which the guest's TSC follows at the same rate.
 pub fn host_tsc() -> u64 {

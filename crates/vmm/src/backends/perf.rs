@@ -17,8 +17,11 @@ use super::perf_sys::*;
 use crate::kick;
 use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx};
 use serde::Serialize;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+mod accounting;
+pub use accounting::{EventBudget, NotificationStats};
 
 const SLOTS: usize = 35;
 /// A sampling period so long it never fires: perf only accepts IOC_PERIOD on events opened
@@ -63,75 +66,6 @@ impl PerfMode {
     }
 }
 
-/// A per-VM cap on open host events, shared by every vCPU's backend.
-#[derive(Debug)]
-pub struct EventBudget {
-    limit: usize,
-    open: AtomicUsize,
-    /// Highest number open at once.
-    pub peak: AtomicUsize,
-    /// Opens refused because the cap was reached.
-    pub refused: AtomicUsize,
-}
-
-impl EventBudget {
-    pub fn new(limit: usize) -> Arc<Self> {
-        Arc::new(EventBudget {
-            limit,
-            open: AtomicUsize::new(0),
-            peak: AtomicUsize::new(0),
-            refused: AtomicUsize::new(0),
-        })
-    }
-
-    fn take(&self) -> bool {
-        let taken = self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.limit).then_some(n + 1));
-        match taken {
-            Ok(n) => {
-                self.peak.fetch_max(n + 1, Ordering::Relaxed);
-                true
-            }
-            Err(_) => {
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                false
-            }
-        }
-    }
-
-    fn give_back(&self) {
-        self.open.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    pub fn open_now(&self) -> usize {
-        self.open.load(Ordering::Acquire)
-    }
-
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-}
-
-/// What became of the software clock's overflow notifications.
-#[derive(Debug, Default, Clone, Copy, Serialize, serde::Deserialize)]
-pub struct NotificationStats {
-    /// Notifications (signals) taken.
-    pub taken: u64,
-    /// Notifications that never arrived: a counter was found a whole period or more past its
-    /// overflow point when it was re-armed.
-    pub lost: u64,
-    /// Periods stretched beyond what the guest programmed, to keep overflow handling within
-    /// its share of vCPU time (`--pmi-max-percent`).
-    pub throttled: u64,
-}
-
-impl NotificationStats {
-    pub fn merge(&mut self, other: &NotificationStats) {
-        self.taken += other.taken;
-        self.lost += other.lost;
-        self.throttled += other.throttled;
-    }
-}
-
 #[derive(Debug)]
 struct PerfCounter {
     event: PerfEvent,
@@ -172,6 +106,9 @@ pub struct PerfSource {
     pub notifications: NotificationStats,
     /// Software clock: the group, once the first event opened (None: not grouping).
     group: Option<Group>,
+    /// Counters re-armed while the current notification is handled: their period is new
+    /// already (GLOBAL_CTRL layout).
+    rearmed: u64,
 }
 
 impl PerfSource {
@@ -183,6 +120,7 @@ impl PerfSource {
             floor_ns: MIN_CLOCK_PERIOD_NS,
             notifications: NotificationStats::default(),
             group: None,
+            rearmed: 0,
         }
     }
 
@@ -335,15 +273,21 @@ impl PerfSource {
         self.counters[pmc.bit() as usize].as_mut().expect("model protocol: event is open")
     }
 
+    /// An overflow notification is about to be handled.
+    pub fn notification_taken(&mut self) {
+        self.notifications.taken += 1;
+        self.rearmed = 0;
+    }
+
     /// After an overflow notification: the kernel's sampling timer is periodic, so a short
     /// period set for "what remains" would keep firing at that rate. Re-issue every armed,
-    /// enabled counter's remaining distance (the model has re-armed the ones that wrapped).
+    /// enabled counter's remaining distance, except those the model re-armed while handling
+    /// it (the ones that wrapped: a second re-arm would cost two more syscalls for nothing).
     pub fn rearm_after_notification(&mut self) {
-        self.notifications.taken += 1;
         for slot in 0..SLOTS {
             let Some(c) = &self.counters[slot] else { continue };
-            if c.enabled && c.armed.is_some() {
-                let pmc = PmcIdx::from_bit(slot as u32).expect("slot of a counter");
+            let pmc = PmcIdx::from_bit(slot as u32).expect("slot of a counter");
+            if c.enabled && c.armed.is_some() && self.rearmed & pmc.mask() == 0 {
                 self.restart_period(pmc);
             }
         }
@@ -505,6 +449,7 @@ impl CountSource for PerfSource {
                 if self.floor_ns > MIN_CLOCK_PERIOD_NS && after < floor {
                     self.notifications.throttled += 1;
                 }
+                self.rearmed |= pmc.mask();
                 let c = self.counter(pmc);
                 c.armed = Some((now, after));
                 c.period_stale = !c.enabled;
@@ -532,102 +477,6 @@ impl Drop for PerfSource {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    pub(super) fn cycles() -> HostEventConfig {
-        HostEventConfig {
-            event: ArchEvent::CoreCycles,
-            usr: false,
-            os: true,
-            edge: false,
-            inv: false,
-            cmask: 0,
-            interrupt: false,
-        }
-    }
-
-    #[test]
-    fn software_clock_converts_units() {
-        let src = PerfSource::new(PerfMode::SoftwareClock { tsc_khz: 2_000_000 }, EventBudget::new(4));
-        assert_eq!(src.in_event_units(1_000), 2_000, "1 us at 2 GHz is 2000 cycles");
-        assert_eq!(src.to_host_units(2_000_000), 1_000_000);
-        assert_eq!(src.to_host_units(1), MIN_CLOCK_PERIOD_NS);
-        assert_eq!(src.to_host_units(200_000_000), 100_000_000);
-        let mut src = src;
-        src.set_period_floor(1_000_000);
-        assert_eq!(src.to_host_units(2_000), 1_000_000, "throttled: no period below the floor");
-        src.set_period_floor(0);
-        assert_eq!(src.to_host_units(1), MIN_CLOCK_PERIOD_NS, "never below the static floor");
-        assert!(!src.supports(ArchEvent::Instructions), "a clock cannot count instructions");
-        assert!(src.supports(ArchEvent::CoreCycles));
-    }
-
-    #[test]
-    fn budget_caps_open_events() {
-        let budget = EventBudget::new(1);
-        let mut src = PerfSource::new(PerfMode::SoftwareClock { tsc_khz: 1_000_000 }, budget.clone());
-        let (p0, p1) = (PmcIdx::gp(0).unwrap(), PmcIdx::gp(1).unwrap());
-        if let Err(e) = src.open(p0, &cycles()) {
-            eprintln!("SKIP budget_caps_open_events: perf_event_open: {e}");
-            return;
-        }
-        assert_eq!(src.open(p1, &cycles()), Err(BackendError::LimitReached));
-        assert_eq!(budget.refused.load(Ordering::Relaxed), 1);
-        src.close(p0);
-        assert_eq!(budget.open_now(), 0);
-        src.open(p1, &cycles()).unwrap();
-        drop(src);
-        assert_eq!(budget.open_now(), 0, "dropping the source gives every event back");
-    }
-
-    #[test]
-    fn edge_and_cmask_are_refused() {
-        let mut src = PerfSource::new(PerfMode::SoftwareClock { tsc_khz: 1_000_000 }, EventBudget::new(4));
-        let cfg = HostEventConfig { cmask: 1, ..cycles() };
-        assert_eq!(src.open(PmcIdx::gp(0).unwrap(), &cfg), Err(BackendError::Unsupported));
-    }
-}
-
+mod tests;
 #[cfg(test)]
-mod group_tests {
-    use super::tests::cycles;
-    use super::*;
-    use crate::backends::perf_sys;
-
-    /// Run for `ms` of this thread's CPU time (what task-clock counts), however busy the host.
-    fn spin(ms: u64) {
-        let t = crate::vpmu::thread_cpu_ns();
-        while crate::vpmu::thread_cpu_ns() - t < ms * 1_000_000 {
-            std::hint::spin_loop();
-        }
-    }
-
-    /// Software-clock events count alone and as a group, and a stopped count is kept.
-    #[test]
-    fn group_and_single_toggles_count() {
-        let mut src = PerfSource::new(PerfMode::SoftwareClock { tsc_khz: 1_000_000 }, EventBudget::new(4));
-        let (p0, p1) = (PmcIdx::gp(0).unwrap(), PmcIdx::gp(1).unwrap());
-        if let Err(e) = src.open(p0, &cycles()) {
-            eprintln!("SKIP group_and_single_toggles_count: perf_event_open: {e}");
-            return;
-        }
-        src.open(p1, &cycles()).unwrap();
-        for _ in 0..2 {
-            src.enable(p0);
-            spin(10);
-            src.disable(p0);
-        }
-        let alone = src.read(p0);
-        assert!(alone > 10_000_000, "20 ms at 1 GHz counted alone: {alone}");
-        assert_eq!(src.read(p1), 0, "never enabled");
-        let syscalls = perf_sys::thread_syscalls();
-        src.enable_many(p0.mask() | p1.mask());
-        spin(20);
-        src.disable_many(p0.mask() | p1.mask());
-        assert_eq!(perf_sys::thread_syscalls() - syscalls, 3, "group enable, group disable, group read");
-        let (a, b) = (src.read(p0), src.read(p1));
-        assert!(a > alone + 10_000_000 && b > 10_000_000, "both counted as a group: {a} {b}");
-        assert_eq!(perf_sys::thread_syscalls() - syscalls, 3, "stopped counts are read for free");
-    }
-}
+mod group_tests;

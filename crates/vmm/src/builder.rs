@@ -1,0 +1,254 @@
+//! The one place that wires a VM: KVM objects, guest memory, the image and boot data,
+//! CPUID and identity, the vPMUs and the MSR filter, devices and vCPUs.
+
+use crate::backends::exact::ExactSource;
+use crate::backends::perf::{EventBudget, PerfMode, PerfSource};
+use crate::boot::{self, BootParams};
+use crate::config::{BackendKind, PmuSettings, VmConfig};
+use crate::devices::{AgentPort, Console, FwCfg, PioBus, SerialPort};
+use crate::error::{ioctl, memory, VmError};
+use crate::kvm::open_kvm;
+use crate::layout::{MAX_MEM_MIB, MAX_VCPUS, MIN_MEM_MIB};
+use crate::loader::{load_kernel, BootProtocol, KernelImage};
+use crate::native;
+use crate::pmu_report::PmuReport;
+use crate::vcpu::{Shared, Vcpu};
+use crate::vm::Vm;
+use crate::backends::Backend;
+use crate::vpmu::VcpuPmu;
+use kvm_bindings::{kvm_enable_cap, KVM_CAP_X86_USER_SPACE_MSR, KVM_MSR_EXIT_REASON_FILTER};
+use kvm_bindings::{kvm_mp_state, kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES, KVM_MP_STATE_RUNNABLE};
+use kvm_ioctls::{VcpuFd, VmFd};
+use kvm_ioctls::{MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags};
+use pmu::{Pmu, PmuConfig};
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc, Mutex};
+use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+/// Check the configuration and the guest image without touching KVM.
+pub fn prepare(config: &VmConfig) -> Result<(KernelImage, Vec<u8>), VmError> {
+    if !(1..=MAX_VCPUS).contains(&config.vcpus) {
+        return Err(VmError::Config(format!("--vcpus must be between 1 and {MAX_VCPUS}")));
+    }
+    if !(MIN_MEM_MIB..=MAX_MEM_MIB).contains(&config.mem_mib) {
+        return Err(VmError::Config(format!("--mem must be between {MIN_MEM_MIB} and {MAX_MEM_MIB} MiB")));
+    }
+    let path = config.kernel.display().to_string();
+    let bytes = std::fs::read(&config.kernel).map_err(|e| VmError::GuestFile {
+        path: path.clone(),
+        reason: match e.kind() {
+            std::io::ErrorKind::NotFound => "no such file".into(),
+            _ => e.to_string(),
+        },
+    })?;
+    let image = load_kernel(&bytes, config.mem_mib << 20).map_err(|source| VmError::Load { path, source })?;
+    Ok((image, bytes))
+}
+
+/// Build the VM: KVM objects, memory, image, boot data, devices, vCPUs.
+pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
+    let (image, bytes) = prepare(config)?;
+    let kvm = open_kvm()?;
+    let execution = native::decide(config.native, &image).map_err(VmError::Native)?;
+    let vm = kvm.create_vm().map_err(ioctl("KVM_CREATE_VM"))?;
+    let mem_size = config.mem_mib << 20;
+    let mem =
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), mem_size as usize)])?;
+    for (slot, region) in mem.iter().enumerate() {
+        let host = mem.get_host_address(region.start_addr()).map_err(memory("guest memory"))?;
+        let region = kvm_userspace_memory_region {
+            slot: slot as u32,
+            guest_phys_addr: region.start_addr().0,
+            memory_size: region.len(),
+            userspace_addr: host as u64,
+            flags: 0,
+        };
+        // SAFETY: the region maps memory owned by `mem`, which outlives the VM fd (both in Vm).
+        unsafe { vm.set_user_memory_region(region) }.map_err(ioctl("KVM_SET_USER_MEMORY_REGION"))?;
+    }
+    vm.set_tss_address(0xfffb_d000).map_err(ioctl("KVM_SET_TSS_ADDR"))?;
+    vm.create_irq_chip().map_err(ioctl("KVM_CREATE_IRQCHIP"))?;
+    boot::load_image(&mem, &image, &bytes).map_err(memory("loading the kernel"))?;
+
+    let cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES).map_err(ioctl("KVM_GET_SUPPORTED_CPUID"))?;
+    let mut fds = Vec::new();
+    for index in 0..config.vcpus {
+        fds.push(vm.create_vcpu(u64::from(index)).map_err(ioctl("KVM_CREATE_VCPU"))?);
+    }
+    let tsc_khz = fds[0].get_tsc_khz().map(u64::from).unwrap_or(0);
+    let long_mode = image.protocol == BootProtocol::Direct64;
+    let per_vcpu =
+        config.pmu.as_ref().map_or(0, |s| usize::from(s.gp_counters) + usize::from(pmu::MAX_FIXED_COUNTERS));
+    let budget = EventBudget::new(
+        config.pmu.as_ref().and_then(|s| s.max_host_events).unwrap_or(per_vcpu * config.vcpus as usize),
+    );
+    // No vPMU for a vendor that has none yet: the guest sees no PMU at all.
+    let pmu_settings = config.pmu.as_ref().filter(|_| config.cpu_vendor.has_vpmu());
+    let mut pmus = match pmu_settings {
+        Some(settings) => build_pmus(settings, config.vcpus, tsc_khz, long_mode, execution.native, &budget)?,
+        None => Vec::new(),
+    };
+    route_msrs(&vm, pmus.first())?;
+    let mut cpu = crate::identity::CpuReport {
+        pmu: match (&config.pmu, pmus.first()) {
+            (_, Some(p)) => format!("Intel architectural perfmon v{}", p.pmu.caps().cpuid_0xa()[0] & 0xff),
+            (Some(_), None) => "none: there is no AMD vPMU yet (--cpu-vendor amd)".into(),
+            (None, _) => "none (--pmu off)".into(),
+        },
+        ..Default::default()
+    };
+    let mut cpuid_entries = 0;
+    for (index, fd) in fds.iter().enumerate() {
+        let caps = pmus.get(index).map(|p| *p.pmu.caps());
+        let vcpu_cpuid = setup_vcpu(fd, &cpuid, index as u32, &image, caps.as_ref(), config.cpu_vendor)?;
+        cpu.vendor = crate::identity::vendor_string(vcpu_cpuid.as_slice());
+        let table = crate::layout::CPUID_TABLE_BASE + index as u64 * 0x1000;
+        cpuid_entries = crate::cpuid::write_table(&mem, table, &vcpu_cpuid).map_err(memory("writing the CPUID table"))?;
+        if execution.native {
+            native::register_vif(fd, native::vif_page(index as u32))
+                .map_err(|e| VmError::Native(format!("registering the VIF page: {e}")))?;
+        }
+    }
+    let pmu_report = pmus.first().map(|p| PmuReport::new(config.pmu.as_ref().unwrap(), p, budget.clone()));
+    let cmdline = if config.cmdline.is_empty() {
+        config.kernel_arg0.clone()
+    } else {
+        format!("{} {}", config.kernel_arg0, config.cmdline)
+    };
+    let vif_base = execution.native.then_some(crate::layout::VIF_BASE);
+    let stepped = config.pmu.as_ref().is_some_and(|p| p.backend == BackendKind::Exact);
+    let params = BootParams { mem_size, cmdline, nr_vcpus: config.vcpus, tsc_khz, vif_base, cpuid_entries, stepped };
+    boot::write_boot_data(&mem, image.protocol, &params).map_err(memory("writing boot data"))?;
+
+    let console = if config.capture_console { Console::capture() } else { Console::stdout() };
+    let mut bus = PioBus::new(SerialPort::new(console.clone()), FwCfg::new(config.vcpus as u16, mem_size));
+    let agent = AgentPort::new(mem.clone(), config.max_samples);
+    let in_workload = agent.in_workload.clone();
+    bus.agent = Some(agent);
+    let (tx, ends) = mpsc::channel();
+    let shared = Arc::new(Shared { bus: Mutex::new(bus), stop: AtomicBool::new(false), ends: Mutex::new(tx) });
+    let vm = Arc::new(vm);
+    let mut pmus = pmus.drain(..).map(Some).collect::<Vec<_>>();
+    pmus.resize_with(fds.len(), || None);
+    let vcpus = fds
+        .into_iter()
+        .zip(pmus)
+        .enumerate()
+        .map(|(i, (fd, pmu))| Vcpu {
+            index: i as u32,
+            fd,
+            shared: shared.clone(),
+            stats: Default::default(),
+            vm: vm.clone(),
+            mem: mem.clone(),
+            pmu,
+            order: config.request_order,
+            nmi_request: Arc::new(AtomicBool::new(false)),
+            count_syscalls: config.count_syscalls,
+            nmi_due: None,
+            native: execution.native,
+            in_workload: in_workload.clone(),
+        })
+        .collect();
+    Ok(Vm {
+        _kvm: kvm,
+        _vm: vm,
+        _mem: mem,
+        pmu_report,
+        vcpus,
+        shared,
+        ends,
+        console,
+        timeout: config.timeout,
+        nmi_interval: config.nmi_interval,
+        in_workload,
+        execution,
+        cpu,
+    })
+}
+
+/// One PMU per vCPU, sharing a per-VM cap on host events.
+fn build_pmus(
+    settings: &PmuSettings,
+    vcpus: u32,
+    tsc_khz: u64,
+    long_mode: bool,
+    native: bool,
+    budget: &std::sync::Arc<EventBudget>,
+) -> Result<Vec<VcpuPmu>, VmError> {
+    // Probe the host PMU only for the backend that uses it.
+    let mode = (settings.backend == BackendKind::Perf).then(|| PerfMode::detect(tsc_khz));
+    let config = PmuConfig {
+        gp_counters: settings.gp_counters,
+        policy: settings.policy,
+        filter: settings.filter.clone(),
+        pebs: settings.pebs,
+        ..Default::default()
+    };
+    (0..vcpus)
+        .map(|index| {
+            let backend = match settings.backend {
+                BackendKind::Perf => Backend::Perf(PerfSource::new(mode.expect("probed for perf"), budget.clone())),
+                BackendKind::Exact => Backend::Exact(ExactSource::new()),
+            };
+            let mut vpmu = VcpuPmu::new(Pmu::new(config.clone(), backend)?, long_mode);
+            vpmu.vif = native.then(|| native::vif_page(index));
+            let throttled = settings.backend == BackendKind::Perf && settings.pmi_max_percent < 100;
+            vpmu.throttle = throttled.then(|| crate::throttle::Throttle::new(settings.pmi_max_percent));
+            vpmu.pv_offered = settings.pv;
+            if settings.trace_rips && settings.backend == BackendKind::Exact {
+                vpmu.rip_profile = Some(Default::default());
+            }
+            Ok(vpmu)
+        })
+        .collect()
+}
+
+/// Send exactly the PMU's MSRs and the ones CPUID does not advertise to user space (KVM MSR
+/// filter: a clear bit denies KVM's own handling, and with KVM_MSR_EXIT_REASON_FILTER a
+/// denied access exits to us).
+fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>) -> Result<(), VmError> {
+    let mut cap = kvm_enable_cap { cap: KVM_CAP_X86_USER_SPACE_MSR, ..Default::default() };
+    cap.args[0] = u64::from(KVM_MSR_EXIT_REASON_FILTER);
+    vm.enable_cap(&cap).map_err(ioctl("KVM_CAP_X86_USER_SPACE_MSR"))?;
+    let mut ranges: Vec<(u32, u32)> =
+        pmu.map(|p| p.pmu.msr_ranges().iter().map(|r| (r.base.0, r.count)).collect()).unwrap_or_default();
+    ranges.extend(crate::identity::UNADVERTISED_MSRS.iter().map(|&msr| (msr, 1)));
+    let bitmaps: Vec<Vec<u8>> = ranges.iter().map(|(_, count)| vec![0u8; count.div_ceil(8) as usize]).collect();
+    let filter: Vec<MsrFilterRange> = ranges
+        .iter()
+        .zip(&bitmaps)
+        .map(|(&(base, msr_count), bitmap)| MsrFilterRange {
+            flags: MsrFilterRangeFlags::READ | MsrFilterRangeFlags::WRITE,
+            base,
+            msr_count,
+            bitmap,
+        })
+        .collect();
+    vm.set_msr_filter(MsrFilterDefaultAction::ALLOW, &filter).map_err(ioctl("KVM_X86_SET_MSR_FILTER"))?;
+    Ok(())
+}
+
+/// Give vCPU `index` its CPUID and entry state; returns the CPUID it got.
+fn setup_vcpu(
+    fd: &VcpuFd,
+    supported: &CpuId,
+    index: u32,
+    image: &KernelImage,
+    pmu: Option<&pmu::PmuCaps>,
+    vendor: crate::identity::CpuVendor,
+) -> Result<CpuId, VmError> {
+    let cpuid = crate::cpuid::for_vcpu(supported, index, pmu, vendor);
+    fd.set_cpuid2(&cpuid).map_err(ioctl("KVM_SET_CPUID2"))?;
+    let mut sregs = fd.get_sregs().map_err(ioctl("KVM_GET_SREGS"))?;
+    boot::setup_sregs(&mut sregs, image.protocol);
+    fd.set_sregs(&sregs).map_err(ioctl("KVM_SET_SREGS"))?;
+    fd.set_regs(&boot::entry_regs(image.protocol, image.entry, index)).map_err(ioctl("KVM_SET_REGS"))?;
+    let fpu = kvm_bindings::kvm_fpu { fcw: 0x37f, mxcsr: 0x1f80, ..Default::default() };
+    fd.set_fpu(&fpu).map_err(ioctl("KVM_SET_FPU"))?;
+    // Direct boot starts every vCPU at the entry; multiboot APs wait for INIT/SIPI.
+    if image.protocol == BootProtocol::Direct64 && index > 0 {
+        fd.set_mp_state(kvm_mp_state { mp_state: KVM_MP_STATE_RUNNABLE }).map_err(ioctl("KVM_SET_MP_STATE"))?;
+    }
+    Ok(cpuid)
+}

@@ -1,0 +1,117 @@
+//! What the VMM's side of the vPMU costs: time and host perf syscalls per guest PMU
+//! operation, and the per-vCPU counts `--stats` and the bench report.
+
+use pmu::MsrIndex;
+use serde::Serialize;
+use std::time::Instant;
+
+/// Guest PMU operations whose VMM-side cost the bench compares (seed 000's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PmuOp {
+    EventselWrite,
+    FixedCtrlWrite,
+    GlobalCtrlEnable,
+    GlobalCtrlDisable,
+    CounterRead,
+    CounterWrite,
+    StatusRead,
+    OvfCtrlWrite,
+    /// From the overflow's notification to the PMI raised, its `KVM_NMI` ioctl included.
+    PmiDelivery,
+    /// One bare `KVM_NMI` ioctl (any NMI the loop injects): PMI delivery's floor.
+    KvmNmi,
+    Other,
+}
+
+impl PmuOp {
+    pub(crate) fn of_write(index: u32, value: u64) -> PmuOp {
+        match pmu::PmuMsr::decode(MsrIndex(index)) {
+            Some(pmu::PmuMsr::EventSel(_)) => PmuOp::EventselWrite,
+            Some(pmu::PmuMsr::FixedCtrCtrl) => PmuOp::FixedCtrlWrite,
+            Some(pmu::PmuMsr::GlobalCtrl) if value == 0 => PmuOp::GlobalCtrlDisable,
+            Some(pmu::PmuMsr::GlobalCtrl) => PmuOp::GlobalCtrlEnable,
+            Some(pmu::PmuMsr::Pmc(_) | pmu::PmuMsr::FullWidthPmc(_) | pmu::PmuMsr::FixedCtr(_)) => PmuOp::CounterWrite,
+            Some(pmu::PmuMsr::GlobalOvfCtrl) => PmuOp::OvfCtrlWrite,
+            _ => PmuOp::Other,
+        }
+    }
+
+    pub(crate) fn of_read(index: u32) -> PmuOp {
+        match pmu::PmuMsr::decode(MsrIndex(index)) {
+            Some(pmu::PmuMsr::Pmc(_) | pmu::PmuMsr::FullWidthPmc(_) | pmu::PmuMsr::FixedCtr(_)) => PmuOp::CounterRead,
+            Some(pmu::PmuMsr::GlobalStatus) => PmuOp::StatusRead,
+            _ => PmuOp::Other,
+        }
+    }
+}
+
+/// Count, total and worst VMM time of one kind of operation, and the host perf syscalls
+/// it made.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct OpTime {
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+    pub syscalls: u64,
+}
+
+/// When an operation started: the clock and the thread's perf syscall count.
+#[derive(Debug, Clone, Copy)]
+pub struct OpStart {
+    pub(crate) at: Instant,
+    syscalls: u64,
+}
+
+impl OpStart {
+    pub fn now() -> Self {
+        OpStart { at: Instant::now(), syscalls: crate::backends::perf_sys::thread_syscalls() }
+    }
+}
+
+impl OpTime {
+    /// One operation that began at `start` ends now.
+    pub fn add(&mut self, start: OpStart) {
+        let ns = start.at.elapsed().as_nanos() as u64;
+        self.count += 1;
+        self.total_ns += ns;
+        self.max_ns = self.max_ns.max(ns);
+        self.syscalls += crate::backends::perf_sys::thread_syscalls() - start.syscalls;
+    }
+
+    pub fn merge(&mut self, other: &OpTime) {
+        self.count += other.count;
+        self.total_ns += other.total_ns;
+        self.max_ns = self.max_ns.max(other.max_ns);
+        self.syscalls += other.syscalls;
+    }
+
+    /// Host perf syscalls per operation.
+    pub fn syscalls_per_op(&self) -> f64 {
+        self.syscalls as f64 / self.count.max(1) as f64
+    }
+
+    pub fn mean_ns(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.total_ns as f64 / self.count as f64
+        }
+    }
+}
+
+/// VMM-side vPMU telemetry of one vCPU (the model keeps its own, [`pmu::PmuStats`]).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct VpmuStats {
+    /// VMM time per guest PMU operation.
+    pub ops: std::collections::BTreeMap<PmuOp, OpTime>,
+    pub msr_exits: u64,
+    pub pmis_delivered: u64,
+    /// PMIs not sent because the guest's LVTPC was masked.
+    pub pmis_masked: u64,
+    /// Time spent in the VMM on PMU MSR exits and overflow handling.
+    pub handle_ns: u64,
+    /// Instructions single-stepped by the exact backend.
+    pub steps: u64,
+    pub rdpmc_emulated: u64,
+}
