@@ -38,7 +38,10 @@ pub fn run() -> Result<i32, Failure> {
 
 fn render(perf: impl Fn(ArchEvent) -> &'static str, perf_mode: &str) -> String {
     let mut out = String::from("Events of the perfvm virtual PMU (Intel architectural perfmon v2):\n\n");
-    out.push_str(&format!("  {:<18} {:<6} {:<24} {:<26} {}\n", "event", "raw", "perf backend", "exact backend", "aliases"));
+    out.push_str(&format!(
+        "  {:<18} {:<6} {:<24} {:<26} {}\n",
+        "event", "raw", "perf backend", "exact backend", "aliases"
+    ));
     for (event, aliases) in events::named() {
         let arch = events::architectural(event.raw).expect("named events are architectural");
         let line = format!(

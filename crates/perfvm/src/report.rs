@@ -49,8 +49,13 @@ fn load(path: &str) -> Result<RecordFile, Failure> {
 fn differential(a: &RecordFile, b: &RecordFile) -> Result<String, Failure> {
     let options = inferno::differential::Options { normalize: true, strip_hex: false };
     let mut out = Vec::new();
-    inferno::differential::from_readers(options, a.profile.folded().as_bytes(), b.profile.folded().as_bytes(), &mut out)
-        .map_err(|e| Failure::usage(format!("differential flamegraph: {e}")))?;
+    inferno::differential::from_readers(
+        options,
+        a.profile.folded().as_bytes(),
+        b.profile.folded().as_bytes(),
+        &mut out,
+    )
+    .map_err(|e| Failure::usage(format!("differential flamegraph: {e}")))?;
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
 

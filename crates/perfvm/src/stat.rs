@@ -193,7 +193,10 @@ impl Table<'_> {
     }
 
     fn mean_of(&self, raw: u16) -> Option<f64> {
-        self.lines.iter().find(|l| l.event == raw && l.scope == Scope::Whole && l.status == Status::Counted).map(Line::mean)
+        self.lines
+            .iter()
+            .find(|l| l.event == raw && l.scope == Scope::Whole && l.status == Status::Counted)
+            .map(Line::mean)
     }
 
     /// perf's ratio column: IPC for instructions, miss rate for branch misses.
@@ -269,7 +272,10 @@ impl Table<'_> {
             .collect();
         (!names.is_empty()).then(|| {
             let (them, are) = if names.len() == 1 { ("it", "is") } else { ("them", "are") };
-            format!(" {} {are} not supported by the perf backend on this host: --backend exact counts {them}\n\n", names.join(", "))
+            format!(
+                " {} {are} not supported by the perf backend on this host: --backend exact counts {them}\n\n",
+                names.join(", ")
+            )
         })
     }
 }
@@ -431,7 +437,14 @@ mod tests {
     #[test]
     fn per_task_rows_add_up_with_the_outside_row() {
         let a = agent(
-            &[(0x00c0, 0, 0, 1000), (0x00c5, COUNT_UNSUPPORTED, 0, 0), (0x00c0, 0, 1, 600), (0x00c5, COUNT_UNSUPPORTED, 1, 0), (0x00c0, 0, 2, 300), (0x00c5, COUNT_UNSUPPORTED, 2, 0)],
+            &[
+                (0x00c0, 0, 0, 1000),
+                (0x00c5, COUNT_UNSUPPORTED, 0, 0),
+                (0x00c0, 0, 1, 600),
+                (0x00c5, COUNT_UNSUPPORTED, 1, 0),
+                (0x00c0, 0, 2, 300),
+                (0x00c5, COUNT_UNSUPPORTED, 2, 0),
+            ],
             &[(1, "task-a"), (2, "task-b")],
         );
         let out = render(&[&a], cpuid(0), false);
@@ -448,7 +461,10 @@ mod tests {
         assert!(out.contains(" Performance counter stats for 'ftest 3' (2 runs):"), "{out}");
         // mean 1050, standard error 50: 4.76%.
         let line = out.lines().find(|l| l.contains("instructions")).unwrap();
-        assert!(line.starts_with("               1,050      instructions") && line.ends_with("( +-  4.76% )"), "{line}");
+        assert!(
+            line.starts_with("               1,050      instructions") && line.ends_with("( +-  4.76% )"),
+            "{line}"
+        );
         assert!(out.contains("1.550000000 +- 0.050000000 seconds time elapsed  ( +-  3.23% )"), "{out}");
     }
 }

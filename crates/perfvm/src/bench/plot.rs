@@ -72,9 +72,8 @@ impl Chart {
 
     fn axis(&self) -> Axis {
         let ends = self.bars().flat_map(|b| [b.value, b.low, b.high]).filter(|v| v.is_finite());
-        let (min_positive, max) = ends.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
-            (if v > 0.0 { lo.min(v) } else { lo }, hi.max(v))
-        });
+        let (min_positive, max) =
+            ends.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (if v > 0.0 { lo.min(v) } else { lo }, hi.max(v)));
         if max > 0.0 && max / min_positive >= LOG_RATIO {
             let decade = |v: f64| 10f64.powf(v.log10().floor());
             Axis::Log { bottom: decade(min_positive), top: decade(max) * 10.0 }
@@ -129,22 +128,19 @@ impl Chart {
             .y_label_area_size(Y_LABEL_AREA)
             .build_cartesian_2d(0f64..n as f64, y)?;
         let y_desc = if log { format!("{} (log scale)", self.y_label) } else { self.y_label.clone() };
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(0)
-            .y_label_formatter(&|v| tick(*v))
-            .y_desc(y_desc)
-            .draw()?;
+        chart.configure_mesh().disable_x_mesh().x_labels(0).y_label_formatter(&|v| tick(*v)).y_desc(y_desc).draw()?;
         let k = self.series.len().max(1) as f64;
         let width = 0.8 / k;
         for (s, (_, bars)) in self.series.iter().enumerate() {
             let color = self.color(s);
             let x0 = |i: usize| i as f64 + 0.1 + s as f64 * width;
             let drawn = |b: &&Bar| b.value.is_finite() && b.value > floor;
-            chart.draw_series(bars.iter().enumerate().filter(|(_, b)| drawn(b)).map(|(i, b)| {
-                Rectangle::new([(x0(i), floor), (x0(i) + width * 0.95, b.value)], color.filled())
-            }))?;
+            chart.draw_series(
+                bars.iter()
+                    .enumerate()
+                    .filter(|(_, b)| drawn(b))
+                    .map(|(i, b)| Rectangle::new([(x0(i), floor), (x0(i) + width * 0.95, b.value)], color.filled())),
+            )?;
             let whisker = BLACK.mix(0.75).stroke_width(1);
             chart.draw_series(bars.iter().enumerate().filter(|(_, b)| b.has_spread()).map(|(i, b)| {
                 let clamp = |v: f64| v.max(floor);
@@ -215,9 +211,17 @@ fn wrap(text: &str, max: usize) -> Vec<String> {
 
 /// An axis tick: 3 significant digits at most, with k/M/G for large values.
 fn tick(v: f64) -> String {
-    let (scaled, suffix) =
-        [(1e9, "G"), (1e6, "M"), (1e3, "k")].into_iter().find(|(s, _)| v.abs() >= *s).map_or((v, ""), |(s, p)| (v / s, p));
-    let digits = if scaled.abs() >= 100.0 || scaled == scaled.round() { 0 } else if scaled.abs() >= 10.0 { 1 } else { 2 };
+    let (scaled, suffix) = [(1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .into_iter()
+        .find(|(s, _)| v.abs() >= *s)
+        .map_or((v, ""), |(s, p)| (v / s, p));
+    let digits = if scaled.abs() >= 100.0 || scaled == scaled.round() {
+        0
+    } else if scaled.abs() >= 10.0 {
+        1
+    } else {
+        2
+    };
     let text = format!("{scaled:.digits$}");
     let text = if text.contains('.') { text.trim_end_matches('0').trim_end_matches('.') } else { &text };
     format!("{text}{suffix}")
@@ -267,9 +271,15 @@ mod tests {
 
     #[test]
     fn labels_wrap_and_ticks_are_short() {
-        assert_eq!(wrap("reference: exact, every retired instruction", 18), ["reference: exact,", "every retired", "instruction"]);
+        assert_eq!(
+            wrap("reference: exact, every retired instruction", 18),
+            ["reference: exact,", "every retired", "instruction"]
+        );
         assert_eq!(wrap("GLOBAL_CTRL_enable_long", 10), ["GLOBAL_CTR", "L_enable_l", "ong"]);
         assert_eq!(wrap("", 10), [""]);
-        assert_eq!((tick(160000.0), tick(1e9), tick(0.05), tick(2.5), tick(12.5)), ("160k".into(), "1G".into(), "0.05".into(), "2.5".into(), "12.5".into()));
+        assert_eq!(
+            (tick(160000.0), tick(1e9), tick(0.05), tick(2.5), tick(12.5)),
+            ("160k".into(), "1G".into(), "0.05".into(), "2.5".into(), "12.5".into())
+        );
     }
 }
