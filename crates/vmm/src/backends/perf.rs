@@ -306,12 +306,17 @@ impl PerfSource {
 
     /// (Re)start the overflow period from now, for what remains of the armed distance.
     fn restart_period(&mut self, pmc: PmcIdx) {
-        let Some((armed_at, after)) = self.counter(pmc).armed else { return };
         // Just started: the count it stopped at is still the count.
         let now = match self.counter(pmc).stopped_at {
             Some(now) => now,
             None => self.clock(pmc),
         };
+        self.restart_period_at(pmc, now);
+    }
+
+    /// `restart_period` with the count `now` known (no read).
+    fn restart_period_at(&mut self, pmc: PmcIdx, now: u64) {
+        let Some((armed_at, after)) = self.counter(pmc).armed else { return };
         let remaining = after.saturating_sub(now.saturating_sub(armed_at)).max(1);
         let period = self.to_host_units(remaining);
         let _ = self.counter(pmc).event.set_period(period);
@@ -454,7 +459,7 @@ impl CountSource for PerfSource {
                 c.armed = Some((now, after));
                 c.period_stale = !c.enabled;
                 if c.enabled {
-                    self.restart_period(pmc);
+                    self.restart_period_at(pmc, now);
                 }
             }
             None => {
