@@ -112,9 +112,12 @@ void check_instruction_kinds(const struct pmu_caps *caps, int exact)
 			       t->name, (unsigned long long)got_i, (unsigned long long)got_b,
 			       (unsigned long long)want_i, (unsigned long long)want_b);
 		else
-			/* A clock-based backend: nothing to check but that it stays sane. */
-			report(got_i < (1ull << 40) && got_b < (1ull << 40), "%s: %llu, %llu (in range)", t->name,
-			       (unsigned long long)got_i, (unsigned long long)got_b);
+			/* Host hardware events (a host PMU): the WRMSR exits bound the window, so only
+			 * a few instructions either side may differ from the rules. */
+			report(got_i + 2 >= want_i && got_i <= want_i + 16 && got_b + 1 >= want_b && got_b <= want_b + 4,
+			       "%s: %llu instructions, %llu branches (expect %llu, %llu, within the ranges)", t->name,
+			       (unsigned long long)got_i, (unsigned long long)got_b, (unsigned long long)want_i,
+			       (unsigned long long)want_b);
 	}
 	set_raw_gate(UD_VECTOR, 0);
 	pmu_reset(caps);
