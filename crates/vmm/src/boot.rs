@@ -39,9 +39,13 @@ pub fn load_image(mem: &GuestMemoryMmap, image: &KernelImage, bytes: &[u8]) -> v
 /// What the boot info describes.
 #[derive(Debug, Clone)]
 pub struct BootParams {
+    /// Guest RAM, bytes.
     pub mem_size: u64,
+    /// The full kernel command line (truncated to `layout::CMDLINE_MAX` with its NUL).
     pub cmdline: String,
+    /// Number of vCPUs.
     pub nr_vcpus: u32,
+    /// The guest TSC frequency, kHz (0: unknown).
     pub tsc_khz: u64,
     /// Native mode: the vCPUs' VIF pages start here (`layout::VIF_BASE`); None when emulated.
     pub vif_base: Option<u64>,

@@ -15,9 +15,13 @@ pub struct VmConfig {
     pub kernel: PathBuf,
     /// The kernel's name as the user gave it: the first word of the guest command line.
     pub kernel_arg0: String,
+    /// Guest RAM, MiB (`layout::MIN_MEM_MIB..=layout::MAX_MEM_MIB`).
     pub mem_mib: u64,
+    /// Number of vCPUs (1..=`layout::MAX_VCPUS`).
     pub vcpus: u32,
+    /// The guest command line after `kernel_arg0` (empty: none).
     pub cmdline: String,
+    /// Stop the guest after this long (`--timeout`); None runs until the guest ends.
     pub timeout: Option<Duration>,
     /// Keep console output in memory instead of printing it.
     pub capture_console: bool,
@@ -51,8 +55,11 @@ pub enum BackendKind {
 /// How the virtual PMU is built.
 #[derive(Debug, Clone)]
 pub struct PmuSettings {
+    /// What counts for the virtual counters.
     pub backend: BackendKind,
+    /// When host events are created and released (`--policy`).
     pub policy: Policy,
+    /// General-purpose counters the guest sees (`--counters`).
     pub gp_counters: u8,
     /// Most host events the whole VM may hold open; None = counters x vCPUs.
     pub max_host_events: Option<usize>,

@@ -8,30 +8,62 @@ use std::time::Duration;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum VmEnd {
     /// The guest ended the VM with a status: `(v << 1) | 1` via debug-exit, 0 via shutdown.
-    Status { status: i32 },
+    Status {
+        /// The guest's exit status.
+        status: i32,
+    },
     /// KVM_EXIT_SHUTDOWN: a triple fault.
-    TripleFault { vcpu: u32, rip: u64 },
+    TripleFault {
+        /// The vCPU that faulted.
+        vcpu: u32,
+        /// Its RIP at the exit.
+        rip: u64,
+    },
     /// KVM could not emulate or continue the guest.
-    InternalError { vcpu: u32, suberror: u32, rip: u64 },
+    InternalError {
+        /// The vCPU that stopped.
+        vcpu: u32,
+        /// KVM's `internal.suberror`.
+        suberror: u32,
+        /// Its RIP at the exit.
+        rip: u64,
+    },
     /// `--timeout` elapsed with the guest still running.
-    Timeout { after_ms: u64 },
+    Timeout {
+        /// The timeout, ms.
+        after_ms: u64,
+    },
     /// The VMM hit an unexpected condition running the guest.
-    Failed { vcpu: u32, reason: String },
+    Failed {
+        /// The vCPU whose loop failed.
+        vcpu: u32,
+        /// What went wrong.
+        reason: String,
+    },
     /// SIGINT or SIGTERM stopped the run.
-    Signal { signal: i32 },
+    Signal {
+        /// The signal number.
+        signal: i32,
+    },
 }
 
 /// Process exit codes for ends that are not a guest status. Guest statuses are 0 or odd, so
 /// VMM-detected ends use even codes that no guest status can produce.
 pub mod codes {
+    /// The user's input is wrong (a bad option, an unusable guest file).
     pub const BAD_INPUT: i32 = 2;
+    /// [`VmEnd::TripleFault`](super::VmEnd::TripleFault).
     pub const TRIPLE_FAULT: i32 = 4;
+    /// [`VmEnd::InternalError`](super::VmEnd::InternalError).
     pub const INTERNAL_ERROR: i32 = 6;
+    /// [`VmEnd::Failed`](super::VmEnd::Failed).
     pub const FAILED: i32 = 8;
+    /// [`VmEnd::Timeout`](super::VmEnd::Timeout), as timeout(1) exits.
     pub const TIMEOUT: i32 = 124;
 }
 
 impl VmEnd {
+    /// The end of a run stopped by `--timeout` after `after`.
     pub fn timeout(after: Duration) -> Self {
         VmEnd::Timeout { after_ms: after.as_millis() as u64 }
     }

@@ -4,6 +4,7 @@ use kvm_ioctls::{Cap, Kvm};
 use std::io;
 use thiserror::Error;
 
+/// The KVM device opened unless `PERFVM_KVM_DEVICE` names another.
 pub const KVM_PATH: &str = "/dev/kvm";
 
 /// The KVM device to open: `PERFVM_KVM_DEVICE` overrides /dev/kvm (for tests of the error paths).
@@ -11,14 +12,19 @@ pub fn kvm_path() -> String {
     std::env::var("PERFVM_KVM_DEVICE").unwrap_or_else(|_| KVM_PATH.to_owned())
 }
 
+/// Why KVM cannot be used.
 #[derive(Debug, Error)]
 pub enum KvmError {
+    /// The device (path given) does not exist.
     #[error("{0} does not exist (is KVM available on this host?)")]
     Missing(String),
+    /// The device (path given) exists but we may not open it.
     #[error("no permission to open {0} (add yourself to the kvm group or run as root)")]
     Permission(String),
+    /// Opening the device, or a VM or vCPU on it, failed otherwise.
     #[error("cannot open {0}: {1}")]
     Open(String, io::Error),
+    /// KVM lacks the named capability.
     #[error("KVM lacks a capability perfvm needs: {0}")]
     MissingCap(&'static str),
 }

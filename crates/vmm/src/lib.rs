@@ -1,4 +1,5 @@
 //! perfvm's KVM plumbing: guest memory, boot, loaders, devices, vCPU run loop.
+#![deny(missing_docs)]
 
 pub mod backends;
 pub mod boot;

@@ -13,12 +13,14 @@ pub trait LinearMemory {
     /// Store `buf` at linear address `addr`; `None` if some byte is not mapped to RAM.
     fn write(&mut self, addr: u64, buf: &[u8]) -> Option<()>;
 
+    /// The little-endian u64 at linear address `addr`.
     fn read_u64(&mut self, addr: u64) -> Option<u64> {
         let mut b = [0u8; 8];
         self.read(addr, &mut b)?;
         Some(u64::from_le_bytes(b))
     }
 
+    /// Store `value` little-endian at linear address `addr`.
     fn write_u64(&mut self, addr: u64, value: u64) -> Option<()> {
         self.write(addr, &value.to_le_bytes())
     }
@@ -49,6 +51,7 @@ pub struct VcpuLinear<'a> {
 }
 
 impl<'a> VcpuLinear<'a> {
+    /// Linear memory of `vcpu` as it is now, backed by `mem`; nothing cached yet.
     pub fn new(vcpu: &'a VcpuFd, mem: &'a GuestMemoryMmap) -> Self {
         VcpuLinear { vcpu, mem, cache: Vec::new() }
     }

@@ -35,6 +35,7 @@ pub enum NativeMode {
 /// How a VM's vCPUs execute, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Execution {
+    /// The vCPUs run natively (else emulated).
     pub native: bool,
     /// Why the mode was chosen, for `--stats` and `--json`.
     pub reason: String,
@@ -109,7 +110,9 @@ pub fn vif_interrupts_on(mem: &GuestMemoryMmap, gpa: u64) -> bool {
 /// The guest's interrupt flag natively: the VIF page's `if_` byte.
 #[derive(Debug)]
 pub struct VifFlag<'a> {
+    /// Guest memory holding the page.
     pub mem: &'a GuestMemoryMmap,
+    /// Guest-physical address of the vCPU's VIF page.
     pub gpa: u64,
 }
 

@@ -47,9 +47,13 @@ const RECORD_LEN: usize = PEBS_RECORD_SIZE as usize;
 /// The PEBS fields of a DS save area.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DsPebs {
+    /// First byte of the PEBS buffer (linear).
     pub base: u64,
+    /// Where the next record goes (linear).
     pub index: u64,
+    /// First byte past the buffer (linear).
     pub absolute_maximum: u64,
+    /// An index at or past this raises the PMI (linear).
     pub interrupt_threshold: u64,
 }
 
@@ -76,10 +80,13 @@ impl DsPebs {
 /// One PEBS record, format 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PebsRecord {
+    /// RFLAGS after the triggering instruction.
     pub rflags: u64,
+    /// RIP after the triggering instruction (trap-like PEBS).
     pub rip: u64,
     /// RAX, RBX, RCX, RDX, RSI, RDI, RBP, RSP, R8..R15: the record's order.
     pub gprs: [u64; 16],
+    /// IA32_PERF_GLOBAL_STATUS at the assist.
     pub global_status: u64,
 }
 
@@ -114,7 +121,12 @@ impl PebsRecord {
 pub enum Assist {
     /// The record was written and the index advanced; the counter restarts from `reset`;
     /// `interrupt`: the index reached the interrupt threshold.
-    Written { reset: u64, interrupt: bool },
+    Written {
+        /// The counter's reset value from the DS save area.
+        reset: u64,
+        /// The index reached the interrupt threshold.
+        interrupt: bool,
+    },
     /// No room below the absolute maximum: skipped.
     BufferFull,
     /// The DS save area or the buffer is not mapped to guest RAM: skipped.

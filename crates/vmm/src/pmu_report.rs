@@ -9,23 +9,34 @@ use crate::vpmu::{VcpuPmu, VpmuStats};
 use pmu::{PmuStats, Policy};
 use serde::Serialize;
 
+/// The vPMU's configuration and telemetry for one run, all vCPUs summed.
 #[derive(Debug, Clone, Serialize)]
 pub struct PmuReport {
+    /// Which backend counted.
     pub backend: BackendKind,
     /// What the backend counts with on this host.
     pub backend_detail: String,
+    /// The host event policy, described.
     pub policy: String,
+    /// General-purpose counters per vCPU.
     pub gp_counters: u8,
+    /// Fixed counters per vCPU.
     pub fixed_counters: u8,
+    /// CPUID leaf 0xA as the guest sees it (EAX, EBX, ECX, EDX).
     pub cpuid_0xa: [u32; 4],
+    /// The PMU model's statistics.
     pub model: PmuStats,
+    /// The VMM side's statistics (exits, PMIs, time).
     pub vmm: VpmuStats,
     /// perf_event_open/ioctl/read/fcntl/close calls made by the process for PMU events.
     pub host_syscalls: u64,
+    /// The paravirtual PMU page's statistics.
     pub pv: crate::pv::PvStats,
-    /// The per-VM cap on open host events, the most open at once, and opens refused by it.
+    /// The per-VM cap on open host events.
     pub host_events_cap: usize,
+    /// The most host events open at once.
     pub host_events_peak: usize,
+    /// Host event opens the cap refused.
     pub host_events_refused: usize,
     /// Overflow notifications of the perf backend: taken, lost, throttled.
     pub notifications: crate::backends::perf::NotificationStats,
@@ -36,6 +47,8 @@ pub struct PmuReport {
 }
 
 impl PmuReport {
+    /// The report of a VM built with `settings`, from vCPU 0's PMU `pmu`; telemetry starts
+    /// at zero and host syscalls are counted from now.
     pub fn new(
         settings: &PmuSettings,
         pmu: &VcpuPmu,
@@ -69,6 +82,7 @@ impl PmuReport {
         }
     }
 
+    /// Add one vCPU's telemetry.
     pub fn add_vcpu(&mut self, pmu: &VcpuPmu) {
         self.model.add(&pmu.model_stats());
         let v = &pmu.stats;
@@ -88,6 +102,7 @@ impl PmuReport {
         }
     }
 
+    /// Take the process-wide numbers at the end of the run: syscalls, host event peak.
     pub fn finish(&mut self) {
         self.host_syscalls = perf_sys::syscalls() - self.syscalls_at_start;
         if let Some(b) = &self.budget {
@@ -96,6 +111,7 @@ impl PmuReport {
         }
     }
 
+    /// The report as `--stats` prints it.
     pub fn render(&self) -> String {
         let m = &self.model;
         let mut out = format!(

@@ -8,7 +8,9 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// Newest page version this VMM speaks; it also accepts every older one.
 pub const HOST_VERSION: u32 = 3;
+/// The guest writes its page's guest-physical address here (0 withdraws it).
 pub const REGISTER_PORT: u16 = 0x504;
+/// A write here applies the page's batch of MSR writes in this one exit.
 pub const DOORBELL_PORT: u16 = 0x508;
 const F_ACCEPTED: u32 = 1 << 0;
 const F_EXITLESS_READS: u32 = 1 << 1;
@@ -90,11 +92,17 @@ pub fn expected_size(version: u32) -> Option<u32> {
 pub enum Refusal {
     /// The VMM runs with the PV page off (`--pv off`).
     Disabled,
+    /// The address is not page-aligned.
     NotAligned,
+    /// The page is not in guest RAM.
     OutsideMemory,
+    /// The guest's version (given) is newer than [`HOST_VERSION`], or 0.
     NewerThanHost(u32),
+    /// The declared size is not the version's.
     BadSize {
+        /// The guest's version.
         version: u32,
+        /// The size it declared.
         size: u32,
     },
 }
@@ -102,17 +110,24 @@ pub enum Refusal {
 /// A registered page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PvPage {
+    /// Its guest-physical address.
     pub gpa: u64,
+    /// The version the guest speaks.
     pub version: u32,
 }
 
 /// PV telemetry.
 #[derive(Debug, Default, Clone, Copy, Serialize)]
 pub struct PvStats {
+    /// Pages accepted.
     pub registrations: u64,
+    /// Pages refused.
     pub refusals: u64,
+    /// Doorbell exits.
     pub doorbells: u64,
+    /// MSR writes applied from batches.
     pub batched_writes: u64,
+    /// Times the counters were published to the page.
     pub publishes: u64,
     /// Version 3: sampling counters reloaded at the wrap without a guest MSR access.
     pub auto_reloads: u64,
@@ -121,6 +136,7 @@ pub struct PvStats {
 }
 
 impl PvStats {
+    /// Add another vCPU's counts to these.
     pub fn merge(&mut self, o: &PvStats) {
         self.registrations += o.registrations;
         self.refusals += o.refusals;

@@ -11,7 +11,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// Offset of the section in the page.
 const OFFSET: u64 = V2_SIZE as u64;
-/// Size of the section: flags, reserved, reload[11], status, reloads[11].
+/// Size of the section: flags, reserved, `reload[11]`, status, `reloads[11]`.
 pub const SIZE: u32 = 8 + 11 * 8 + 8 + 11 * 8;
 const RELOAD_OFFSET: u64 = OFFSET + 8;
 const STATUS_OFFSET: u64 = RELOAD_OFFSET + 11 * 8;

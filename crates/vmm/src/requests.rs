@@ -7,6 +7,7 @@
 
 use serde::Serialize;
 
+/// In which order the request step services the PMU and NMI requests (`--request-order`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RequestOrder {
@@ -33,6 +34,7 @@ pub struct RequestStats {
 }
 
 impl RequestStats {
+    /// Add another vCPU's counts to these.
     pub fn merge(&mut self, o: &RequestStats) {
         self.pmi_nmis += o.pmi_nmis;
         self.external_nmis += o.external_nmis;

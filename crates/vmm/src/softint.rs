@@ -25,7 +25,9 @@ const TRAP_GATE: u8 = 0xf;
 
 /// Where the guest's interrupt flag lives: RFLAGS, or natively the VIF page's byte.
 pub trait InterruptFlag {
+    /// Whether interrupts are on, given the vCPU's registers `regs`.
     fn get(&mut self, regs: &kvm_regs) -> bool;
+    /// Turn interrupts on or off (`on`), in `regs` or wherever the flag lives.
     fn set(&mut self, regs: &mut kvm_regs, on: bool);
 }
 
@@ -117,6 +119,7 @@ pub fn iret(regs: &mut kvm_regs, sregs: &kvm_sregs, mem: &mut impl LinearMemory,
 /// Where a vCPU keeps its interrupt flag.
 #[derive(Debug, Clone, Copy)]
 pub enum FlagHome {
+    /// RFLAGS.IF (emulated execution).
     Rflags,
     /// Natively: the VIF page at this address.
     Vif(u64),
@@ -126,7 +129,13 @@ pub enum FlagHome {
 #[derive(Debug, Clone, Copy)]
 pub enum Run {
     /// `INT vector`, `len` bytes long.
-    Int { vector: u8, len: u64 },
+    Int {
+        /// The interrupt vector.
+        vector: u8,
+        /// Length of the instruction, bytes.
+        len: u64,
+    },
+    /// `IRETQ`.
     Iret,
 }
 

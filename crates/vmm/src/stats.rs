@@ -7,6 +7,7 @@ use std::time::Duration;
 /// Count and handling time of one exit reason.
 #[derive(Debug, Default, Clone, Copy, Serialize)]
 pub struct ExitCount {
+    /// Exits of this reason.
     pub count: u64,
     /// Time the VMM spent handling these exits (not time in the guest).
     pub handle_ns: u64,
@@ -15,10 +16,13 @@ pub struct ExitCount {
 /// Per-vCPU statistics, merged into [`VmStats`] at the end of a run.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct VcpuStats {
+    /// Exits by reason.
     pub exits: BTreeMap<&'static str, ExitCount>,
     /// Time spent inside KVM_RUN.
     pub run_ns: u64,
+    /// KVM_RUN calls, cancelled entries included.
     pub entries: u64,
+    /// What the request step did.
     pub requests: crate::requests::RequestStats,
     /// Syscalls the vCPU thread made (raw_syscalls:sys_enter), when counted.
     pub syscalls: Option<u64>,
@@ -36,6 +40,7 @@ pub struct VcpuStats {
 const KVM_STATS_SHOWN: [&str; 6] = ["exits", "insn_emulation", "nmi_injections", "irq_injections", "halt_exits", "pf_taken"];
 
 impl VcpuStats {
+    /// Count one exit of `reason` that took `handled_in` to handle.
     pub fn record(&mut self, reason: &'static str, handled_in: Duration) {
         let e = self.exits.entry(reason).or_default();
         e.count += 1;
@@ -46,20 +51,27 @@ impl VcpuStats {
 /// Whole-VM statistics.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct VmStats {
+    /// Wall time of the run, from the start of `perfvm run`.
     pub wall_ns: u64,
     /// From the start of `perfvm run` to the guest's first console byte.
     pub first_console_byte_ns: Option<u64>,
+    /// Exits by reason, all vCPUs.
     pub exits: BTreeMap<&'static str, ExitCount>,
+    /// Exits of every reason, all vCPUs.
     pub total_exits: u64,
     /// Exits while the guest agent's workload ran, by reason.
     pub workload_exits: BTreeMap<&'static str, u64>,
+    /// Time inside KVM_RUN, all vCPUs.
     pub run_ns: u64,
+    /// KVM_RUN calls, all vCPUs.
     pub entries: u64,
+    /// What the request steps did, all vCPUs.
     pub requests: crate::requests::RequestStats,
     /// Syscalls of the vCPU threads (raw_syscalls:sys_enter), when counted.
     pub vcpu_syscalls: Option<u64>,
     /// Accesses to ports no device claims, by port (hex string for JSON keys).
     pub unclaimed_ports: BTreeMap<String, u64>,
+    /// Console bytes not kept because the capture buffer was full.
     pub console_bytes_dropped: u64,
     /// The virtual PMU's report, when the VM has one.
     pub pmu: Option<crate::pmu_report::PmuReport>,
@@ -77,6 +89,7 @@ impl VmStats {
         self.workload_exits.iter().filter(|(r, _)| **r != "serial").map(|(_, n)| n).sum()
     }
 
+    /// Add one vCPU's statistics (and keep them in `vcpus`).
     pub fn merge_vcpu(&mut self, v: &VcpuStats) {
         for (reason, c) in &v.exits {
             let e = self.exits.entry(reason).or_default();

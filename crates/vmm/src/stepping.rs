@@ -35,6 +35,7 @@ pub const STEPS_PER_WINDOW: u32 = 512;
 /// What is owed to the guest at the coming entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum Owed {
+    /// No event.
     #[default]
     Nothing,
     /// An NMI (injected with KVM_NMI).
@@ -67,6 +68,7 @@ impl Debug {
 /// Pure state machine of stepping and event windows (unit-tested); `Stepper` applies it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepState {
+    /// The mode of the coming (or last) entry.
     pub debug: Debug,
     /// The counters want stepping.
     pub wanted: bool,
@@ -109,6 +111,7 @@ impl StepState {
 /// vCPU would take the #DB itself).
 #[derive(Debug, Default)]
 pub struct Stepper {
+    /// What the stepping should be.
     pub state: StepState,
     /// In KVM: the mode last set.
     applied: Option<Debug>,
@@ -167,10 +170,13 @@ fn sync_interrupt_flag(vcpu: &VcpuFd, on: bool) {
 /// A stepped KVM vCPU as the retirement rules see it (`backends::retire`).
 #[derive(Debug)]
 pub struct VcpuStep<'a> {
+    /// The vCPU being stepped.
     pub vcpu: &'a VcpuFd,
+    /// Guest memory.
     pub mem: &'a GuestMemoryMmap,
     /// Guest-virtual page -> guest-physical page of code, kept while stepping.
     pub code_pages: &'a mut HashMap<u64, u64>,
+    /// Where the vCPU keeps its interrupt flag (for INT n and IRETQ).
     pub home: FlagHome,
 }
 

@@ -19,9 +19,11 @@ use vm_memory::GuestMemoryMmap;
 /// State every vCPU thread of a VM shares.
 #[derive(Debug)]
 pub struct Shared {
+    /// The port-IO devices.
     pub bus: Mutex<PioBus>,
     /// Set once the VM has ended; every vCPU leaves its loop.
     pub stop: AtomicBool,
+    /// Where ends of the VM go; the VM waits for the first.
     pub ends: Mutex<Sender<VmEnd>>,
 }
 
@@ -52,13 +54,21 @@ enum Next {
 /// A vCPU and its loop.
 #[derive(Debug)]
 pub struct Vcpu {
+    /// The vCPU's index (its APIC ID).
     pub index: u32,
+    /// The KVM vCPU.
     pub fd: VcpuFd,
+    /// What every vCPU of the VM shares.
     pub shared: Arc<Shared>,
+    /// This vCPU's statistics so far.
     pub stats: VcpuStats,
+    /// The KVM VM (a PMI by LVTPC vector is sent through it as an MSI).
     pub vm: Arc<VmFd>,
+    /// Guest memory.
     pub mem: GuestMemoryMmap,
+    /// Its virtual PMU, when the VM has one.
     pub pmu: Option<VcpuPmu>,
+    /// Order of the PMU and NMI requests before each entry.
     pub order: RequestOrder,
     /// An NMI requested from outside the PMU (NMI port, NMI source thread).
     pub nmi_request: Arc<AtomicBool>,
@@ -75,7 +85,9 @@ pub struct Vcpu {
 /// What a vCPU thread hands back when the VM ends.
 #[derive(Debug)]
 pub struct VcpuResult {
+    /// Its statistics.
     pub stats: VcpuStats,
+    /// Its virtual PMU (telemetry, RIP profile), when it had one.
     pub pmu: Option<VcpuPmu>,
 }
 

@@ -22,8 +22,11 @@ use vm_memory::GuestMemoryMmap;
 /// The result of a run.
 #[derive(Debug)]
 pub struct RunReport {
+    /// Why the VM stopped.
     pub end: VmEnd,
+    /// VM exits, vPMU and timing statistics, all vCPUs merged.
     pub stats: VmStats,
+    /// The guest's serial console (its bytes when captured).
     pub console: Console,
     /// What the guest's perf agent sent.
     pub agent: AgentData,

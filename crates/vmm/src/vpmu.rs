@@ -46,7 +46,9 @@ pub const DROP_ENV: &str = "PERFVM_DROP_NOTIFICATIONS";
 /// A vCPU's PMU plus the run-loop state around it.
 #[derive(Debug)]
 pub struct VcpuPmu {
+    /// The PMU model over this vCPU's backend.
     pub pmu: Pmu<Backend>,
+    /// What the VMM side did and what it cost.
     pub stats: VpmuStats,
     stepper: crate::stepping::Stepper,
     /// `service` raised a PMI (NMI or vector): stepping opens an event window for it.
@@ -65,6 +67,7 @@ pub struct VcpuPmu {
     pub rip_profile: Option<HashMap<u64, u64>>,
     /// The guest's paravirtual PMU page, once accepted.
     pv: Option<pv::PvPage>,
+    /// What became of the guest's PV page.
     pub pv_stats: pv::PvStats,
     cpu_share: pv::CpuShare,
     created: Instant,
@@ -85,6 +88,8 @@ pub struct VcpuPmu {
 }
 
 impl VcpuPmu {
+    /// Wrap `pmu` for a guest entered in long mode (`long_mode`) or 32-bit mode; no PV page,
+    /// throttle, VIF or profile until the builder sets them.
     pub fn new(pmu: Pmu<Backend>, long_mode: bool) -> Self {
         VcpuPmu {
             pmu,
@@ -382,6 +387,7 @@ impl VcpuPmu {
         self.pmu.sched_out();
     }
 
+    /// The PMU model's statistics.
     pub fn model_stats(&self) -> PmuStats {
         self.pmu.stats()
     }

@@ -9,18 +9,27 @@ use std::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PmuOp {
+    /// WRMSR of an IA32_PERFEVTSELx.
     EventselWrite,
+    /// WRMSR of IA32_FIXED_CTR_CTRL.
     FixedCtrlWrite,
+    /// WRMSR of a non-zero IA32_PERF_GLOBAL_CTRL.
     GlobalCtrlEnable,
+    /// WRMSR of IA32_PERF_GLOBAL_CTRL = 0.
     GlobalCtrlDisable,
+    /// RDMSR of a GP or fixed counter.
     CounterRead,
+    /// WRMSR of a GP or fixed counter.
     CounterWrite,
+    /// RDMSR of IA32_PERF_GLOBAL_STATUS.
     StatusRead,
+    /// WRMSR of IA32_PERF_GLOBAL_OVF_CTRL.
     OvfCtrlWrite,
     /// From the overflow's notification to the PMI raised, its `KVM_NMI` ioctl included.
     PmiDelivery,
     /// One bare `KVM_NMI` ioctl (any NMI the loop injects): PMI delivery's floor.
     KvmNmi,
+    /// Any other PMU MSR access.
     Other,
 }
 
@@ -50,9 +59,13 @@ impl PmuOp {
 /// it made.
 #[derive(Debug, Default, Clone, Copy, Serialize)]
 pub struct OpTime {
+    /// Operations.
     pub count: u64,
+    /// Their total VMM time, ns.
     pub total_ns: u64,
+    /// The longest one, ns.
     pub max_ns: u64,
+    /// Host perf syscalls they made.
     pub syscalls: u64,
 }
 
@@ -64,6 +77,7 @@ pub struct OpStart {
 }
 
 impl OpStart {
+    /// An operation starting now, on the calling thread.
     pub fn now() -> Self {
         OpStart { at: Instant::now(), syscalls: crate::backends::perf_sys::thread_syscalls() }
     }
@@ -79,6 +93,7 @@ impl OpTime {
         self.syscalls += crate::backends::perf_sys::thread_syscalls() - start.syscalls;
     }
 
+    /// Add another vCPU's operations of the same kind.
     pub fn merge(&mut self, other: &OpTime) {
         self.count += other.count;
         self.total_ns += other.total_ns;
@@ -91,6 +106,7 @@ impl OpTime {
         self.syscalls as f64 / self.count.max(1) as f64
     }
 
+    /// Mean VMM time per operation, ns (0 without any).
     pub fn mean_ns(&self) -> f64 {
         if self.count == 0 {
             0.0
@@ -105,7 +121,9 @@ impl OpTime {
 pub struct VpmuStats {
     /// VMM time per guest PMU operation.
     pub ops: std::collections::BTreeMap<PmuOp, OpTime>,
+    /// RDMSR/WRMSR exits of PMU MSRs.
     pub msr_exits: u64,
+    /// PMIs raised into the guest (as an NMI or by vector).
     pub pmis_delivered: u64,
     /// PMIs not sent because the guest's LVTPC was masked.
     pub pmis_masked: u64,
@@ -113,5 +131,6 @@ pub struct VpmuStats {
     pub handle_ns: u64,
     /// Instructions single-stepped by the exact backend.
     pub steps: u64,
+    /// RDPMC instructions the VMM ran for the guest while stepping.
     pub rdpmc_emulated: u64,
 }

@@ -17,6 +17,7 @@ pub enum InsnClass {
     Fence,
     /// A REP/REPNE-prefixed string instruction (MOVS, CMPS, STOS, LODS, SCAS, INS, OUTS).
     RepString,
+    /// Anything else: it only counts as an instruction retired.
     Other,
 }
 
@@ -31,7 +32,9 @@ impl InsnClass {
 /// RDPMC, fences), its length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Insn {
+    /// What it is.
     pub class: InsnClass,
+    /// Its length in bytes, prefixes included; 0 where the class needs none.
     pub len: u64,
 }
 

@@ -94,6 +94,7 @@ impl Default for ExactSource {
 }
 
 impl ExactSource {
+    /// A source with no counter open, reading the host TSC.
     pub fn new() -> Self {
         Self::default()
     }

@@ -101,7 +101,9 @@ impl VmmSource for ExactSource {
 /// The backend of a vCPU's PMU.
 #[derive(Debug)]
 pub enum Backend {
+    /// Host perf events (`--backend perf`).
     Perf(PerfSource),
+    /// Single-stepping (`--backend exact`).
     Exact(ExactSource),
 }
 
@@ -204,15 +206,18 @@ pub struct TscCount {
 }
 
 impl TscCount {
+    /// Start counting at TSC `now`; a count already running keeps its start.
     pub fn start(&mut self, now: u64) {
         self.since.get_or_insert(now);
     }
 
+    /// Stop counting at TSC `now`, keeping the total.
     pub fn stop(&mut self, now: u64) {
         self.total = self.value(now);
         self.since = None;
     }
 
+    /// The count at TSC `now`.
     pub fn value(&self, now: u64) -> u64 {
         self.total + self.since.map_or(0, |s| now.saturating_sub(s))
     }

@@ -38,7 +38,10 @@ pub enum PerfMode {
     /// Host PMU: hardware events, guest mode only.
     Hardware,
     /// No host PMU: cycles from the vCPU thread's task-clock at `tsc_khz`.
-    SoftwareClock { tsc_khz: u64 },
+    SoftwareClock {
+        /// The guest TSC frequency, kHz, that turns clock ns into cycles.
+        tsc_khz: u64,
+    },
 }
 
 impl PerfMode {
@@ -56,6 +59,7 @@ impl PerfMode {
         }
     }
 
+    /// What counts in this mode, for `--stats`.
     pub fn describe(&self) -> String {
         match self {
             PerfMode::Hardware => "hardware events (host PMU, guest mode only)".into(),
@@ -103,6 +107,7 @@ pub struct PerfSource {
     /// Shortest software-clock period now allowed (MIN_CLOCK_PERIOD_NS, or more when
     /// throttled).
     floor_ns: u64,
+    /// What became of this vCPU's overflow notifications.
     pub notifications: NotificationStats,
     /// Software clock: the group, once the first event opened (None: not grouping).
     group: Option<Group>,
@@ -112,6 +117,7 @@ pub struct PerfSource {
 }
 
 impl PerfSource {
+    /// A source counting in `mode` with no event open, drawing host events from `budget`.
     pub fn new(mode: PerfMode, budget: Arc<EventBudget>) -> Self {
         PerfSource {
             mode,
@@ -138,6 +144,7 @@ impl PerfSource {
         }
     }
 
+    /// What the host counts with.
     pub fn mode(&self) -> PerfMode {
         self.mode
     }

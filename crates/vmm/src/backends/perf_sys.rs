@@ -9,47 +9,83 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PerfEventAttr {
+    /// Event type (`PERF_TYPE_*`).
     pub type_: u32,
+    /// Size of this struct; set by [`PerfEvent::open`].
     pub size: u32,
+    /// Event within the type (`PERF_COUNT_*`, a tracepoint id).
     pub config: u64,
+    /// Events between overflow notifications (union with sample_freq).
     pub sample_period: u64,
+    /// What a sample records (`PERF_SAMPLE_*`); we take none.
     pub sample_type: u64,
+    /// What read(2) returns (`PERF_FORMAT_*`).
     pub read_format: u64,
+    /// The attribute bitfield (`FLAG_*`: disabled, exclude_user, ...).
     pub flags: u64,
+    /// Overflows per wakeup (union with wakeup_watermark).
     pub wakeup_events: u32,
+    /// Breakpoint type, for breakpoint events.
     pub bp_type: u32,
+    /// Extension of `config` (union with bp_addr).
     pub config1: u64,
+    /// Further extension of `config` (union with bp_len).
     pub config2: u64,
+    /// Branch sampling filter (`PERF_SAMPLE_BRANCH_*`).
     pub branch_sample_type: u64,
+    /// User registers dumped in samples.
     pub sample_regs_user: u64,
+    /// User stack bytes dumped in samples.
     pub sample_stack_user: u32,
+    /// Clock of sample timestamps, with use_clockid.
     pub clockid: i32,
+    /// Registers dumped in samples taken in interrupt context.
     pub sample_regs_intr: u64,
+    /// AUX area bytes per wakeup.
     pub aux_watermark: u32,
+    /// Most callchain frames in a sample.
     pub sample_max_stack: u16,
+    /// Padding; must be zero.
     pub reserved: u16,
 }
 
+/// `type_`: a generalized hardware event.
 pub const PERF_TYPE_HARDWARE: u32 = 0;
+/// `type_`: a kernel software event.
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
+/// Hardware `config`: core cycles.
 pub const PERF_COUNT_HW_CPU_CYCLES: u64 = 0;
+/// Hardware `config`: instructions retired.
 pub const PERF_COUNT_HW_INSTRUCTIONS: u64 = 1;
+/// Hardware `config`: last-level cache references.
 pub const PERF_COUNT_HW_CACHE_REFERENCES: u64 = 2;
+/// Hardware `config`: last-level cache misses.
 pub const PERF_COUNT_HW_CACHE_MISSES: u64 = 3;
+/// Hardware `config`: branch instructions retired.
 pub const PERF_COUNT_HW_BRANCH_INSTRUCTIONS: u64 = 4;
+/// Hardware `config`: mispredicted branches.
 pub const PERF_COUNT_HW_BRANCH_MISSES: u64 = 5;
+/// Hardware `config`: reference cycles (TSC rate).
 pub const PERF_COUNT_HW_REF_CPU_CYCLES: u64 = 9;
+/// Software `config`: the task's CPU time, ns.
 pub const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
 
+/// `read_format`: each value comes with its event's id.
 pub const PERF_FORMAT_ID: u64 = 1 << 2;
+/// `read_format`: a leader's read returns every event of its group.
 pub const PERF_FORMAT_GROUP: u64 = 1 << 3;
 /// Events in one group read at most (a leader and a counter per virtual counter slot).
 pub const MAX_GROUP_READ: usize = 48;
 
+/// `flags`: open the event disabled.
 pub const FLAG_DISABLED: u64 = 1 << 0;
+/// `flags`: do not count user mode.
 pub const FLAG_EXCLUDE_USER: u64 = 1 << 4;
+/// `flags`: do not count kernel mode.
 pub const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
+/// `flags`: do not count the hypervisor.
 pub const FLAG_EXCLUDE_HV: u64 = 1 << 6;
+/// `flags`: count guest mode only.
 pub const FLAG_EXCLUDE_HOST: u64 = 1 << 19;
 
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
@@ -157,10 +193,12 @@ impl PerfEvent {
         }
     }
 
+    /// Start counting.
     pub fn enable(&self) -> io::Result<()> {
         self.ioctl(IOC_ENABLE, 0)
     }
 
+    /// Stop counting; the count is kept.
     pub fn disable(&self) -> io::Result<()> {
         self.ioctl(IOC_DISABLE, 0)
     }
@@ -207,6 +245,7 @@ impl PerfEvent {
         Ok(())
     }
 
+    /// Set the count to zero.
     pub fn reset(&self) -> io::Result<()> {
         self.ioctl(IOC_RESET, 0)
     }
@@ -257,6 +296,7 @@ impl PerfEvent {
         Ok(())
     }
 
+    /// The event's file descriptor, still owned by this event.
     pub fn raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
     }

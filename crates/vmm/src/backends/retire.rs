@@ -37,7 +37,9 @@ pub trait StepCpu {
 
 /// Where retired instructions go, and what RDPMC reads.
 pub trait Counting {
+    /// The instruction of `class` at `rip` retired.
     fn retire(&mut self, rip: u64, class: InsnClass);
+    /// What RDPMC with `ecx` reads, or None where it #GPs.
     fn rdpmc(&mut self, ecx: u32) -> Option<u64>;
 }
 
@@ -54,6 +56,7 @@ pub struct Retirement {
 }
 
 impl Retirement {
+    /// Rules for a guest in long mode (`long_mode`) or 32-bit mode; nothing to retire yet.
     pub fn new(long_mode: bool) -> Self {
         Retirement { rip: 0, insn: Insn { class: InsnClass::Other, len: 0 }, accounted: None, long_mode }
     }

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
+/// The I/O port the guest writes message addresses to.
 pub const AGENT_PORT: u16 = 0x500;
 const MAGIC: u32 = 0x5447_4150;
 const HEADER_LEN: usize = 16;
@@ -27,45 +28,64 @@ pub const COUNT_FIXED: u16 = 1 << 0;
 /// The PMU does not advertise the event: `<not supported>`.
 pub const COUNT_UNSUPPORTED: u16 = 1 << 1;
 
+/// One event's final count (`struct agent_count`).
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 pub struct CountRecord {
+    /// The event: EVENTSEL\[15:0\] (event code and unit mask).
     pub event: u16,
+    /// How it was counted (`COUNT_*`).
     pub flags: u16,
     /// 0: the whole run; else a task id.
     pub task: u32,
+    /// The count.
     pub value: u64,
 }
 
+/// One sample (`struct agent_sample`).
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 pub struct SampleRecord {
+    /// The interrupted instruction pointer.
     pub rip: u64,
+    /// The guest task running then (0 before tasks start).
     pub task: u32,
+    /// The sampling counter's EVENTSEL\[15:0\].
     pub event: u16,
 }
 
 /// A workload phase mark: guest TSC and host time since the VM started.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Mark {
+    /// 1: the workload starts; 2: it ends.
     pub kind: u32,
+    /// The guest TSC at the mark.
     pub tsc: u64,
+    /// When the mark arrived: host ns since the agent port was created (at VM build).
     pub host_ns: u64,
 }
 
 /// Everything the guest's agent sent.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct AgentData {
+    /// Every count received, in order.
     pub counts: Vec<CountRecord>,
+    /// Samples kept (at most the bound given to [`AgentPort::new`]).
     #[serde(skip)]
     pub samples: Vec<SampleRecord>,
+    /// Samples received, kept or not.
     pub samples_received: u64,
     /// Samples dropped by the VMM (bound reached).
     pub samples_dropped_vmm: u64,
     /// Samples the guest reported it could not buffer.
     pub samples_dropped_guest: u64,
+    /// Workload phase marks, in order.
     pub marks: Vec<Mark>,
+    /// Named values from guest-side benchmarks (e.g. `ctxsw.sched_in_cycles`).
     pub values: BTreeMap<String, u64>,
+    /// Guest task names by task id.
     pub tasks: BTreeMap<u32, String>,
+    /// Well-formed messages received.
     pub messages: u64,
+    /// Messages rejected: bad magic, too long, truncated, unknown kind, outside memory.
     pub bad_messages: u64,
     /// Samples read from the guest's buffer after the run was stopped from outside.
     pub samples_drained: u64,
@@ -86,6 +106,7 @@ pub struct AgentPort {
     mem: GuestMemoryMmap,
     started: Instant,
     max_samples: usize,
+    /// What the agent sent so far.
     pub data: AgentData,
     /// True between the workload's START and END marks (the host NMI source fires only then).
     pub in_workload: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -94,6 +115,7 @@ pub struct AgentPort {
 }
 
 impl AgentPort {
+    /// A port reading messages from `mem`, keeping at most `max_samples` samples.
     pub fn new(mem: GuestMemoryMmap, max_samples: usize) -> Self {
         AgentPort {
             mem,

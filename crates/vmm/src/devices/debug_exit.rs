@@ -2,10 +2,12 @@
 
 use super::DeviceAction;
 
+/// The isa-debug-exit device; it has no state.
 #[derive(Debug, Default)]
 pub struct DebugExit;
 
 impl DebugExit {
+    /// A guest OUT of `data` (up to four little-endian bytes): the VM ends.
     pub fn write(&self, data: &[u8]) -> DeviceAction {
         let mut bytes = [0u8; 4];
         let n = data.len().min(4);

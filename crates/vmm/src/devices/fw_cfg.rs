@@ -2,12 +2,18 @@
 
 use std::collections::BTreeMap;
 
+/// Item "QEMU", which firmware checks for.
 pub const FW_CFG_SIGNATURE: u16 = 0x00;
+/// Item: interface version (1: the legacy IO interface only).
 pub const FW_CFG_ID: u16 = 0x01;
+/// Item: guest RAM, bytes (u64).
 pub const FW_CFG_RAM_SIZE: u16 = 0x03;
+/// Item: number of vCPUs (u16).
 pub const FW_CFG_NB_CPUS: u16 = 0x05;
+/// Item 0x11, named MAX_RAM here; it reads as a zero u64.
 pub const FW_CFG_MAX_RAM: u16 = 0x11;
 
+/// The fw_cfg device: its items and the read position in the selected one.
 #[derive(Debug)]
 pub struct FwCfg {
     items: BTreeMap<u16, Vec<u8>>,
@@ -16,6 +22,7 @@ pub struct FwCfg {
 }
 
 impl FwCfg {
+    /// The items of a VM with `nr_cpus` vCPUs and `ram_size` bytes of RAM; item 0 selected.
     pub fn new(nr_cpus: u16, ram_size: u64) -> Self {
         let items = BTreeMap::from([
             (FW_CFG_SIGNATURE, b"QEMU".to_vec()),

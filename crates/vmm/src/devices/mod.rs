@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 /// What a device asks of the VM after an access.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceAction {
+    /// Nothing: the guest runs on.
     Continue,
     /// The guest asked to end the VM with this status.
     Exit(i32),
@@ -31,11 +32,15 @@ pub enum DeviceAction {
     PvDoorbell,
 }
 
-/// Port ranges of the fixed devices.
+/// COM1's eight registers.
 pub const SERIAL_PORTS: std::ops::RangeInclusive<u16> = 0x3f8..=0x3ff;
+/// isa-debug-exit, at QEMU's usual `iobase=0xf4`.
 pub const DEBUG_EXIT_PORT: u16 = 0xf4;
+/// fw_cfg item selector (16-bit writes).
 pub const FW_CFG_SELECTOR: u16 = 0x510;
+/// fw_cfg data (byte reads of the selected item).
 pub const FW_CFG_DATA: u16 = 0x511;
+/// The Bochs/QEMU shutdown port.
 pub const SHUTDOWN_PORT: u16 = 0x8900;
 /// A write of v asks the VMM to inject an NMI into the writing vCPU after v more retired
 /// instructions when single-stepping (exact backend), else at once (request-order tests).
@@ -48,7 +53,9 @@ pub const VIF_PENDING_PORT: u16 = 0x80;
 /// as on a PC with nothing decoding them; they are counted for `--stats`.
 #[derive(Debug)]
 pub struct PioBus {
+    /// COM1, the guest console.
     pub serial: SerialPort,
+    /// The fw_cfg device.
     pub fw_cfg: FwCfg,
     /// The perf agent channel, when the VM has guest memory to read messages from.
     pub agent: Option<AgentPort>,
@@ -59,6 +66,7 @@ pub struct PioBus {
 }
 
 impl PioBus {
+    /// A bus with these devices, the debug-exit and shutdown ports, and no agent port yet.
     pub fn new(serial: SerialPort, fw_cfg: FwCfg) -> Self {
         PioBus {
             serial,

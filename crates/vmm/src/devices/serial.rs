@@ -99,19 +99,23 @@ pub struct SerialPort {
 }
 
 impl SerialPort {
+    /// A UART whose output goes to `console`; it raises no interrupts.
     pub fn new(console: Console) -> Self {
         SerialPort { uart: Serial::new(NoInterrupt, console) }
     }
 
+    /// A guest IN of the register at `offset` from the base port.
     pub fn read(&mut self, offset: u8) -> u8 {
         self.uart.read(offset)
     }
 
+    /// A guest OUT of `value` to the register at `offset` from the base port.
     pub fn write(&mut self, offset: u8, value: u8) {
         // A console write error (closed stdout) must not stop the guest.
         let _ = self.uart.write(offset, value);
     }
 
+    /// Where the output goes.
     pub fn console(&self) -> &Console {
         self.uart.writer()
     }

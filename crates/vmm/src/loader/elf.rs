@@ -12,9 +12,13 @@ pub const NOTE_VIF: u32 = 0x100;
 /// One PT_LOAD segment: `filesz` bytes from the file, then zeroes up to `memsz`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segment {
+    /// Guest-physical load address (p_paddr).
     pub paddr: u64,
+    /// Where its bytes start in the file.
     pub file_offset: usize,
+    /// Bytes taken from the file.
     pub filesz: u64,
+    /// Bytes it occupies in memory (the rest is zeroed).
     pub memsz: u64,
 }
 
@@ -33,8 +37,11 @@ impl Segment {
 /// The parts of an ELF the loader needs.
 #[derive(Debug)]
 pub struct ParsedElf {
+    /// ELFCLASS64 (direct boot) rather than ELFCLASS32 (multiboot).
     pub is_64bit: bool,
+    /// The entry point, e_entry.
     pub entry: u64,
+    /// The PT_LOAD segments, in program header order.
     pub segments: Vec<Segment>,
     /// The image carries the perfvm VIF note: it follows the native-mode convention.
     pub vif_note: bool,

@@ -14,26 +14,51 @@ use thiserror::Error;
 /// Why a guest image cannot be loaded. Each message is one line for the CLI.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum LoadError {
+    /// The file does not start with an ELF header.
     #[error("not an ELF file")]
     NotElf,
+    /// An ELF we cannot boot (machine, class, type; what is wrong).
     #[error("unsupported ELF: {0}")]
     Unsupported(String),
+    /// Headers or segments that do not hold together: cut off, or filesz > memsz (which).
     #[error("truncated ELF: {0}")]
     Truncated(String),
+    /// No PT_LOAD segment.
     #[error("ELF has no loadable segments")]
     NoSegments,
+    /// A segment ends beyond guest RAM.
     #[error("segment {index} [{start:#x}, {end:#x}) does not fit in guest memory ({mem_mib} MiB)")]
-    OutOfMemory { index: usize, start: u64, end: u64, mem_mib: u64 },
+    OutOfMemory {
+        /// Index of the segment among the loadable ones.
+        index: usize,
+        /// Its first guest-physical address.
+        start: u64,
+        /// First address past it.
+        end: u64,
+        /// Guest RAM, MiB.
+        mem_mib: u64,
+    },
+    /// A segment overlaps the memory the VMM writes boot data to.
     #[error(
         "segment {index} [{start:#x}, {end:#x}) overlaps the VMM boot area [{:#x}, {:#x})",
         BOOT_AREA_START,
         BOOT_AREA_END
     )]
-    BootArea { index: usize, start: u64, end: u64 },
+    BootArea {
+        /// Index of the segment among the loadable ones.
+        index: usize,
+        /// Its first guest-physical address.
+        start: u64,
+        /// First address past it.
+        end: u64,
+    },
+    /// Two segments (their indices) overlap.
     #[error("segments {0} and {1} overlap")]
     Overlap(usize, usize),
+    /// The entry point is in no segment.
     #[error("entry point {0:#x} is outside the loaded segments")]
     EntryOutside(u64),
+    /// A 32-bit ELF whose multiboot header is missing or bad (why).
     #[error("32-bit ELF without a valid multiboot header: {0}")]
     Multiboot(String),
 }
@@ -50,8 +75,11 @@ pub enum BootProtocol {
 /// A validated kernel image, ready to copy into guest memory.
 #[derive(Debug)]
 pub struct KernelImage {
+    /// How the vCPUs enter it.
     pub protocol: BootProtocol,
+    /// Guest-physical entry point.
     pub entry: u64,
+    /// What to copy where, in program header order.
     pub segments: Vec<Segment>,
     /// Highest guest-physical address used by the image (exclusive).
     pub end: u64,

@@ -12,7 +12,9 @@ const SEARCH_LIMIT: usize = 8192;
 /// The fixed part of a multiboot header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MultibootHeader {
+    /// Where it starts in the file.
     pub offset: usize,
+    /// Its flags word (`FLAG_AOUT_KLUDGE`, ...).
     pub flags: u32,
 }
 

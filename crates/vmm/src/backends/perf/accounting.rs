@@ -17,6 +17,7 @@ pub struct EventBudget {
 }
 
 impl EventBudget {
+    /// A budget of at most `limit` open host events, none open yet.
     pub fn new(limit: usize) -> Arc<Self> {
         Arc::new(EventBudget {
             limit,
@@ -44,10 +45,12 @@ impl EventBudget {
         self.open.fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// Host events open now.
     pub fn open_now(&self) -> usize {
         self.open.load(Ordering::Acquire)
     }
 
+    /// Most host events that may be open at once.
     pub fn limit(&self) -> usize {
         self.limit
     }
@@ -67,6 +70,7 @@ pub struct NotificationStats {
 }
 
 impl NotificationStats {
+    /// Add another vCPU's counts to these.
     pub fn merge(&mut self, other: &NotificationStats) {
         self.taken += other.taken;
         self.lost += other.lost;
