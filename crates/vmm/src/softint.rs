@@ -177,6 +177,7 @@ pub fn run_on(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome, what: Run) -
 mod tests {
     use super::*;
     use crate::linear::Identity;
+    use kvm_bindings::{kvm_dtable, kvm_segment};
     use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
     const IDT: u64 = 0x1000;
@@ -193,13 +194,13 @@ mod tests {
         gate[8..12].copy_from_slice(&((HANDLER >> 32) as u32).to_le_bytes());
         mem.write_slice(&gate, GuestAddress(IDT + 0xf1 * 16)).unwrap();
         let regs = kvm_regs { rip: 0x5000, rsp: 0x8008, rflags: 0x202 | RFLAGS_TF, ..Default::default() };
-        let mut sregs = kvm_sregs::default();
-        sregs.efer = 1 << 10 | 1 << 8;
-        sregs.cs.l = 1;
-        sregs.cs.selector = 8;
-        sregs.ss.selector = 0x10;
-        sregs.idt.base = IDT;
-        sregs.idt.limit = 0xfff;
+        let sregs = kvm_sregs {
+            efer: 1 << 10 | 1 << 8,
+            cs: kvm_segment { l: 1, selector: 8, ..Default::default() },
+            ss: kvm_segment { selector: 0x10, ..Default::default() },
+            idt: kvm_dtable { base: IDT, limit: 0xfff, ..Default::default() },
+            ..Default::default()
+        };
         (mem, regs, sregs)
     }
 

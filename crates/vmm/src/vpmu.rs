@@ -207,7 +207,7 @@ impl VcpuPmu {
     fn drop_injected(&mut self) -> bool {
         let Some(every) = self.drop_every else { return false };
         self.signals += 1;
-        self.signals % every == 0
+        self.signals.is_multiple_of(every)
     }
 
     /// The loop measured what the last notification cost the VMM (thread CPU time from its

@@ -66,6 +66,14 @@ impl ExactCounter {
     }
 }
 
+/// What `retire_early` changes, kept to be put back if the write faults after all.
+#[derive(Debug, Clone, Copy)]
+struct Checkpoint {
+    counters: [Option<ExactCounter>; SLOTS],
+    overflow_pending: bool,
+    steps: u64,
+}
+
 /// Counts from single-stepping.
 #[derive(Debug)]
 pub struct ExactSource {
@@ -75,7 +83,7 @@ pub struct ExactSource {
     /// Instructions retired while stepping (all counters or none).
     pub steps: u64,
     /// The state before the last `retire_early`, for a write that faults after all.
-    checkpoint: Option<Box<([Option<ExactCounter>; SLOTS], bool, u64)>>,
+    checkpoint: Option<Box<Checkpoint>>,
     /// The TSC (a parameter for tests).
     tsc: fn() -> u64,
 }
@@ -147,14 +155,19 @@ impl ExactSource {
     /// count now count it and a counter it enables does not (docs/DESIGN.md). Undone by
     /// [`ExactSource::faulted`] if the write #GPs.
     pub fn retire_early(&mut self) {
-        self.checkpoint = Some(Box::new((self.counters, self.overflow_pending, self.steps)));
+        self.checkpoint = Some(Box::new(Checkpoint {
+            counters: self.counters,
+            overflow_pending: self.overflow_pending,
+            steps: self.steps,
+        }));
         self.retire(InsnClass::Other);
     }
 
     /// The instruction retired early faulted instead: it did not retire.
     pub fn faulted(&mut self) {
         if let Some(state) = self.checkpoint.take() {
-            (self.counters, self.overflow_pending, self.steps) = *state;
+            let Checkpoint { counters, overflow_pending, steps } = *state;
+            (self.counters, self.overflow_pending, self.steps) = (counters, overflow_pending, steps);
         }
     }
 

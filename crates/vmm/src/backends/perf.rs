@@ -17,7 +17,6 @@ use super::perf_sys::*;
 use crate::kick;
 use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx};
 use serde::Serialize;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 mod accounting;

@@ -1,6 +1,7 @@
 //! Unit tests of the perf backend: units, the host-event cap, refused filters.
 
 use super::*;
+use std::sync::atomic::Ordering;
 
 pub(super) fn cycles() -> HostEventConfig {
     HostEventConfig {
