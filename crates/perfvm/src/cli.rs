@@ -31,6 +31,20 @@ pub enum Command {
 /// plus a few exits), so 100 Hz keeps sampling overhead near 2% (docs/PERFORMANCE.md).
 pub const DEFAULT_RECORD_FREQ: u64 = 100;
 
+/// The same, for a guest that runs natively: a sample costs there what its exits cost
+/// (tens of us), so 1 kHz, perf's habit, stays within a few percent and gives a ~1 s
+/// workload a thousand samples.
+pub const DEFAULT_NATIVE_RECORD_FREQ: u64 = 1000;
+
+/// `record`'s default `-F` for a guest that runs natively or emulated.
+pub fn default_record_freq(native: bool) -> u64 {
+    if native {
+        DEFAULT_NATIVE_RECORD_FREQ
+    } else {
+        DEFAULT_RECORD_FREQ
+    }
+}
+
 /// `-c` on the exact backend when neither `-c` nor `-F` is given. Its events count retired
 /// instructions (cycles are a model clock of one per instruction), single-stepped at ~10^5
 /// per second here: ~100 samples from ftest's 10^6 instructions. Prime, so the samples do
@@ -68,12 +82,12 @@ pub struct RecordArgs {
     /// Event to sample.
     #[arg(short = 'e', long = "event", default_value = "cycles")]
     pub event: String,
-    /// Sample every PERIOD events (default: -F 100 for cycles on the perf backend,
-    /// 10007 on the exact backend).
+    /// Sample every PERIOD events (default: -F 1000 natively and -F 100 emulated for cycles
+    /// on the perf backend, 10007 on the exact backend).
     #[arg(short = 'c', long = "count", value_name = "PERIOD")]
     pub count: Option<u64>,
     /// Sample FREQ times per second of guest cycles (cycles events on the perf backend;
-    /// default 100 when neither -c nor -F is given).
+    /// default 1000 natively, 100 emulated, when neither -c nor -F is given).
     #[arg(short = 'F', long = "freq")]
     pub freq: Option<u64>,
     /// Output file (JSON); collapsed stacks go to FILE.folded.

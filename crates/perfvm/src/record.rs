@@ -104,7 +104,7 @@ impl RecordFile {
 
 /// Period from `-c` / `-F`: frequency means samples per second of guest cycles. The exact
 /// backend counts retired instructions, not time, so it takes a period of its own.
-fn period(args: &RecordArgs, event: Event) -> Result<u64, Failure> {
+fn period(args: &RecordArgs, event: Event, native: bool) -> Result<u64, Failure> {
     let exact = args.vm.pmu.backend == BackendArg::Exact;
     match (args.count, args.freq) {
         (Some(_), Some(_)) => Err(Failure::usage("give -c PERIOD or -F FREQ, not both")),
@@ -112,7 +112,7 @@ fn period(args: &RecordArgs, event: Event) -> Result<u64, Failure> {
         (Some(c), None) => Ok(c),
         (None, None) if exact => Ok(crate::cli::DEFAULT_EXACT_PERIOD),
         (None, freq) => {
-            let freq = freq.unwrap_or(crate::cli::DEFAULT_RECORD_FREQ);
+            let freq = freq.unwrap_or(crate::cli::default_record_freq(native));
             let is_cycles = matches!(event.raw, 0x003c | 0x013c);
             if !is_cycles || exact {
                 return Err(Failure::usage(format!(
@@ -237,8 +237,9 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
     if args.reference && args.vm.pmu.backend != BackendArg::Exact {
         return Err(Failure::usage("--reference needs --backend exact"));
     }
-    let period = if args.reference { 1 } else { period(&args, event)? };
     let config = vm_config(&args.vm, false)?;
+    let native = crate::bench::runs_natively(&config, config.native);
+    let period = if args.reference { 1 } else { period(&args, event, native)? };
     let folded = format!("{}.folded", args.output);
     check_writable(&args.output)?;
     check_writable(&folded)?;

@@ -5,7 +5,7 @@
 
 use super::stats::{fmt, Summary};
 use super::{config, in_mode, mode_name, pmu, runs_natively, tsc_khz, Bench, NATIVE_WORK_SCALE};
-use crate::cli::DEFAULT_RECORD_FREQ;
+use crate::cli::default_record_freq;
 use crate::events;
 use crate::profile::tvd;
 use crate::record::{record, RecordFile};
@@ -78,7 +78,8 @@ struct ModeResult {
 }
 
 fn run_mode(b: &Bench, mode: NativeMode, khz: u64) -> Result<ModeResult, Failure> {
-    let default_period = khz * 1000 / DEFAULT_RECORD_FREQ;
+    let default_freq = default_record_freq(runs_natively(&config("ftest", "", None), mode));
+    let default_period = khz * 1000 / default_freq;
     let fast_period = khz * 1000 / 2000;
     let (exact, perf) = ((BackendKind::Exact, Policy::default()), (BackendKind::Perf, Policy::default()));
     let reference = profile(b, mode, exact, "instructions", 1, true)?;
@@ -99,7 +100,7 @@ fn run_mode(b: &Bench, mode: NativeMode, khz: u64) -> Result<ModeResult, Failure
                "shares": sampled.as_ref().map(shares)}),
     ));
     for (label, period) in [
-        (format!("record -e cycles -F {DEFAULT_RECORD_FREQ}, perf"), default_period),
+        (format!("record -e cycles -F {default_freq} (default), perf"), default_period),
         ("record -e cycles -F 2000, perf".to_owned(), fast_period),
     ] {
         let (mut tvds, mut n) = (Vec::new(), Vec::new());
@@ -146,7 +147,7 @@ fn run_mode(b: &Bench, mode: NativeMode, khz: u64) -> Result<ModeResult, Failure
     );
     if p.n > 0 {
         summary.push_str(&format!(
-            "{}: sampling overhead at the default rate (-F {DEFAULT_RECORD_FREQ}): ftest {:.3} s counting vs {:.3} s sampling = {:+.2}% ({} runs each)\n",
+            "{}: sampling overhead at the default rate (-F {default_freq}): ftest {:.3} s counting vs {:.3} s sampling = {:+.2}% ({} runs each)\n",
             mode_name(mode),
             p.median / 1e9,
             s.median / 1e9,
@@ -198,6 +199,5 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         text.push_str(&r.summary);
         by_mode.insert(mode_name(mode).into(), r.json.clone());
     }
-    let default_period = khz * 1000 / DEFAULT_RECORD_FREQ;
-    Ok((text, json!({"rows": rows, "by_mode": by_mode, "default_period": default_period})))
+    Ok((text, json!({"rows": rows, "by_mode": by_mode})))
 }
