@@ -9,13 +9,18 @@ use crate::event::{ArchEvent, EventSet};
 use crate::msr::{MsrIndex, MsrRange};
 use crate::pebs::{MISC_ENABLE_BTS_UNAVAIL, MISC_ENABLE_EMON, MISC_ENABLE_PEBS_UNAVAIL};
 use crate::pmc::{PmcIdx, COUNTER_MASK, COUNTER_WIDTH};
-use crate::vendor::{CapsRequest, PmuReg, ReservedBits, Vendor, VendorOps};
+use crate::pmu::PmuConfig;
+use crate::vendor::{AmdPerfMon, CapsRequest, PmuReg, ReservedBits, Vendor, VendorOps};
 
 /// Capabilities of one virtual PMU, as its vendor's `refresh` decided them.
 ///
 /// Intel: fixed counters are the longest prefix of FIXED_CTR0..2 whose events
 /// ([`crate::FIXED_EVENTS`]: instructions, core cycles, reference cycles) the backend counts
-/// honestly, so a backend without instructions exposes no fixed counter at all.
+/// honestly, so a backend without instructions exposes no fixed counter at all. AMD: GP
+/// counters only, as many as its [`AmdPerfMon`] level allows.
+///
+/// The VMM builds its guest's CPUID from [`PmuCaps::cpuid_bits`] (every vendor's PMU leaves)
+/// and routes [`PmuCaps::msr_ranges`] to the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PmuCaps {
     pub(crate) vendor: Vendor,
@@ -32,21 +37,59 @@ pub struct PmuCaps {
     pub(crate) global_status_reserved: u64,
     pub(crate) reserved_bits: ReservedBits,
     pub(crate) pebs: bool,
+    /// AMD's level (`None` for Intel).
+    pub(crate) amd_perfmon: Option<AmdPerfMon>,
 }
 
 impl PmuCaps {
     /// Intel caps for `gp_counters` GP counters over a backend that counts `available`
     /// honestly.
     pub fn new(gp_counters: u8, full_width_writes: bool, available: EventSet) -> Result<PmuCaps, ConfigError> {
-        Vendor::Intel.ops().refresh(&CapsRequest { gp_counters, full_width_writes, pebs: false, available })
+        Vendor::Intel.ops().refresh(&CapsRequest {
+            gp_counters,
+            full_width_writes,
+            pebs: false,
+            amd_perfmon: AmdPerfMon::default(),
+            available,
+        })
+    }
+
+    /// AMD caps at level `perfmon` with `gp_counters` counters (exactly 4 for
+    /// [`AmdPerfMon::Legacy`], 6 for [`AmdPerfMon::ExtCore`], 1..=6 for
+    /// [`AmdPerfMon::PerfMonV2`]) over a backend that counts `available` honestly.
+    pub fn amd(perfmon: AmdPerfMon, gp_counters: u8, available: EventSet) -> Result<PmuCaps, ConfigError> {
+        Vendor::Amd.ops().refresh(&CapsRequest {
+            gp_counters,
+            full_width_writes: false,
+            pebs: false,
+            amd_perfmon: perfmon,
+            available,
+        })
+    }
+
+    /// The caps a [`crate::Pmu`] built from `config` has over a backend that counts
+    /// `available` honestly (any vendor).
+    pub fn from_config(config: &PmuConfig, available: EventSet) -> Result<PmuCaps, ConfigError> {
+        config.vendor.ops().refresh(&CapsRequest {
+            gp_counters: config.gp_counters,
+            full_width_writes: config.full_width_writes,
+            pebs: config.pebs,
+            amd_perfmon: config.amd_perfmon,
+            available,
+        })
+    }
+
+    /// [`PmuCaps::from_config`] for a backend: asks it once which events it can count.
+    pub fn probe_config<B: CountSource + ?Sized>(config: &PmuConfig, backend: &B) -> Result<PmuCaps, ConfigError> {
+        PmuCaps::from_config(config, EventSet::from_fn(|e| backend.supports(e)))
     }
 
     /// The same caps with software PEBS (see [`crate::Pmu`]'s PEBS methods) on or off:
     /// IA32_PEBS_ENABLE and IA32_DS_AREA exist, IA32_MISC_ENABLE.PEBS_UNAVAIL is clear, and
     /// PERF_CAPABILITIES advertises PEBS record format [`crate::PEBS_RECORD_FORMAT`],
-    /// trap-like, with registers.
+    /// trap-like, with registers. Intel only: AMD caps stay without PEBS.
     pub const fn with_pebs(mut self, pebs: bool) -> PmuCaps {
-        self.pebs = pebs;
+        self.pebs = pebs && matches!(self.vendor, Vendor::Intel);
         self
     }
 
@@ -67,6 +110,11 @@ impl PmuCaps {
     /// The vendor whose PMU this is.
     pub const fn vendor(&self) -> Vendor {
         self.vendor
+    }
+
+    /// AMD's performance-monitoring level (`None` for Intel).
+    pub const fn amd_perfmon(&self) -> Option<AmdPerfMon> {
+        self.amd_perfmon
     }
 
     /// The register `msr` names in this PMU, or `None` if it has no such MSR (an access
@@ -118,7 +166,8 @@ impl PmuCaps {
         MISC_ENABLE_EMON | MISC_ENABLE_BTS_UNAVAIL | unavail
     }
 
-    /// Performance monitoring version: 2 for Intel (architectural perfmon version 2).
+    /// Performance monitoring version (KVM `pmu->version`): 2 for Intel (architectural
+    /// perfmon version 2); for AMD 2 with PerfMonV2, else 1.
     pub const fn version(&self) -> u32 {
         self.version
     }

@@ -10,12 +10,22 @@ pub const LEAF1_ECX_DTES64: u32 = 1 << 2;
 pub const LEAF1_ECX_PDCM: u32 = 1 << 15;
 /// CPUID.1:EDX.DS (bit 21): the debug store, IA32_DS_AREA (Intel, with PEBS).
 pub const LEAF1_EDX_DS: u32 = 1 << 21;
+/// CPUID.80000001H:ECX.PerfCtrExtCore (bit 23): AMD's six interleaved core counters.
+pub const LEAF_8000_0001_ECX_PERFCTR_CORE: u32 = 1 << 23;
+/// CPUID.80000022H:EAX.PerfMonV2 (bit 0): AMD's global control and status registers; the
+/// leaf's EBX\[3:0\] is then the number of core counters.
+pub const LEAF_8000_0022_EAX_PERFMON_V2: u32 = 1 << 0;
 
 /// `(leaf, [eax, ebx, ecx, edx] mask)` of every CPUID bit a PMU owns (subleaf 0).
-pub(crate) const PMU_CPUID_LEAVES: [(u32, [u32; 4]); 2] = [
+pub(crate) const PMU_CPUID_LEAVES: [(u32, [u32; 4]); 4] = [
     (0x1, [0, 0, LEAF1_ECX_PDCM | LEAF1_ECX_DTES64, LEAF1_EDX_DS]),
     // Architectural performance monitoring (Intel): all of it.
     (0xA, [u32::MAX; 4]),
+    // AMD: PerfCtrExtCore. Its neighbours (northbridge and L2 counters, the performance
+    // timestamp counter) are not the core PMU's: the VMM's identity decides them.
+    (0x8000_0001, [0, 0, LEAF_8000_0001_ECX_PERFCTR_CORE, 0]),
+    // AMD extended performance monitoring and debug: all of it.
+    (0x8000_0022, [u32::MAX; 4]),
 ];
 
 /// The PMU-owned bits of one CPUID leaf: the VMM keeps the host's other bits and sets
@@ -42,10 +52,13 @@ impl CpuidBits {
 }
 
 impl PmuCaps {
-    /// Every CPUID bit this PMU owns, leaf by leaf, with the values the guest must see:
-    /// leaf 1 (Intel PDCM; DS and DTES64 with PEBS) and leaf 0xA (Intel architectural
-    /// perfmon). A leaf the host does not report should be added with all-zero registers
-    /// before applying.
+    /// Every CPUID bit a PMU owns, leaf by leaf, with the values the guest must see: leaf 1
+    /// (Intel PDCM; DS and DTES64 with PEBS), leaf 0xA (Intel architectural perfmon), leaf
+    /// 0x80000001 ECX bit 23 (AMD PerfCtrExtCore) and leaf 0x80000022 (AMD PerfMonV2 and its
+    /// counter count). Every vendor owns all of them (an Intel PMU clears the AMD bits and
+    /// the other way round). A leaf the host does not report should be added with all-zero
+    /// registers before applying, and leaf 0x80000000 EAX raised to 0x80000022 when that
+    /// leaf is non-zero.
     pub fn cpuid_bits(&self) -> Vec<CpuidBits> {
         let ops = self.ops();
         PMU_CPUID_LEAVES

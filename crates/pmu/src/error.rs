@@ -8,6 +8,26 @@ pub enum ConfigError {
     /// Architectural perfmon needs 1..=8 general-purpose counters here.
     #[error("Unsupported number of general-purpose counters: {0} (expected 1..=8)")]
     GpCounters(u8),
+    /// An AMD PMU has exactly 4 counters with the legacy MSRs only, exactly 6 with
+    /// PerfCtrExtCore, and 1..=6 with PerfMonV2.
+    #[error("Unsupported number of AMD general-purpose counters: {gp} ({perfmon} has {})", amd_counts(*.perfmon))]
+    AmdGpCounters {
+        /// The AMD level asked for.
+        perfmon: crate::vendor::AmdPerfMon,
+        /// The number of counters asked for.
+        gp: u8,
+    },
+    /// Software PEBS was asked of a vendor that has none (PEBS is Intel's).
+    #[error("PEBS is not available on {0} PMUs")]
+    Pebs(crate::vendor::Vendor),
+}
+
+fn amd_counts(perfmon: crate::vendor::AmdPerfMon) -> &'static str {
+    match perfmon {
+        crate::vendor::AmdPerfMon::Legacy => "exactly 4",
+        crate::vendor::AmdPerfMon::ExtCore => "exactly 6",
+        crate::vendor::AmdPerfMon::PerfMonV2 => "1..=6",
+    }
 }
 
 /// A [`crate::CountSource`] could not create a host-side event.

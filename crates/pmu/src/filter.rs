@@ -5,8 +5,10 @@
 //!
 //! * A **GP counter** is allowed when its EVENTSEL's `(event select, unit mask)` pair is in
 //!   `events` under [`FilterAction::Allow`], or is *not* in `events` under
-//!   [`FilterAction::Deny`]. Only bits 7:0 and 15:8 of the EVENTSEL take part (KVM masks the
-//!   rest away, including CMASK, INV, EDGE, USR/OS).
+//!   [`FilterAction::Deny`]. Only the event select and the unit mask (bits 15:8) take part
+//!   (KVM masks the rest away, including CMASK, INV, EDGE, USR/OS). The event select is the
+//!   vendor's (KVM `EVENTSEL_EVENT`): Intel's bits 7:0, AMD's 12 bits 7:0 and 35:32 (so
+//!   AMD event 0x1C0 is `(0x1C0, umask)`). An Intel PMU never matches an entry above 0xFF.
 //! * A **fixed counter** `j` obeys `fixed_counter_bitmap` alone: under `Allow` it counts iff
 //!   bit `j` is set, under `Deny` iff bit `j` is clear. `events` does not affect fixed
 //!   counters (KVM `is_fixed_event_allowed`; the bitmap "has higher priority" than the list,
@@ -42,6 +44,10 @@
 //! all do). Unknown keys, an action other than `"allow"`/`"deny"`, an `event` or `umask`
 //! outside 0..=0xff and a bitmap outside 32 bits are errors naming the line and column.
 //!
+//! An optional `vendor = "amd"` (or `"intel"`, the default) says whose event selects the
+//! file lists: with `"amd"`, `event` may be 0..=0xfff (AMD's 12-bit event select). It
+//! changes nothing else; the filter itself is vendor-neutral.
+//!
 //! ```
 //! use pmu::{FilterAction, PmuEventFilter};
 //!
@@ -57,8 +63,13 @@
 //! let e = PmuEventFilter::from_toml_str("action = \"allow\"\nevents = [ { event = 0x100 } ]\n")
 //!     .unwrap_err();
 //! assert_eq!((e.line, e.column), (2, 22));
+//!
+//! let amd = PmuEventFilter::from_toml_str("action = \"allow\"\nvendor = \"amd\"\nevents = [ { event = 0x1c0 } ]\n")
+//!     .unwrap();
+//! assert!(amd.allows_gp(0x1c0, 0x00));
 //! ```
 
+use crate::vendor::Vendor;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use std::fmt;
@@ -79,8 +90,10 @@ pub enum FilterAction {
 pub struct PmuEventFilter {
     /// Whether `events` is an allow list or a deny list.
     pub action: FilterAction,
-    /// `(event select, unit mask)` pairs, as in EVENTSEL bits 7:0 and 15:8.
-    pub events: Vec<(u8, u8)>,
+    /// `(event select, unit mask)` pairs: the event select as the vendor defines it (Intel
+    /// EVENTSEL bits 7:0; AMD PERF_CTL bits 7:0 and 35:32 as one 12-bit number), the unit
+    /// mask from bits 15:8.
+    pub events: Vec<(u16, u8)>,
     /// Bit `j`: fixed counter `j` (see the module docs for how `action` applies).
     pub fixed_counter_bitmap: u32,
 }
@@ -88,19 +101,19 @@ pub struct PmuEventFilter {
 impl PmuEventFilter {
     /// A filter that lets exactly `events` count on GP counters, and fixed counters whose bit
     /// is set in `fixed_counter_bitmap`.
-    pub fn allow(events: impl IntoIterator<Item = (u8, u8)>, fixed_counter_bitmap: u32) -> Self {
+    pub fn allow(events: impl IntoIterator<Item = (u16, u8)>, fixed_counter_bitmap: u32) -> Self {
         PmuEventFilter { action: FilterAction::Allow, events: events.into_iter().collect(), fixed_counter_bitmap }
     }
 
     /// A filter that keeps `events` from counting on GP counters, and fixed counters whose
     /// bit is set in `fixed_counter_bitmap`.
-    pub fn deny(events: impl IntoIterator<Item = (u8, u8)>, fixed_counter_bitmap: u32) -> Self {
+    pub fn deny(events: impl IntoIterator<Item = (u16, u8)>, fixed_counter_bitmap: u32) -> Self {
         PmuEventFilter { action: FilterAction::Deny, events: events.into_iter().collect(), fixed_counter_bitmap }
     }
 
-    /// Whether a GP counter programmed with `event`/`umask` may count (KVM
-    /// `is_gp_event_allowed`).
-    pub fn allows_gp(&self, event: u8, umask: u8) -> bool {
+    /// Whether a GP counter programmed with `event` (the vendor's event select) and `umask`
+    /// may count (KVM `is_gp_event_allowed`).
+    pub fn allows_gp(&self, event: u16, umask: u8) -> bool {
         let listed = self.events.contains(&(event, umask));
         listed == (self.action == FilterAction::Allow)
     }
@@ -113,7 +126,13 @@ impl PmuEventFilter {
 
     /// Parses the TOML file format (see the module docs).
     pub fn from_toml_str(text: &str) -> Result<Self, FilterError> {
-        toml::from_str::<RawFilter>(text).map(RawFilter::into_filter).map_err(|e| {
+        let wide = toml::from_str::<VendorProbe>(text).is_ok_and(|p| p.wide());
+        let parsed = if wide {
+            toml::from_str::<RawFilter<EventSelectAmd>>(text).map(RawFilter::into_filter)
+        } else {
+            toml::from_str::<RawFilter<EventSelect>>(text).map(RawFilter::into_filter)
+        };
+        parsed.map_err(|e| {
             let (line, column) = e.span().map_or((1, 1), |span| line_column(text, span.start));
             FilterError { format: FilterFormat::Toml, line, column, message: e.message().trim_end().to_owned() }
         })
@@ -121,7 +140,13 @@ impl PmuEventFilter {
 
     /// Parses the JSON file format (see the module docs).
     pub fn from_json_str(text: &str) -> Result<Self, FilterError> {
-        serde_json::from_str::<RawFilter>(text).map(RawFilter::into_filter).map_err(|e| FilterError {
+        let wide = serde_json::from_str::<VendorProbe>(text).is_ok_and(|p| p.wide());
+        let parsed = if wide {
+            serde_json::from_str::<RawFilter<EventSelectAmd>>(text).map(RawFilter::into_filter)
+        } else {
+            serde_json::from_str::<RawFilter<EventSelect>>(text).map(RawFilter::into_filter)
+        };
+        parsed.map_err(|e| FilterError {
             format: FilterFormat::Json,
             line: e.line(),
             column: e.column(),
@@ -205,22 +230,41 @@ fn strip_json_position(msg: &str) -> String {
     }
 }
 
-/// The file format as serde sees it.
+/// First pass over a file: only its `vendor`, which decides how wide `event` may be. Any
+/// error here (syntax, a bad vendor) is left to the full parse, which reports it.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFilter {
-    action: RawAction,
+struct VendorProbe {
     #[serde(default)]
-    fixed_counters: Bitmap,
-    #[serde(default)]
-    events: Vec<RawEvent>,
+    vendor: Option<Vendor>,
 }
 
-impl RawFilter {
+impl VendorProbe {
+    /// 12-bit event selects.
+    fn wide(&self) -> bool {
+        self.vendor == Some(Vendor::Amd)
+    }
+}
+
+/// The file format as serde sees it, with event selects of type `E` (8 or 12 bits).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFilter<E> {
+    action: RawAction,
+    /// Checked here so that a bad value is reported with its position.
+    #[serde(default)]
+    #[allow(dead_code)]
+    vendor: Option<Vendor>,
+    #[serde(default)]
+    fixed_counters: Bitmap,
+    #[serde(default = "Vec::new")]
+    events: Vec<RawEvent<E>>,
+}
+
+impl<E: Into<u16>> RawFilter<E> {
     fn into_filter(self) -> PmuEventFilter {
         PmuEventFilter {
             action: self.action.0,
-            events: self.events.into_iter().map(|e| (e.event.0, e.umask.0)).collect(),
+            events: self.events.into_iter().map(|e| (e.event.into(), e.umask.0)).collect(),
             fixed_counter_bitmap: self.fixed_counters.0,
         }
     }
@@ -228,8 +272,8 @@ impl RawFilter {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawEvent {
-    event: EventSelect,
+struct RawEvent<E> {
+    event: E,
     #[serde(default)]
     umask: Umask,
 }
@@ -305,18 +349,34 @@ fn deserialize_uint<'de, D: Deserializer<'de>>(d: D, what: &'static str, max: u6
 
 macro_rules! uint_field {
     ($name:ident, $t:ty, $what:literal) => {
+        uint_field!($name, $t, $what, <$t>::MAX);
+    };
+    ($name:ident, $t:ty, $what:literal, $max:expr) => {
         #[derive(Default)]
         struct $name($t);
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let v = deserialize_uint(d, $what, u64::from(<$t>::MAX))?;
+                let v = deserialize_uint(d, $what, u64::from($max))?;
                 Ok($name(<$t>::try_from(v).expect("range checked")))
             }
         }
     };
 }
 
+impl From<EventSelect> for u16 {
+    fn from(v: EventSelect) -> u16 {
+        v.0.into()
+    }
+}
+
+impl From<EventSelectAmd> for u16 {
+    fn from(v: EventSelectAmd) -> u16 {
+        v.0
+    }
+}
+
 uint_field!(EventSelect, u8, "event");
+uint_field!(EventSelectAmd, u16, "event", 0xFFFu16);
 uint_field!(Umask, u8, "umask");
 uint_field!(Bitmap, u32, "fixed_counters");
 
@@ -431,6 +491,33 @@ mod tests {
         assert_eq!(e.line, 1, "{e}");
         assert_eq!(e.format, FilterFormat::Toml);
         assert!(e.to_string().starts_with("Invalid TOML event filter at line 1"), "{e}");
+    }
+
+    #[test]
+    fn amd_event_selects_are_twelve_bits() {
+        let f = PmuEventFilter::from_toml_str(
+            "action = \"deny\"\nvendor = \"amd\"\nevents = [ { event = 0x1c0 }, { event = 0x60, umask = 0xff } ]\n",
+        )
+        .unwrap();
+        assert_eq!(f, PmuEventFilter::deny([(0x1C0, 0), (0x60, 0xFF)], 0));
+        assert!(!f.allows_gp(0x1C0, 0) && f.allows_gp(0xC0, 0), "0x1C0 is not 0xC0");
+        let e = toml_err("action = \"deny\"\nvendor = \"amd\"\nevents = [ { event = 0x1000 } ]\n");
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.message.contains("event 0x1000 is out of range (0..=0xfff)"), "{e}");
+        let e = toml_err("action = \"deny\"\nvendor = \"intel\"\nevents = [ { event = 0x1c0 } ]\n");
+        assert!(e.message.contains("event 0x1c0 is out of range (0..=0xff)"), "{e}");
+        let e = toml_err("action = \"deny\"\nvendor = \"arm\"\n");
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.message.contains("unknown variant `arm`"), "{e}");
+        // The vendor may come after the events.
+        let f = PmuEventFilter::from_json_str(
+            r#"{ "action": "allow", "events": [ { "event": "0x120" } ], "vendor": "amd" }"#,
+        )
+        .unwrap();
+        assert_eq!(f, PmuEventFilter::allow([(0x120, 0)], 0));
+        let e =
+            json_err("{\n  \"action\": \"allow\",\n  \"events\": [ { \"event\": 4096 } ],\n  \"vendor\": \"amd\"\n}");
+        assert_eq!(e.line, 3, "{e}");
     }
 
     #[test]

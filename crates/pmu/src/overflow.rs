@@ -27,7 +27,8 @@ impl<B: CountSource> Pmu<B> {
         self.stats.overflows += 1;
         self.pmcs[idx.slot()].needs_arm = true;
         if !self.auto_reload_on_overflow(idx) {
-            self.global_status |= idx.mask();
+            // A PMU without a status register (AMD before PerfMonV2) records nothing.
+            self.global_status |= idx.mask() & !self.caps.global_status_reserved();
             if self.pebs_overflow(idx) {
                 return;
             }

@@ -6,7 +6,6 @@ use crate::backend::CountSource;
 use crate::backend::HostEventConfig;
 use crate::caps::PmuCaps;
 use crate::error::ConfigError;
-use crate::event::EventSet;
 use crate::eventsel::{EventSel, FixedCtrl};
 use crate::filter::PmuEventFilter;
 use crate::host::HostDriver;
@@ -14,14 +13,21 @@ use crate::msr::{Initiator, MsrAccess, MsrIndex, MsrRange};
 use crate::pmc::{Pmc, PmcIdx, RdpmcIdx, PMC_SLOTS};
 use crate::policy::Policy;
 use crate::stats::PmuStats;
-use crate::vendor::{CapsRequest, PmuReg, Vendor};
+use crate::vendor::{AmdPerfMon, PmuReg, Vendor};
 
 /// How to build a [`Pmu`]. Not `Copy` (the filter owns a list): clone it to build several.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PmuConfig {
-    /// General-purpose counters, 1..=8 (default 4).
+    /// The vendor whose PMU this is (default [`Vendor::Intel`]).
+    pub vendor: Vendor,
+    /// AMD's performance-monitoring level (default [`AmdPerfMon::PerfMonV2`]); ignored for
+    /// Intel.
+    pub amd_perfmon: AmdPerfMon,
+    /// General-purpose counters (default 4): Intel 1..=8; AMD exactly 4 (legacy), exactly 6
+    /// (PerfCtrExtCore) or 1..=6 (PerfMonV2).
     pub gp_counters: u8,
-    /// Advertise PERF_CAPABILITIES.FW_WRITE and the IA32_A_PMCx aliases (default true).
+    /// Intel: advertise PERF_CAPABILITIES.FW_WRITE and the IA32_A_PMCx aliases (default
+    /// true). Ignored for AMD, whose counters always take 48-bit writes.
     pub full_width_writes: bool,
     /// Host event management policy (default [`Policy::default`]).
     pub policy: Policy,
@@ -30,17 +36,26 @@ pub struct PmuConfig {
     pub filter: Option<PmuEventFilter>,
     /// Software PEBS (default false): IA32_PEBS_ENABLE and IA32_DS_AREA exist,
     /// IA32_MISC_ENABLE says PEBS is available and PERF_CAPABILITIES advertises record
-    /// format 1; see `Pmu::pebs_effective`.
+    /// format 1; see `Pmu::pebs_effective`. Intel only ([`ConfigError::Pebs`] for AMD).
     pub pebs: bool,
 }
 
 impl Default for PmuConfig {
     fn default() -> Self {
-        PmuConfig { gp_counters: 4, full_width_writes: true, policy: Policy::default(), filter: None, pebs: false }
+        PmuConfig {
+            vendor: Vendor::Intel,
+            amd_perfmon: AmdPerfMon::default(),
+            gp_counters: 4,
+            full_width_writes: true,
+            policy: Policy::default(),
+            filter: None,
+            pebs: false,
+        }
     }
 }
 
-/// A virtual Intel architectural PMU (version 2) driving a [`CountSource`].
+/// A virtual PMU (Intel architectural perfmon version 2, or AMD64 performance monitoring,
+/// per [`PmuConfig::vendor`]) driving a [`CountSource`].
 ///
 /// Generic over the backend so the VMM keeps typed access to it ([`Pmu::backend_mut`]);
 /// [`CountSource`] is object-safe, so `Pmu<Box<dyn CountSource>>` works too.
@@ -84,12 +99,7 @@ pub struct Pmu<B: CountSource> {
 impl<B: CountSource> Pmu<B> {
     /// Builds a PMU in its reset state, asking `backend` once which events it counts.
     pub fn new(config: PmuConfig, backend: B) -> Result<Self, ConfigError> {
-        let caps = Vendor::Intel.ops().refresh(&CapsRequest {
-            gp_counters: config.gp_counters,
-            full_width_writes: config.full_width_writes,
-            pebs: config.pebs,
-            available: EventSet::from_fn(|e| backend.supports(e)),
-        })?;
+        let caps = PmuCaps::probe_config(&config, &backend)?;
         Ok(Pmu {
             caps,
             policy: config.policy,
@@ -245,8 +255,8 @@ impl<B: CountSource> Pmu<B> {
             PmuReg::FixedCtrCtrl => self.fixed_ctr_ctrl,
             PmuReg::GlobalStatus => self.global_status,
             PmuReg::GlobalCtrl => self.global_ctrl,
-            // It only acts on writes; it reads as 0 (KVM).
-            PmuReg::GlobalStatusClear => 0,
+            // They only act on writes; they read as 0 (KVM).
+            PmuReg::GlobalStatusClear | PmuReg::GlobalStatusSet => 0,
             // Exists for the guest only when CPUID.1:ECX.PDCM is advertised, which the VMM
             // does iff the value is non-zero (KVM: #GP without guest PDCM; the host may
             // always read it).
@@ -298,6 +308,13 @@ impl<B: CountSource> Pmu<B> {
                 let v = self.caps.check_reserved(data, self.caps.global_status_reserved())?;
                 if guest {
                     self.global_status &= !v;
+                }
+            }
+            PmuReg::GlobalStatusSet => {
+                // Sets overflow bits as if the counters had wrapped, without a PMI (KVM).
+                let v = self.caps.check_reserved(data, self.caps.global_status_reserved())?;
+                if guest {
+                    self.global_status |= v;
                 }
             }
             // Read-only to the guest; the host may only confirm the configured value.
@@ -363,7 +380,8 @@ impl<B: CountSource> Pmu<B> {
     }
 
     /// The event filter denies counter `idx`'s current programming (KVM
-    /// `check_pmu_event_filter`: GP counters by EVENTSEL event/umask, fixed by the bitmap).
+    /// `check_pmu_event_filter`: GP counters by the vendor's event select and the unit mask,
+    /// fixed ones by the bitmap).
     pub(crate) fn filtered(&self, idx: PmcIdx) -> bool {
         let Some(f) = &self.filter else {
             return false;
@@ -372,12 +390,7 @@ impl<B: CountSource> Pmu<B> {
             !f.allows_fixed(idx.number())
         } else {
             let (event, umask) = self.caps.ops().event_select(self.pmcs[idx.slot()].eventsel);
-            // The filter lists 8-bit event selects: a wider one is never listed.
-            let allowed = match u8::try_from(event) {
-                Ok(event) => f.allows_gp(event, umask),
-                Err(_) => f.action == crate::filter::FilterAction::Deny,
-            };
-            !allowed
+            !f.allows_gp(event, umask)
         }
     }
 
@@ -431,7 +444,7 @@ pub(crate) fn fixed_config(caps: &PmuCaps, j: u8, ctrl: FixedCtrl) -> HostEventC
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::ArchEvent;
+    use crate::event::{ArchEvent, EventSet};
 
     #[test]
     fn fixed_config_events() {

@@ -94,25 +94,21 @@ impl<B: CountSource> Pmu<B> {
     fn load(&mut self, s: &PmuState) -> Result<(), RestoreError> {
         let gp = || (0u8..).map_while(PmcIdx::gp);
         let fixed = || (0u8..).map_while(PmcIdx::fixed);
+        // With a global enable, hold counting back with it until everything is in place.
+        // Without one (AMD before PerfMonV2) the selectors start the counters, so they come
+        // last, after every other value has been accepted: a refused snapshot never starts
+        // a counter.
         let gated = self.caps.has_reg(PmuReg::GlobalCtrl);
         if gated {
             self.load_reg(PmuReg::GlobalCtrl, 0, 0)?;
-        } else {
-            // No global enable to hold counting back: values first, then the selectors
-            // that may start the counters.
-            for (idx, &v) in gp().zip(&s.pmc) {
-                self.load_counter(idx, v)?;
+            for (idx, &v) in gp().zip(&s.eventsel) {
+                self.load_reg(PmuReg::EventSel(idx), v, 0)?;
             }
-        }
-        for (idx, &v) in gp().zip(&s.eventsel) {
-            self.load_reg(PmuReg::EventSel(idx), v, 0)?;
         }
         // Host writes to legacy PMCs are not sign-extended but would be truncated: refuse
         // values wider than a counter instead of silently losing bits.
-        if gated {
-            for (idx, &v) in gp().zip(&s.pmc) {
-                self.load_counter(idx, v)?;
-            }
+        for (idx, &v) in gp().zip(&s.pmc) {
+            self.load_counter(idx, v)?;
         }
         for (idx, &v) in fixed().zip(&s.fixed_ctr) {
             self.load_counter(idx, v)?;
@@ -128,12 +124,15 @@ impl<B: CountSource> Pmu<B> {
         self.load_reg(PmuReg::DsArea, s.ds_area, 0)?;
         self.load_reg(PmuReg::PebsEnable, s.pebs_enable, 0)?;
         if gated {
-            self.load_reg(PmuReg::GlobalCtrl, s.global_ctrl, 0)
-        } else if s.global_ctrl != self.global_ctrl {
-            Err(RestoreError::Absent { register: PmuReg::GlobalCtrl, value: s.global_ctrl })
-        } else {
-            Ok(())
+            return self.load_reg(PmuReg::GlobalCtrl, s.global_ctrl, 0);
         }
+        if s.global_ctrl != self.global_ctrl {
+            return Err(RestoreError::Absent { register: PmuReg::GlobalCtrl, value: s.global_ctrl });
+        }
+        for (idx, &v) in gp().zip(&s.eventsel) {
+            self.load_reg(PmuReg::EventSel(idx), v, 0)?;
+        }
+        Ok(())
     }
 
     /// Host write of `value` to `reg` through its MSR. A register this PMU does not have

@@ -9,8 +9,8 @@ use common::*;
 use pmu::{FilterAction, PmuEventFilter};
 
 /// The selftest measures branches retired (0xC4/0x00) over a known loop.
-const BRANCHES: (u8, u8) = (0xC4, 0x00);
-const INSNS: (u8, u8) = (0xC0, 0x00);
+const BRANCHES: (u16, u8) = (0xC4, 0x00);
+const INSNS: (u16, u8) = (0xC0, 0x00);
 const LOOP: u64 = 42;
 
 fn filtered(filter: Option<PmuEventFilter>) -> Pmu<MockSource> {
@@ -48,11 +48,11 @@ fn run_fixed(p: &mut Pmu<MockSource>, j: u8) -> u64 {
 }
 
 /// A list like the selftest's base filter: many events, including branches.
-fn base_events() -> Vec<(u8, u8)> {
+fn base_events() -> Vec<(u16, u8)> {
     vec![(0x3C, 0x00), (0xC0, 0x00), (0x3C, 0x01), (0x2E, 0x4F), (0x2E, 0x41), BRANCHES, (0xC5, 0x00)]
 }
 
-fn without_branches() -> Vec<(u8, u8)> {
+fn without_branches() -> Vec<(u16, u8)> {
     base_events().into_iter().filter(|&e| e != BRANCHES).collect()
 }
 

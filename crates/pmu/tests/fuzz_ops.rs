@@ -1,8 +1,9 @@
 //! Deterministic, bounded model fuzzer: seeded random operations (MSR reads/writes by
 //! guest and host over every PMU MSR and the MSRs just outside the ranges, RDPMC, backend
 //! counts, overflow collection, ticks, sched out/in, reset, save/restore, filter changes,
-//! failing opens, CPL changes) over random configurations, with every invariant of
-//! `fuzz_harness` checked after every operation.
+//! failing opens, CPL changes) over random configurations of both vendors (Intel, and AMD
+//! at each of its levels), with every invariant of `fuzz_harness` checked after every
+//! operation.
 //!
 //! `PERFVM_FUZZ_OPS` sets the number of operations (default 200000, a second or two in a
 //! debug build); `PERFVM_FUZZ_SEED` the base seed (default 0x9e3779b97f4a7c15). The CI run:
@@ -77,6 +78,8 @@ fn fuzz_model_ops() {
             ("host rejects", total.host_rejects),
             ("deliveries", total.deliveries),
             ("wraps", total.wraps),
+            ("AMD ops", total.amd_ops),
+            ("AMD wraps", total.amd_wraps),
             ("PMIs", total.pmis),
             ("opens", total.opens),
             ("failed opens", total.failed_opens),

@@ -205,6 +205,7 @@ fn random_ops_never_panic_and_respect_the_rules() {
                 policy: Policy::Reuse { release_after_ns: 0 },
                 filter: None,
                 pebs: false,
+                ..PmuConfig::default()
             },
             MockSource::new(),
         ),

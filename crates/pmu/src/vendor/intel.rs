@@ -214,6 +214,7 @@ impl VendorOps for Intel {
             global_status_reserved: !(counters | OVF_BUF_COND_CHGD),
             reserved_bits: ReservedBits::Fault,
             pebs: req.pebs,
+            amd_perfmon: None,
         })
     }
 
@@ -244,6 +245,7 @@ impl VendorOps for Intel {
         }
     }
 
+    /// Every register but AMD's GLOBAL_STATUS_SET has an Intel MSR.
     fn reg_msr(&self, _caps: &PmuCaps, reg: PmuReg) -> Option<MsrIndex> {
         let m = match reg {
             PmuReg::Counter(p, _) if p.is_fixed() => PmuMsr::FixedCtr(p.number()),
@@ -253,6 +255,7 @@ impl VendorOps for Intel {
             PmuReg::GlobalStatus => PmuMsr::GlobalStatus,
             PmuReg::GlobalCtrl => PmuMsr::GlobalCtrl,
             PmuReg::GlobalStatusClear => PmuMsr::GlobalOvfCtrl,
+            PmuReg::GlobalStatusSet => return None,
             PmuReg::PerfCapabilities => PmuMsr::PerfCapabilities,
             PmuReg::MiscEnable => PmuMsr::MiscEnable,
             PmuReg::PebsEnable => PmuMsr::PebsEnable,

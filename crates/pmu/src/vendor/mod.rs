@@ -6,11 +6,16 @@
 //!
 //! * `intel.rs`: Intel architectural performance monitoring version 2 (KVM
 //!   `vmx/pmu_intel.c`).
+//! * `amd.rs`: AMD64 performance monitoring: the legacy counters, PerfCtrExtCore and
+//!   PerfMonV2 (AMD APM Vol. 2, "Performance Monitoring Counters"; KVM `svm/pmu.c`).
 //!
 //! A vendor is chosen by [`Vendor`]; the choice is fixed in [`PmuCaps`] when the PMU is
 //! built (KVM `refresh()`), so each MSR access costs one dispatch through `Vendor::ops`.
 
+mod amd;
 mod intel;
+
+pub use amd::{AmdEventSel, AmdMsr, AMD_MAX_GP_COUNTERS};
 
 pub(crate) use intel::perf_capabilities as intel_perf_capabilities;
 pub use intel::{PmuMsr, ARCH_EVENT_VECTOR_LEN, PMU_VERSION};
@@ -31,6 +36,9 @@ pub enum Vendor {
     /// Performance Monitoring").
     #[default]
     Intel,
+    /// AMD64 performance monitoring (AMD APM Vol. 2, "Performance Monitoring Counters"),
+    /// at the level [`crate::PmuConfig::amd_perfmon`] says: no fixed counters, no PEBS.
+    Amd,
 }
 
 impl Vendor {
@@ -38,6 +46,7 @@ impl Vendor {
     pub(crate) fn ops(self) -> &'static dyn VendorOps {
         match self {
             Vendor::Intel => &intel::Intel,
+            Vendor::Amd => &amd::Amd,
         }
     }
 }
@@ -46,6 +55,37 @@ impl fmt::Display for Vendor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Vendor::Intel => "Intel",
+            Vendor::Amd => "AMD",
+        })
+    }
+}
+
+/// How much of AMD64 performance monitoring an AMD PMU has (what the guest learns from
+/// CPUID 0x80000001 and 0x80000022; KVM `amd_pmu_refresh`). Each level includes the one
+/// before it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AmdPerfMon {
+    /// The four legacy counters: PERF_CTL0-3 at 0xC0010000-3, PERF_CTR0-3 at
+    /// 0xC0010004-7. Exactly 4 counters; no global registers.
+    Legacy,
+    /// PerfCtrExtCore (CPUID 0x80000001 ECX bit 23): six counters with their CTL/CTR pairs
+    /// interleaved at 0xC0010200-0xC001020B; the legacy MSRs alias counters 0-3. Exactly 6
+    /// counters (the guest learns no count).
+    ExtCore,
+    /// PerfMonV2 (CPUID 0x80000022 EAX bit 0): ExtCore plus PerfCntrGlobalCtl,
+    /// PerfCntrGlobalStatus and its Clr/Set registers (0xC0000300-3); 1-6 counters,
+    /// advertised in CPUID 0x80000022 EBX\[3:0\].
+    #[default]
+    PerfMonV2,
+}
+
+impl fmt::Display for AmdPerfMon {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AmdPerfMon::Legacy => "legacy counters",
+            AmdPerfMon::ExtCore => "PerfCtrExtCore",
+            AmdPerfMon::PerfMonV2 => "PerfMonV2",
         })
     }
 }
@@ -62,14 +102,18 @@ pub enum PmuReg {
     /// The fixed counters' control register (Intel IA32_FIXED_CTR_CTRL).
     FixedCtrCtrl,
     /// Overflow status, one bit per counter in [`PmcIdx`] layout (Intel
-    /// IA32_PERF_GLOBAL_STATUS). Read-only to the guest; the VMM restores it.
+    /// IA32_PERF_GLOBAL_STATUS, AMD PerfCntrGlobalStatus). Read-only to the guest; the VMM
+    /// restores it.
     GlobalStatus,
     /// Global enables, one bit per counter in [`PmcIdx`] layout (Intel
-    /// IA32_PERF_GLOBAL_CTRL).
+    /// IA32_PERF_GLOBAL_CTRL, AMD PerfCntrGlobalCtl).
     GlobalCtrl,
     /// Writing ones clears those GLOBAL_STATUS bits; reads as 0 (Intel
-    /// IA32_PERF_GLOBAL_OVF_CTRL).
+    /// IA32_PERF_GLOBAL_OVF_CTRL, AMD PerfCntrGlobalStatusClr).
     GlobalStatusClear,
+    /// Writing ones sets those GLOBAL_STATUS bits; reads as 0 (AMD
+    /// PerfCntrGlobalStatusSet).
+    GlobalStatusSet,
     /// Intel IA32_PERF_CAPABILITIES.
     PerfCapabilities,
     /// Intel IA32_MISC_ENABLE (its perfmon bits).
@@ -88,7 +132,8 @@ pub enum CounterWrite {
     Legacy,
     /// Intel IA32_A_PMCx: the value must fit the width, else #GP (guest and host).
     FullWidth,
-    /// Masked to the width, never a #GP (Intel IA32_FIXED_CTRj, as KVM does).
+    /// Masked to the width, never a #GP (Intel IA32_FIXED_CTRj and every AMD counter, as
+    /// KVM does).
     Masked,
 }
 
@@ -111,6 +156,12 @@ pub(crate) enum ReservedBits {
     /// #GP, and the register keeps its value (Intel; also a guest write to a read-only
     /// register #GPs).
     Fault,
+    /// Cleared: the rest of the write takes effect (AMD; a guest write to a read-only
+    /// register is ignored). KVM `kvm_pmu_set_msr`: "AMD ignores writes to reserved bits
+    /// and read-only PMU MSRs, whereas Intel generates #GP"; AMD EPYC parts never #GP a
+    /// PerfEvtSel write (KVM commit 9b026073db2f), and Linux guests set HostOnly (bit 41)
+    /// there, so a #GP would break them.
+    Ignore,
 }
 
 impl ReservedBits {
@@ -125,6 +176,7 @@ impl ReservedBits {
                     Some(data)
                 }
             }
+            ReservedBits::Ignore => Some(data & !reserved),
         }
     }
 }
@@ -138,6 +190,8 @@ pub(crate) struct CapsRequest {
     pub full_width_writes: bool,
     /// Intel software PEBS.
     pub pebs: bool,
+    /// AMD performance monitoring level.
+    pub amd_perfmon: AmdPerfMon,
     /// Architectural events the backend counts honestly.
     pub available: EventSet,
 }
@@ -200,8 +254,19 @@ mod tests {
     }
 
     #[test]
-    fn reserved_bits_fault() {
+    fn reserved_bits_fault_or_are_ignored() {
         assert_eq!(ReservedBits::Fault.apply(0x10, 0x01), Some(0x10));
         assert_eq!(ReservedBits::Fault.apply(0x11, 0x01), None);
+        assert_eq!(ReservedBits::Ignore.apply(0x11, 0x01), Some(0x10));
+    }
+
+    #[test]
+    fn vendors_by_name() {
+        assert_eq!(Vendor::default(), Vendor::Intel);
+        assert_eq!(serde_json::to_string(&Vendor::Amd).unwrap(), "\"amd\"");
+        assert_eq!(serde_json::from_str::<AmdPerfMon>("\"extcore\"").unwrap(), AmdPerfMon::ExtCore);
+        assert_eq!(AmdPerfMon::default(), AmdPerfMon::PerfMonV2);
+        assert!(AmdPerfMon::Legacy < AmdPerfMon::ExtCore && AmdPerfMon::ExtCore < AmdPerfMon::PerfMonV2);
+        assert_eq!(Vendor::Amd.to_string(), "AMD");
     }
 }

@@ -43,8 +43,18 @@ pub fn pmu_with(policy: Policy) -> Pmu<MockSource> {
 }
 
 pub fn pmu_cfg(gp_counters: u8, full_width_writes: bool, source: MockSource) -> Pmu<MockSource> {
-    Pmu::new(PmuConfig { gp_counters, full_width_writes, policy: REUSE_1MS, filter: None, pebs: false }, source)
-        .unwrap()
+    Pmu::new(
+        PmuConfig {
+            gp_counters,
+            full_width_writes,
+            policy: REUSE_1MS,
+            filter: None,
+            pebs: false,
+            ..PmuConfig::default()
+        },
+        source,
+    )
+    .unwrap()
 }
 
 pub fn wr(p: &mut Pmu<MockSource>, msr: MsrIndex, v: u64) -> MsrAccess {

@@ -3,25 +3,30 @@
 //! decoded through `arbitrary`). Both draw configurations and operations from an
 //! [`Entropy`] source with the same biased generators, and both run every operation
 //! through [`Harness::step`], which checks the model against an independent shadow of the
-//! guest-visible state after each operation:
+//! guest-visible state after each operation. Configurations cover both vendors: Intel
+//! architectural perfmon v2 and AMD (legacy counters, PerfCtrExtCore, PerfMonV2); the
+//! shadow decodes each vendor's MSRs itself ([`HReg`]).
 //!
-//! * no panic; a guest (or host) write faults exactly when the SDM/KVM rules say so, which
-//!   includes every write with a reserved bit set; a read faults exactly for absent MSRs;
+//! * no panic; a guest (or host) write faults exactly when the SDM/APM/KVM rules say so
+//!   (Intel: every write with a reserved bit set; AMD: only absent MSRs, reserved bits are
+//!   cleared instead); a read faults exactly for absent MSRs;
 //! * every register reads back what the shadow holds; every counter read fits 48 bits;
 //! * a counter changes value only by an explicit write, reset or restore, or by the counts
 //!   the mock actually delivered to it (so a counter that is not counting never changes);
-//!   a wrap past 2^48 sets its GLOBAL_STATUS bit and, with INT/PMI, owes exactly one PMI;
-//! * GLOBAL_STATUS only ever holds bits of counters that exist, plus 62/63;
+//!   a wrap past 2^48 sets its GLOBAL_STATUS bit (where the PMU has one) and, with INT/PMI,
+//!   owes exactly one PMI;
+//! * GLOBAL_STATUS only ever holds bits of counters that exist, plus 62/63 on Intel;
 //! * a host event is enabled exactly when the guest registers, the filter, the backend's
 //!   events and the schedule say the counter counts (unless its `open` failed), with the
-//!   configuration the registers ask for; the filter never lets a denied event be opened;
+//!   configuration the registers ask for (decoded in the vendor's event encoding); the
+//!   filter never lets a denied event be opened;
 //! * the mock sees no backend protocol violation.
 #![allow(dead_code)]
 
 use pmu::{
-    ArchEvent, EventSel, FilterAction, FixedCtrl, Initiator, MockCall, MockSource, MsrAccess, MsrIndex, PmcIdx, Pmu,
-    PmuConfig, PmuEventFilter, PmuState, Policy, RdpmcIdx, COUNTER_MASK, FIXED_EVENTS, PMC_SLOTS as SLOTS,
-    STATE_FORMAT,
+    AmdEventSel, AmdPerfMon, ArchEvent, EventSel, FilterAction, FixedCtrl, Initiator, MockCall, MockSource, MsrAccess,
+    MsrIndex, PmcIdx, Pmu, PmuConfig, PmuEventFilter, PmuState, Policy, RdpmcIdx, Vendor, COUNTER_MASK, FIXED_EVENTS,
+    PMC_SLOTS as SLOTS, STATE_FORMAT,
 };
 
 /// A source of random bits.
@@ -62,12 +67,18 @@ impl Entropy for XorShift {
     }
 }
 
+/// Shadow slots of the GP counters (fixed counters follow).
+const GP_SLOTS: usize = 8;
 const OVF_BUF_COND_CHGD: u64 = 3 << 62;
 /// IA32_MISC_ENABLE of a PMU without PEBS at reset: EMON, BTS and PEBS unavailable.
 const MISC_RESET: u64 = 1 << 7 | 3 << 11;
+/// Intel v2 EVENTSEL reserved bits: 63:32 and ANY (21).
 const EVENTSEL_RESERVED: u64 = 0xFFFF_FFFF_0020_0000;
+/// AMD PERF_CTL reserved bits for a guest: 19, 21, 63:36 (HostOnly/GuestOnly included).
+const AMD_EVENTSEL_RESERVED: u64 = 0xFFFF_FFF0_0028_0000;
 
-/// Every PMU MSR of the largest PMU, the MSRs just outside each range, and a few others.
+/// Every Intel PMU MSR of the largest PMU, the MSRs just outside each range, a few AMD PMU
+/// MSRs (absent on Intel) and a few others.
 pub const MSR_POOL: &[u32] = &[
     0xC0,
     0xC1,
@@ -118,11 +129,61 @@ pub const MSR_POOL: &[u32] = &[
     0x3F1,
     0xC000_0080,
     0xFFFF_FFFF,
+    0xC001_0000,
+    0xC001_0201,
+    0xC000_0301, // AMD's
 ];
 
-/// `(event, umask)` pairs guests program and filters list: the architectural events and a
-/// few that are not.
-const EVENT_POOL: &[(u8, u8)] = &[
+/// Every AMD PMU MSR of the largest PMU, the MSRs just outside each range, a few Intel PMU
+/// MSRs (absent on AMD) and a few others.
+pub const AMD_MSR_POOL: &[u32] = &[
+    0xC000_FFFF,
+    0xC001_0000,
+    0xC001_0001,
+    0xC001_0002,
+    0xC001_0003, // PERF_CTL0-3
+    0xC001_0004,
+    0xC001_0005,
+    0xC001_0006,
+    0xC001_0007, // PERF_CTR0-3
+    0xC001_0008,
+    0xC001_01FF,
+    0xC001_0200,
+    0xC001_0201,
+    0xC001_0202,
+    0xC001_0203,
+    0xC001_0204,
+    0xC001_0205,
+    0xC001_0206,
+    0xC001_0207,
+    0xC001_0208,
+    0xC001_0209,
+    0xC001_020A,
+    0xC001_020B, // PerfCtrExtCore CTL/CTR pairs
+    0xC001_020C,
+    0xC000_02FF,
+    0xC000_0300,
+    0xC000_0301,
+    0xC000_0302,
+    0xC000_0303, // PerfMonV2 globals
+    0xC000_0304,
+    0xC1,
+    0x186,
+    0x309,
+    0x38D,
+    0x38E,
+    0x38F,
+    0x390,
+    0x345,
+    0x1A0, // Intel's
+    0x10,
+    0xC000_0080,
+    0xFFFF_FFFF,
+];
+
+/// `(event, umask)` pairs Intel guests program and filters list: the architectural events
+/// and a few that are not.
+const EVENT_POOL: &[(u16, u8)] = &[
     (0x3C, 0x00),
     (0xC0, 0x00),
     (0x3C, 0x01),
@@ -133,6 +194,24 @@ const EVENT_POOL: &[(u8, u8)] = &[
     (0xD1, 0x01),
     (0x00, 0x00),
     (0xC0, 0x01),
+];
+
+/// The same for AMD (12-bit event selects): Linux's generic events on Zen and family
+/// 10h-16h, and a few that are not architectural (0x20 is 0x120 without bits 35:32).
+const AMD_EVENT_POOL: &[(u16, u8)] = &[
+    (0x076, 0x00),
+    (0x0C0, 0x00),
+    (0x120, 0x00),
+    (0x060, 0xFF),
+    (0x064, 0x09),
+    (0x0C2, 0x00),
+    (0x0C3, 0x00),
+    (0x07D, 0x07),
+    (0x07E, 0x07),
+    (0x020, 0x00),
+    (0x1C0, 0x00),
+    (0x03C, 0x00),
+    (0xFFF, 0xFF),
 ];
 
 /// One operation on the PMU or its environment.
@@ -188,11 +267,24 @@ pub struct FuzzConfig {
     pub supported: Vec<ArchEvent>,
 }
 
-/// A random filter, biased toward lists that name events guests program.
-pub fn gen_filter(e: &mut impl Entropy) -> PmuEventFilter {
+fn event_pool(vendor: Vendor) -> &'static [(u16, u8)] {
+    match vendor {
+        Vendor::Intel => EVENT_POOL,
+        Vendor::Amd => AMD_EVENT_POOL,
+    }
+}
+
+/// A random filter, biased toward lists that name events `vendor`'s guests program.
+pub fn gen_filter(e: &mut impl Entropy, vendor: Vendor) -> PmuEventFilter {
     let n = e.below(6) as usize;
     let events = (0..n)
-        .map(|_| if e.chance(85) { e.pick(EVENT_POOL) } else { (e.next_u64() as u8, e.next_u64() as u8) })
+        .map(|_| {
+            if e.chance(85) {
+                e.pick(event_pool(vendor))
+            } else {
+                ((e.next_u64() & 0xFFF) as u16, e.next_u64() as u8)
+            }
+        })
         .collect();
     let fixed_counter_bitmap = if e.chance(90) { e.below(8) as u32 } else { e.next_u64() as u32 };
     PmuEventFilter {
@@ -202,8 +294,9 @@ pub fn gen_filter(e: &mut impl Entropy) -> PmuEventFilter {
     }
 }
 
-/// A random configuration: 1..8 GP counters, full-width writes on/off, reuse (various
-/// slices) or legacy, with or without a filter, a backend counting a random set of events.
+/// A random configuration: Intel (1..8 GP counters, full-width writes on/off) or AMD (4
+/// legacy, 6 PerfCtrExtCore or 1..6 PerfMonV2 counters), reuse (various slices) or legacy,
+/// with or without a filter, a backend counting a random set of events.
 pub fn gen_config(e: &mut impl Entropy) -> FuzzConfig {
     let policy = match e.below(4) {
         0 => Policy::Legacy,
@@ -216,10 +309,22 @@ pub fn gen_config(e: &mut impl Entropy) -> FuzzConfig {
     } else {
         ArchEvent::ALL.into_iter().filter(|_| e.chance(60)).collect()
     };
-    let filter = if e.chance(50) { Some(gen_filter(e)) } else { None };
+    let vendor = if e.chance(60) { Vendor::Intel } else { Vendor::Amd };
+    let filter = if e.chance(50) { Some(gen_filter(e, vendor)) } else { None };
+    let (amd_perfmon, gp_counters) = match vendor {
+        Vendor::Intel => (AmdPerfMon::default(), 1 + e.below(8) as u8),
+        Vendor::Amd => match e.below(4) {
+            0 => (AmdPerfMon::Legacy, 4),
+            1 => (AmdPerfMon::ExtCore, 6),
+            _ => (AmdPerfMon::PerfMonV2, 1 + e.below(6) as u8),
+        },
+    };
     FuzzConfig {
         config: PmuConfig {
-            gp_counters: 1 + e.below(8) as u8,
+            vendor,
+            amd_perfmon,
+            gp_counters,
+            // Ignored for AMD (its counters always take 48-bit writes).
             full_width_writes: e.chance(70),
             policy,
             filter,
@@ -237,6 +342,31 @@ fn idx_of(slot: usize) -> PmcIdx {
     PmcIdx::from_slot(slot).expect("slot in range")
 }
 
+/// How a counter MSR write becomes the value, as the shadow sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// Intel IA32_PMCx: guest writes sign-extend bit 31, host writes are masked.
+    Legacy,
+    /// Intel IA32_A_PMCx: must fit 48 bits.
+    FullWidth,
+    /// Masked to 48 bits (Intel fixed counters, every AMD counter).
+    Masked,
+}
+
+/// A register as the shadow decodes an MSR, independently of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HReg {
+    Counter(usize, Rule),
+    EventSel(usize),
+    FixedCtrl,
+    Status,
+    Ctrl,
+    StatusClr,
+    StatusSet,
+    PerfCap,
+    Misc,
+}
+
 /// What the guest registers say about one counter, computed without the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Want {
@@ -248,11 +378,15 @@ struct Want {
 #[derive(Clone, Debug, Default)]
 pub struct Tally {
     pub ops: u64,
+    /// Operations on AMD configurations.
+    pub amd_ops: u64,
     pub guest_faults: u64,
     pub host_rejects: u64,
     /// Advances that delivered counts to a counter.
     pub deliveries: u64,
     pub wraps: u64,
+    /// Wraps on AMD configurations.
+    pub amd_wraps: u64,
     pub pmis: u64,
     pub opens: u64,
     pub failed_opens: u64,
@@ -263,10 +397,12 @@ pub struct Tally {
 impl Tally {
     pub fn add(&mut self, o: &Tally) {
         self.ops += o.ops;
+        self.amd_ops += o.amd_ops;
         self.guest_faults += o.guest_faults;
         self.host_rejects += o.host_rejects;
         self.deliveries += o.deliveries;
         self.wraps += o.wraps;
+        self.amd_wraps += o.amd_wraps;
         self.pmis += o.pmis;
         self.opens += o.opens;
         self.failed_opens += o.failed_opens;
@@ -278,13 +414,15 @@ impl Tally {
 /// A PMU over a mock, with the shadow state the checks compare it to.
 pub struct Harness {
     pub pmu: Pmu<MockSource>,
+    vendor: Vendor,
+    perfmon: AmdPerfMon,
     gp: u8,
     fixed: u8,
     fw: bool,
     supported: Vec<ArchEvent>,
     filter: Option<PmuEventFilter>,
     counters: [u64; SLOTS],
-    eventsel: [u64; 8],
+    eventsel: [u64; GP_SLOTS],
     fctrl: u64,
     gctrl: u64,
     status: u64,
@@ -313,17 +451,23 @@ impl Harness {
         let pmu =
             Pmu::new(fc.config.clone(), MockSource::supporting(&fc.supported)).map_err(|e| format!("Pmu::new: {e}"))?;
         let has = |ev| fc.supported.contains(&ev);
-        let fixed = FIXED_EVENTS.iter().take_while(|&&ev| has(ev)).count() as u8;
+        let vendor = fc.config.vendor;
+        let fixed = match vendor {
+            Vendor::Intel => FIXED_EVENTS.iter().take_while(|&&ev| has(ev)).count() as u8,
+            Vendor::Amd => 0,
+        };
         let gp = fc.config.gp_counters;
         let h = Harness {
             pmu,
+            vendor,
+            perfmon: fc.config.amd_perfmon,
             gp,
             fixed,
-            fw: fc.config.full_width_writes,
+            fw: vendor == Vendor::Intel && fc.config.full_width_writes,
             supported: fc.supported.clone(),
             filter: fc.config.filter.clone(),
             counters: [0; SLOTS],
-            eventsel: [0; 8],
+            eventsel: [0; GP_SLOTS],
             fctrl: 0,
             gctrl: (1 << gp) - 1,
             status: 0,
@@ -336,15 +480,32 @@ impl Harness {
             tally: Tally::default(),
         };
         let caps = h.pmu.caps();
-        ensure!(caps.gp_counters() == gp && caps.fixed_counters() == fixed, "caps {caps:?} for {fc:?}");
+        ensure!(
+            caps.gp_counters() == gp && caps.fixed_counters() == fixed && caps.vendor() == vendor,
+            "caps {caps:?} for {fc:?}"
+        );
         Ok(h)
     }
 
+    fn amd(&self) -> bool {
+        self.vendor == Vendor::Amd
+    }
+
+    /// AMD with the interleaved counters.
+    fn ext(&self) -> bool {
+        self.amd() && self.perfmon >= AmdPerfMon::ExtCore
+    }
+
+    /// Whether GLOBAL_CTRL/STATUS exist (Intel; AMD with PerfMonV2).
+    fn globals(&self) -> bool {
+        !self.amd() || self.perfmon == AmdPerfMon::PerfMonV2
+    }
+
     fn exists(&self, slot: usize) -> bool {
-        if slot < 8 {
+        if slot < GP_SLOTS {
             slot < usize::from(self.gp)
         } else {
-            slot - 8 < usize::from(self.fixed)
+            slot - GP_SLOTS < usize::from(self.fixed)
         }
     }
 
@@ -356,86 +517,189 @@ impl Harness {
         !(0..self.fixed).fold(0u64, |m, j| m | 0xB << (4 * j))
     }
 
-    fn status_reserved(&self) -> u64 {
-        !(self.counter_bits() | OVF_BUF_COND_CHGD)
+    /// Bits GLOBAL_STATUS may hold.
+    fn status_bits(&self) -> u64 {
+        match self.vendor {
+            Vendor::Intel => self.counter_bits() | OVF_BUF_COND_CHGD,
+            Vendor::Amd => self.counter_bits(),
+        }
     }
 
-    /// Must a write of `v` to `msr` fault? `None`: the MSR exists and the write is legal.
-    fn write_faults(&self, msr: u32, v: u64, host: bool) -> bool {
-        let gp = |base: u32| msr >= base && msr < base + u32::from(self.gp);
-        let fixed = msr >= 0x309 && msr < 0x309 + u32::from(self.fixed);
-        if gp(0xC1) {
-            false
-        } else if gp(0x4C1) && self.fw {
-            v & !COUNTER_MASK != 0
-        } else if gp(0x186) {
-            v & EVENTSEL_RESERVED != 0
-        } else if fixed {
-            false
-        } else {
-            match msr {
-                0x38D => v & self.fctrl_reserved() != 0,
-                0x38F => v & !self.counter_bits() != 0,
-                0x390 => v & self.status_reserved() != 0,
-                0x38E => !host || v & self.status_reserved() != 0,
-                0x345 => !host || v != if self.fw { 1 << 13 } else { 0 },
-                // KVM's rule: the guest may not flip BTS/PEBS_UNAVAIL; the host writes anything.
-                0x1A0 => !host && (v ^ self.misc) & 3 << 11 != 0,
-                _ => true,
+    fn status_reserved(&self) -> u64 {
+        !self.status_bits()
+    }
+
+    fn eventsel_reserved(&self) -> u64 {
+        match self.vendor {
+            Vendor::Intel => EVENTSEL_RESERVED,
+            Vendor::Amd => AMD_EVENTSEL_RESERVED,
+        }
+    }
+
+    /// The register `msr` names in this PMU, decoded by the shadow from the SDM and APM.
+    fn reg(&self, msr: u32) -> Option<HReg> {
+        let gp = |base: u32| msr.checked_sub(base).map(|i| i as usize).filter(|&i| i < usize::from(self.gp));
+        match self.vendor {
+            Vendor::Intel => {
+                if let Some(i) = gp(0xC1) {
+                    return Some(HReg::Counter(i, Rule::Legacy));
+                }
+                if let Some(i) = gp(0x4C1).filter(|_| self.fw) {
+                    return Some(HReg::Counter(i, Rule::FullWidth));
+                }
+                if let Some(i) = gp(0x186) {
+                    return Some(HReg::EventSel(i));
+                }
+                if let Some(j) = msr.checked_sub(0x309).filter(|&j| j < u32::from(self.fixed)) {
+                    return Some(HReg::Counter(GP_SLOTS + j as usize, Rule::Masked));
+                }
+                match msr {
+                    0x38D => Some(HReg::FixedCtrl),
+                    0x38E => Some(HReg::Status),
+                    0x38F => Some(HReg::Ctrl),
+                    0x390 => Some(HReg::StatusClr),
+                    0x345 => Some(HReg::PerfCap),
+                    0x1A0 => Some(HReg::Misc),
+                    _ => None,
+                }
+            }
+            Vendor::Amd => {
+                let legacy = |base: u32| gp(base).filter(|&i| i < 4);
+                if let Some(i) = legacy(0xC001_0000) {
+                    return Some(HReg::EventSel(i));
+                }
+                if let Some(i) = legacy(0xC001_0004) {
+                    return Some(HReg::Counter(i, Rule::Masked));
+                }
+                if self.ext() {
+                    if let Some(o) = msr.checked_sub(0xC001_0200).filter(|&o| o < 2 * u32::from(self.gp)) {
+                        let i = (o / 2) as usize;
+                        return Some(if o % 2 == 0 { HReg::EventSel(i) } else { HReg::Counter(i, Rule::Masked) });
+                    }
+                }
+                if !self.globals() {
+                    return None;
+                }
+                match msr {
+                    0xC000_0300 => Some(HReg::Status),
+                    0xC000_0301 => Some(HReg::Ctrl),
+                    0xC000_0302 => Some(HReg::StatusClr),
+                    0xC000_0303 => Some(HReg::StatusSet),
+                    _ => None,
+                }
             }
         }
     }
 
+    /// The MSR the checks read counter `slot` through.
+    fn counter_msr(&self, slot: usize) -> u32 {
+        match self.vendor {
+            Vendor::Intel if slot < GP_SLOTS => 0xC1 + slot as u32,
+            Vendor::Intel => 0x309 + (slot - GP_SLOTS) as u32,
+            Vendor::Amd if self.ext() => 0xC001_0201 + 2 * slot as u32,
+            Vendor::Amd => 0xC001_0004 + slot as u32,
+        }
+    }
+
+    /// The MSR of GP counter `i`'s event selector.
+    fn eventsel_msr(&self, i: usize) -> u32 {
+        match self.vendor {
+            Vendor::Intel => 0x186 + i as u32,
+            Vendor::Amd if self.ext() => 0xC001_0200 + 2 * i as u32,
+            Vendor::Amd => 0xC001_0000 + i as u32,
+        }
+    }
+
+    fn reg_msr(&self, reg: HReg) -> Option<u32> {
+        let m = match (self.vendor, reg) {
+            (_, HReg::Counter(s, _)) => self.counter_msr(s),
+            (_, HReg::EventSel(i)) => self.eventsel_msr(i),
+            (Vendor::Intel, HReg::FixedCtrl) => 0x38D,
+            (Vendor::Intel, HReg::Status) => 0x38E,
+            (Vendor::Intel, HReg::Ctrl) => 0x38F,
+            (Vendor::Intel, HReg::Misc) => 0x1A0,
+            (Vendor::Amd, HReg::Status) if self.globals() => 0xC000_0300,
+            (Vendor::Amd, HReg::Ctrl) if self.globals() => 0xC000_0301,
+            _ => return None,
+        };
+        Some(m)
+    }
+
+    /// Must a write of `v` to `msr` fault?
+    fn write_faults(&self, msr: u32, v: u64, host: bool) -> bool {
+        let Some(reg) = self.reg(msr) else { return true };
+        // AMD clears reserved bits and ignores guest writes to read-only registers.
+        let strict = !self.amd();
+        match reg {
+            HReg::Counter(_, Rule::FullWidth) => v & !COUNTER_MASK != 0,
+            HReg::Counter(..) => false,
+            HReg::EventSel(_) => strict && v & self.eventsel_reserved() != 0,
+            HReg::FixedCtrl => v & self.fctrl_reserved() != 0,
+            HReg::Ctrl => strict && v & !self.counter_bits() != 0,
+            HReg::StatusClr => strict && v & self.status_reserved() != 0,
+            HReg::StatusSet => false,
+            HReg::Status if host => v & self.status_reserved() != 0,
+            HReg::Status => strict,
+            HReg::PerfCap => !host || v != if self.fw { 1 << 13 } else { 0 },
+            // KVM's rule: the guest may not flip BTS/PEBS_UNAVAIL; the host writes anything.
+            HReg::Misc => !host && (v ^ self.misc) & 3 << 11 != 0,
+        }
+    }
+
     fn read_faults(&self, msr: u32, host: bool) -> bool {
-        let gp = |base: u32| msr >= base && msr < base + u32::from(self.gp);
-        !(gp(0xC1)
-            || (gp(0x4C1) && self.fw)
-            || gp(0x186)
-            || (msr >= 0x309 && msr < 0x309 + u32::from(self.fixed))
-            || matches!(msr, 0x38D..=0x390 | 0x1A0)
+        match self.reg(msr) {
+            None => true,
             // PERF_CAPABILITIES exists for the guest only with PDCM (= FW_WRITE here).
-            || (msr == 0x345 && (host || self.fw)))
+            Some(HReg::PerfCap) => !host && !self.fw,
+            Some(_) => false,
+        }
     }
 
     /// The shadow's value of `msr` (which exists).
     fn shadow_read(&self, msr: u32) -> u64 {
-        match msr {
-            0xC1..=0xC8 => self.counters[(msr - 0xC1) as usize],
-            0x4C1..=0x4C8 => self.counters[(msr - 0x4C1) as usize],
-            0x186..=0x18D => self.eventsel[(msr - 0x186) as usize],
-            0x309..=0x30B => self.counters[8 + (msr - 0x309) as usize],
-            0x38D => self.fctrl,
-            0x38E => self.status,
-            0x38F => self.gctrl,
-            0x390 => 0,
-            0x1A0 => self.misc,
-            0x345 => {
+        match self.reg(msr).unwrap_or_else(|| unreachable!("{msr:#x}")) {
+            HReg::Counter(s, _) => self.counters[s],
+            HReg::EventSel(i) => self.eventsel[i],
+            HReg::FixedCtrl => self.fctrl,
+            HReg::Status => self.status,
+            HReg::Ctrl => self.gctrl,
+            HReg::StatusClr | HReg::StatusSet => 0,
+            HReg::Misc => self.misc,
+            HReg::PerfCap => {
                 if self.fw {
                     1 << 13
                 } else {
                     0
                 }
             }
-            _ => unreachable!("{msr:#x}"),
         }
     }
 
     fn local_enable(&self, slot: usize) -> bool {
-        if slot < 8 {
+        if slot < GP_SLOTS {
             self.eventsel[slot] & EventSel::EN != 0
         } else {
-            FixedCtrl::of(self.fctrl, (slot - 8) as u8).enabled()
+            FixedCtrl::of(self.fctrl, (slot - GP_SLOTS) as u8).enabled()
+        }
+    }
+
+    /// `(event select, unit mask)` of GP counter `slot`, in the vendor's encoding.
+    fn event_key(&self, slot: usize) -> (u16, u8) {
+        let v = self.eventsel[slot];
+        match self.vendor {
+            Vendor::Intel => (v as u8 as u16, (v >> 8) as u8),
+            Vendor::Amd => ((v & 0xFF) as u16 | ((v >> 32 & 0xF) as u16) << 8, (v >> 8) as u8),
         }
     }
 
     fn filter_allows(&self, slot: usize) -> bool {
         match &self.filter {
             None => true,
-            Some(f) if slot < 8 => {
-                let s = EventSel(self.eventsel[slot]);
-                f.allows_gp(s.event(), s.umask())
+            Some(f) if slot < GP_SLOTS => {
+                let (event, umask) = self.event_key(slot);
+                f.allows_gp(event, umask)
             }
-            Some(f) => f.allows_fixed((slot - 8) as u8),
+            Some(f) => f.allows_fixed((slot - GP_SLOTS) as u8),
         }
     }
 
@@ -443,9 +707,13 @@ impl Harness {
     fn want(&self, slot: usize) -> Want {
         let bit = slot_bit(slot);
         let enabled = self.exists(slot) && self.gctrl >> bit & 1 == 1 && self.local_enable(slot);
-        let config = if slot < 8 {
+        let config = if slot < GP_SLOTS {
             let s = EventSel(self.eventsel[slot]);
-            s.arch_event().filter(|ev| self.supported.contains(ev)).map(|event| pmu::HostEventConfig {
+            let event = match self.vendor {
+                Vendor::Intel => s.arch_event(),
+                Vendor::Amd => AmdEventSel(self.eventsel[slot]).arch_event(),
+            };
+            event.filter(|ev| self.supported.contains(ev)).map(|event| pmu::HostEventConfig {
                 event,
                 usr: s.usr(),
                 os: s.os(),
@@ -455,7 +723,7 @@ impl Harness {
                 interrupt: s.int(),
             })
         } else {
-            let j = (slot - 8) as u8;
+            let j = (slot - GP_SLOTS) as u8;
             let c = FixedCtrl::of(self.fctrl, j);
             Some(pmu::HostEventConfig {
                 event: FIXED_EVENTS[usize::from(j)],
@@ -473,12 +741,19 @@ impl Harness {
 
     fn reset_shadow(&mut self) {
         self.counters = [0; SLOTS];
-        self.eventsel = [0; 8];
+        self.eventsel = [0; GP_SLOTS];
         self.fctrl = 0;
         self.gctrl = (1 << self.gp) - 1;
         self.status = 0;
         self.misc = MISC_RESET;
         self.pending = false;
+    }
+
+    fn msr_pool(&self) -> &'static [u32] {
+        match self.vendor {
+            Vendor::Intel => MSR_POOL,
+            Vendor::Amd => AMD_MSR_POOL,
+        }
     }
 
     /// A random value for `msr`, biased toward interesting bit patterns and toward values
@@ -500,6 +775,7 @@ impl Harness {
                 1 << 62,
                 1 << 63,
                 3 << 62,
+                AmdEventSel::HOST_ONLY | 0x76 | EventSel::OS | EventSel::EN,
             ]),
             // A valid value with one random bit flipped: often exactly one reserved bit.
             3 => self.valid_value(e, msr) ^ 1 << e.below(64),
@@ -507,29 +783,40 @@ impl Harness {
         }
     }
 
-    fn valid_value(&self, e: &mut impl Entropy, msr: u32) -> u64 {
-        match msr {
-            0x186..=0x18D => {
-                let (ev, um) = e.pick(EVENT_POOL);
-                let mut v = u64::from(ev)
-                    | u64::from(um) << 8
-                    | e.next_u64()
-                        & (EventSel::USR
-                            | EventSel::OS
-                            | EventSel::INT
-                            | EventSel::EN
-                            | EventSel::PC
-                            | EventSel::EDGE
-                            | EventSel::INV);
-                if e.chance(70) {
-                    v |= EventSel::EN | EventSel::OS;
-                }
-                if e.chance(10) {
-                    v |= e.below(4) << 24;
-                }
-                v
+    /// A programming of an event selector: a pooled event, usually enabled in ring 0.
+    fn valid_eventsel(&self, e: &mut impl Entropy) -> u64 {
+        let (ev, um) = e.pick(event_pool(self.vendor));
+        let mut v = u64::from(ev & 0xFF)
+            | u64::from(ev >> 8) << 32
+            | u64::from(um) << 8
+            | e.next_u64()
+                & (EventSel::USR
+                    | EventSel::OS
+                    | EventSel::INT
+                    | EventSel::EN
+                    | EventSel::PC
+                    | EventSel::EDGE
+                    | EventSel::INV);
+        if e.chance(70) {
+            v |= EventSel::EN | EventSel::OS;
+        }
+        if e.chance(10) {
+            v |= e.below(4) << 24;
+        }
+        if self.amd() {
+            // PC (19) is reserved on AMD; Linux guests set HostOnly (41).
+            v &= !EventSel::PC;
+            if e.chance(10) {
+                v |= AmdEventSel::HOST_ONLY;
             }
-            0x38D => {
+        }
+        v
+    }
+
+    fn valid_value(&self, e: &mut impl Entropy, msr: u32) -> u64 {
+        match self.reg(msr) {
+            Some(HReg::EventSel(_)) => self.valid_eventsel(e),
+            Some(HReg::FixedCtrl) => {
                 let v = e.next_u64() & !self.fctrl_reserved();
                 if e.chance(50) {
                     v | 0x111 & !self.fctrl_reserved()
@@ -537,16 +824,16 @@ impl Harness {
                     v
                 }
             }
-            0x38F => {
+            Some(HReg::Ctrl) => {
                 if e.chance(50) {
                     self.counter_bits()
                 } else {
                     e.next_u64() & self.counter_bits()
                 }
             }
-            0x38E | 0x390 => e.next_u64() & (self.counter_bits() | OVF_BUF_COND_CHGD),
-            0x1A0 => self.misc ^ e.next_u64() & !(3 << 11),
-            0x345 => {
+            Some(HReg::Status | HReg::StatusClr | HReg::StatusSet) => e.next_u64() & self.status_bits(),
+            Some(HReg::Misc) => self.misc ^ e.next_u64() & !(3 << 11),
+            Some(HReg::PerfCap) => {
                 if self.fw {
                     1 << 13
                 } else {
@@ -562,25 +849,38 @@ impl Harness {
         }
     }
 
-    /// A random operation; `msr_only` leaves out the environment (for the MSR-heavy mix).
+    /// The MSR of GP counter `i`'s selector, or one of its aliases (AMD legacy MSRs).
+    fn any_eventsel_msr(&self, e: &mut impl Entropy, i: usize) -> u32 {
+        if self.ext() && i < 4 && e.chance(30) {
+            0xC001_0000 + i as u32
+        } else {
+            self.eventsel_msr(i)
+        }
+    }
+
+    /// A random operation.
     pub fn gen_op(&self, e: &mut impl Entropy) -> Op {
         match e.below(100) {
             0..=39 => {
-                let msr = e.pick(MSR_POOL);
+                let msr = e.pick(self.msr_pool());
                 let value = self.gen_value(e, msr);
                 Op::Write { msr, value, host: e.chance(10) }
             }
             40..=47 => {
                 // Toggle an enable bit, as guests do around measured regions.
-                let (msr, bit) = match e.below(3) {
-                    0 => (0x186 + e.below(u64::from(self.gp)) as u32, EventSel::EN),
-                    1 => (0x38F, 1 << e.below(u64::from(self.gp))),
+                let what = if self.globals() { e.below(if self.amd() { 2 } else { 3 }) } else { 0 };
+                let (msr, bit) = match what {
+                    0 => {
+                        let i = e.below(u64::from(self.gp)) as usize;
+                        (self.any_eventsel_msr(e, i), EventSel::EN)
+                    }
+                    1 => (self.reg_msr(HReg::Ctrl).expect("globals"), 1 << e.below(u64::from(self.gp))),
                     _ => (0x38D, 3 << (4 * e.below(3))),
                 };
                 let value = self.shadow_read(msr) ^ bit;
                 Op::Write { msr, value, host: false }
             }
-            48..=55 => Op::Read { msr: e.pick(MSR_POOL), host: e.chance(10) },
+            48..=55 => Op::Read { msr: e.pick(self.msr_pool()), host: e.chance(10) },
             56..=58 => {
                 let ecx = match e.below(4) {
                     0 => e.next_u64() as u32,
@@ -626,19 +926,20 @@ impl Harness {
         let mut e = XorShift::new(seed);
         let gp = usize::from(self.gp);
         let fixed = usize::from(self.fixed);
+        let amd = self.amd();
         let mut s = PmuState {
             format: STATE_FORMAT,
             pmc: (0..gp).map(|_| e.next_u64() & COUNTER_MASK).collect(),
-            eventsel: (0..gp).map(|i| self.valid_value(&mut e, 0x186 + i as u32)).collect(),
+            eventsel: (0..gp).map(|_| self.valid_eventsel(&mut e)).collect(),
             fixed_ctr: (0..fixed).map(|_| e.next_u64() & COUNTER_MASK).collect(),
-            fixed_ctr_ctrl: self.valid_value(&mut e, 0x38D),
-            global_ctrl: self.valid_value(&mut e, 0x38F),
-            global_status: self.valid_value(&mut e, 0x38E),
+            fixed_ctr_ctrl: if amd { 0 } else { self.valid_value(&mut e, 0x38D) },
+            global_ctrl: if self.globals() { e.next_u64() & self.counter_bits() } else { (1 << self.gp) - 1 },
+            global_status: if self.globals() { e.next_u64() & self.status_bits() } else { 0 },
             pebs_enable: 0,
             ds_area: 0,
-            misc_enable: e.chance(50).then(|| e.next_u64()),
+            misc_enable: (!amd && e.chance(50)).then(|| e.next_u64()),
         };
-        match e.below(12) {
+        match e.below(14) {
             0 => s.format += 1,
             1 => s.pmc.push(0),
             2 if fixed > 0 => s.fixed_ctr.pop().map_or((), drop),
@@ -647,11 +948,14 @@ impl Harness {
             5 => s.fixed_ctr_ctrl |= 1 << e.below(64),
             6 => s.global_ctrl |= 1 << e.below(64),
             7 => s.global_status |= 1 << e.below(64),
+            8 => s.misc_enable = Some(e.next_u64()),
+            9 => s.pebs_enable = 1,
             _ => {}
         }
         s
     }
 
+    /// `Err`: refused before anything changes; `Ok(valid)`: loaded, or refused after a reset.
     fn state_valid(&self, s: &PmuState) -> Result<bool, ()> {
         if s.format != STATE_FORMAT
             || s.pmc.len() != usize::from(self.gp)
@@ -660,11 +964,31 @@ impl Harness {
         {
             return Err(()); // refused before anything changes
         }
-        Ok(s.pmc.iter().chain(&s.fixed_ctr).all(|&v| v <= COUNTER_MASK)
-            && s.eventsel.iter().all(|&v| v & EVENTSEL_RESERVED == 0)
-            && s.fixed_ctr_ctrl & self.fctrl_reserved() == 0
-            && s.global_ctrl & !self.counter_bits() == 0
-            && s.global_status & self.status_reserved() == 0)
+        let counters_fit = s.pmc.iter().chain(&s.fixed_ctr).all(|&v| v <= COUNTER_MASK);
+        let no_pebs = s.pebs_enable == 0 && s.ds_area == 0;
+        Ok(match self.vendor {
+            Vendor::Intel => {
+                counters_fit
+                    && no_pebs
+                    && s.eventsel.iter().all(|&v| v & EVENTSEL_RESERVED == 0)
+                    && s.fixed_ctr_ctrl & self.fctrl_reserved() == 0
+                    && s.global_ctrl & !self.counter_bits() == 0
+                    && s.global_status & self.status_reserved() == 0
+            }
+            // AMD clears reserved bits of event selectors and GLOBAL_CTRL; what it lacks
+            // must hold its reset value.
+            Vendor::Amd => {
+                counters_fit
+                    && no_pebs
+                    && s.fixed_ctr_ctrl == 0
+                    && s.misc_enable.is_none()
+                    && if self.globals() {
+                        s.global_status & self.status_reserved() == 0
+                    } else {
+                        s.global_ctrl == (1 << self.gp) - 1 && s.global_status == 0
+                    }
+            }
+        })
     }
 
     fn load_shadow(&mut self, s: &PmuState) {
@@ -673,11 +997,14 @@ impl Harness {
             self.counters[i] = v;
         }
         for (j, &v) in s.fixed_ctr.iter().enumerate() {
-            self.counters[8 + j] = v;
+            self.counters[GP_SLOTS + j] = v;
         }
-        self.eventsel[..s.eventsel.len()].copy_from_slice(&s.eventsel);
+        let reserved = if self.amd() { AMD_EVENTSEL_RESERVED } else { 0 };
+        for (i, &v) in s.eventsel.iter().enumerate() {
+            self.eventsel[i] = v & !reserved;
+        }
         self.fctrl = s.fixed_ctr_ctrl;
-        self.gctrl = s.global_ctrl;
+        self.gctrl = s.global_ctrl & self.counter_bits();
         self.status = s.global_status;
         self.misc = s.misc_enable.unwrap_or(MISC_RESET);
     }
@@ -685,6 +1012,9 @@ impl Harness {
     /// Applies `op` to the PMU and the shadow, then checks every invariant.
     pub fn step(&mut self, op: Op) -> Check {
         self.tally.ops += 1;
+        if self.amd() {
+            self.tally.amd_ops += 1;
+        }
         let mut counted = [0u64; SLOTS];
         let who = |host: bool| {
             if host {
@@ -721,15 +1051,22 @@ impl Harness {
             }
             Op::Rdpmc { ecx } => {
                 let r = self.pmu.rdpmc(RdpmcIdx(ecx));
-                let n = ecx & 0x3FFF_FFFF;
-                let slot = if ecx & 1 << 30 != 0 {
-                    (n < u32::from(self.fixed)).then_some(8 + n as usize)
-                } else {
-                    (n < u32::from(self.gp)).then_some(n as usize)
+                // Intel: bit 31 fast (low 32 bits), bit 30 fixed; AMD: the counter number.
+                let (slot, mask) = match self.vendor {
+                    Vendor::Intel => {
+                        let n = ecx & 0x3FFF_FFFF;
+                        let slot = if ecx & 1 << 30 != 0 {
+                            (n < u32::from(self.fixed)).then_some(GP_SLOTS + n as usize)
+                        } else {
+                            (n < u32::from(self.gp)).then_some(n as usize)
+                        };
+                        (slot, if ecx & 1 << 31 != 0 { 0xFFFF_FFFF } else { u64::MAX })
+                    }
+                    Vendor::Amd => ((ecx < u32::from(self.gp)).then_some(ecx as usize), u64::MAX),
                 };
                 match (slot, r) {
                     (Some(s), MsrAccess::Ok(v)) => {
-                        let want = if ecx & 1 << 31 != 0 { self.counters[s] & 0xFFFF_FFFF } else { self.counters[s] };
+                        let want = self.counters[s] & mask;
                         ensure!(v == want, "rdpmc {ecx:#x} = {v:#x}, shadow {want:#x}");
                     }
                     (None, MsrAccess::Fault) => {}
@@ -783,13 +1120,13 @@ impl Harness {
                     format: STATE_FORMAT,
                     pmc: self.counters[..usize::from(self.gp)].to_vec(),
                     eventsel: self.eventsel[..usize::from(self.gp)].to_vec(),
-                    fixed_ctr: self.counters[8..8 + usize::from(self.fixed)].to_vec(),
+                    fixed_ctr: self.counters[GP_SLOTS..GP_SLOTS + usize::from(self.fixed)].to_vec(),
                     fixed_ctr_ctrl: self.fctrl,
                     global_ctrl: self.gctrl,
                     global_status: self.status,
                     pebs_enable: 0,
                     ds_area: 0,
-                    misc_enable: Some(self.misc),
+                    misc_enable: (!self.amd()).then_some(self.misc),
                 };
                 ensure!(s == mine, "save {s:?}, shadow {mine:?}");
                 let r = self.pmu.restore(&s);
@@ -816,7 +1153,7 @@ impl Harness {
                 }
             }
             Op::SetFilter { seed } => {
-                let f = seed.map(|s| gen_filter(&mut XorShift::new(s)));
+                let f = seed.map(|s| gen_filter(&mut XorShift::new(s), self.vendor));
                 self.pmu.set_event_filter(f.clone());
                 self.filter = f;
             }
@@ -830,21 +1167,27 @@ impl Harness {
     }
 
     fn apply_write(&mut self, msr: u32, v: u64, host: bool) {
-        match msr {
-            0xC1..=0xC8 => {
-                self.counters[(msr - 0xC1) as usize] =
-                    if host { v & COUNTER_MASK } else { (v as u32 as i32 as i64 as u64) & COUNTER_MASK }
+        let Some(reg) = self.reg(msr) else { return };
+        match reg {
+            HReg::Counter(s, Rule::Legacy) => {
+                self.counters[s] = if host { v & COUNTER_MASK } else { (v as u32 as i32 as i64 as u64) & COUNTER_MASK }
             }
-            0x4C1..=0x4C8 => self.counters[(msr - 0x4C1) as usize] = v,
-            0x309..=0x30B => self.counters[8 + (msr - 0x309) as usize] = v & COUNTER_MASK,
-            0x186..=0x18D => self.eventsel[(msr - 0x186) as usize] = v,
-            0x38D => self.fctrl = v,
-            0x38F => self.gctrl = v,
-            0x38E => self.status = v,
-            0x390 if !host => self.status &= !v,
-            0x1A0 if host => self.misc = v,
-            0x1A0 => self.misc = v & !(1 << 7) | self.misc & 1 << 7,
-            _ => {}
+            HReg::Counter(s, Rule::FullWidth) => self.counters[s] = v,
+            HReg::Counter(s, Rule::Masked) => self.counters[s] = v & COUNTER_MASK,
+            HReg::EventSel(i) => {
+                self.eventsel[i] = if self.amd() { v & !AMD_EVENTSEL_RESERVED } else { v };
+            }
+            HReg::FixedCtrl => self.fctrl = v,
+            HReg::Ctrl => self.gctrl = v & self.counter_bits(),
+            HReg::Status if host => self.status = v,
+            // AMD: a guest write to the read-only status is ignored.
+            HReg::Status => {}
+            HReg::StatusClr if !host => self.status &= !v,
+            HReg::StatusSet if !host => self.status |= v & self.status_bits(),
+            HReg::StatusClr | HReg::StatusSet => {}
+            HReg::Misc if host => self.misc = v,
+            HReg::Misc => self.misc = v & !(1 << 7) | self.misc & 1 << 7,
+            HReg::PerfCap => {}
         }
     }
 
@@ -856,7 +1199,7 @@ impl Harness {
                 continue;
             }
             let interrupt = self.pmu.backend().event(idx_of(s)).is_some_and(|ev| ev.config.interrupt);
-            let msr = if s < 8 { 0xC1 + s as u32 } else { 0x309 + s as u32 - 8 };
+            let msr = self.counter_msr(s);
             let r = self.pmu.get_msr(MsrIndex(msr), Initiator::Host);
             let MsrAccess::Ok(v) = r else {
                 return Err(format!("read of existing counter {msr:#x} faulted"));
@@ -874,23 +1217,30 @@ impl Harness {
             self.tally.deliveries += u64::from(delivered > 0);
             if sum > u128::from(COUNTER_MASK) {
                 self.tally.wraps += 1;
-                self.status |= 1 << slot_bit(s);
+                if self.amd() {
+                    self.tally.amd_wraps += 1;
+                }
+                // AMD without PerfMonV2 has no status register to record it in.
+                if self.globals() {
+                    self.status |= 1 << slot_bit(s);
+                }
                 if interrupt {
                     self.pending = true;
                 }
             }
         }
-        for (msr, shadow) in [(0x38E, self.status), (0x38F, self.gctrl), (0x38D, self.fctrl), (0x1A0, self.misc)] {
+        let globals = [(HReg::Status, self.status), (HReg::Ctrl, self.gctrl)];
+        let intel_only = [(HReg::FixedCtrl, self.fctrl), (HReg::Misc, self.misc)];
+        let amd = self.amd();
+        for (reg, shadow) in globals.into_iter().chain(intel_only.into_iter().filter(|_| !amd)) {
+            let Some(msr) = self.reg_msr(reg) else { continue };
             let r = self.pmu.get_msr(MsrIndex(msr), Initiator::Host);
-            ensure!(r == MsrAccess::Ok(shadow), "{msr:#x} = {r:?}, shadow {shadow:#x}");
+            ensure!(r == MsrAccess::Ok(shadow), "{reg:?} {msr:#x} = {r:?}, shadow {shadow:#x}");
         }
-        ensure!(
-            self.status & !(self.counter_bits() | OVF_BUF_COND_CHGD) == 0,
-            "GLOBAL_STATUS {:#x} has bits of absent counters",
-            self.status
-        );
+        ensure!(self.status & !self.status_bits() == 0, "GLOBAL_STATUS {:#x} has bits of absent counters", self.status);
         for i in 0..usize::from(self.gp) {
-            let r = self.pmu.get_msr(MsrIndex(0x186 + i as u32), Initiator::Host);
+            let msr = self.eventsel_msr(i);
+            let r = self.pmu.get_msr(MsrIndex(msr), Initiator::Host);
             ensure!(r == MsrAccess::Ok(self.eventsel[i]), "EVENTSEL{i} = {r:?}, shadow {:#x}", self.eventsel[i]);
         }
         ensure!(
@@ -968,10 +1318,10 @@ impl Harness {
 }
 
 fn slot_bit(slot: usize) -> u32 {
-    if slot < 8 {
+    if slot < GP_SLOTS {
         slot as u32
     } else {
-        32 + slot as u32 - 8
+        32 + (slot - GP_SLOTS) as u32
     }
 }
 
