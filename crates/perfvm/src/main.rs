@@ -12,6 +12,7 @@ mod record;
 mod report;
 mod run;
 mod stat;
+mod stats_text;
 mod symbols;
 
 use clap::Parser;

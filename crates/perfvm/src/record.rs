@@ -258,7 +258,7 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
     );
     if args.stats {
         if let Some(stats) = &file.stats {
-            eprint!("{}", stats.render());
+            eprint!("{}", crate::stats_text::vm_stats(stats));
         }
         if let Some(per_sample) = file.exits_per_sample() {
             eprintln!(

@@ -126,7 +126,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<i32, Failure> {
             eprintln!("perfvm: {msg}");
         }
         if args.stats {
-            eprint!("{}", report.stats.render());
+            eprint!("{}", crate::stats_text::vm_stats(&report.stats));
         }
     }
     Ok(code)

@@ -348,7 +348,7 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
     } else {
         eprint!("{}", table.render());
         if args.vm_stats {
-            eprint!("{}", last.stats.render());
+            eprint!("{}", crate::stats_text::vm_stats(&last.stats));
         }
     }
     Ok(code)

@@ -36,8 +36,6 @@ pub struct VcpuStats {
     pub soft_ints: u64,
 }
 
-/// KVM statistics `--stats` shows per vCPU (all are in `--json`).
-const KVM_STATS_SHOWN: [&str; 6] = ["exits", "insn_emulation", "nmi_injections", "irq_injections", "halt_exits", "pf_taken"];
 
 impl VcpuStats {
     /// Count one exit of `reason` that took `handled_in` to handle.
@@ -109,67 +107,4 @@ impl VmStats {
         self.vcpus.push(v.clone());
     }
 
-    /// Human-readable table, as `--stats` prints it.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let secs = self.wall_ns as f64 / 1e9;
-        out.push_str(&format!(
-            "\n VM statistics ({:.6} s wall, {:.6} s in KVM_RUN, {} entries)\n\n",
-            secs,
-            self.run_ns as f64 / 1e9,
-            self.entries
-        ));
-        if let Some(c) = &self.cpu {
-            out.push_str(&format!("  cpu: {}, PMU: {}\n", c.vendor, c.pmu));
-        }
-        if let Some(e) = &self.execution {
-            out.push_str(&format!("  execution: {} ({})\n", e.name(), e.reason));
-            for (i, v) in self.vcpus.iter().enumerate() {
-                let kvm: Vec<String> =
-                    KVM_STATS_SHOWN.iter().filter_map(|k| v.kvm.get(*k).map(|n| format!("{k} {n}"))).collect();
-                out.push_str(&format!(
-                    "    vcpu{i}: {}, {} exits to the VMM; KVM: {}\n",
-                    v.mode,
-                    v.exits.values().map(|c| c.count).sum::<u64>(),
-                    if kvm.is_empty() { "no statistics".into() } else { kvm.join(", ") }
-                ));
-            }
-            out.push('\n');
-        }
-        out.push_str(&format!("  {:<16} {:>12} {:>14} {:>12}\n", "exit reason", "count", "handle time", "avg"));
-        for (reason, c) in &self.exits {
-            let avg = c.handle_ns.checked_div(c.count).unwrap_or(0);
-            out.push_str(&format!(
-                "  {:<16} {:>12} {:>11.3} ms {:>9} ns\n",
-                reason,
-                c.count,
-                c.handle_ns as f64 / 1e6,
-                avg
-            ));
-        }
-        out.push_str(&format!("  {:<16} {:>12}\n", "total", self.total_exits));
-        let r = &self.requests;
-        if r.pmi_nmis + r.external_nmis + r.cancelled_entries > 0 {
-            out.push_str(&format!(
-                "\n  NMIs: {} from PMIs, {} external, {} passes with both (PMI first in {}), {} cancelled entries ({:.3} per PMI)\n",
-                r.pmi_nmis, r.external_nmis, r.both_pending, r.pmi_injected_first, r.cancelled_entries, r.extra_entries_per_pmi()
-            ));
-        }
-        if let Some(n) = self.vcpu_syscalls {
-            out.push_str(&format!("  vCPU syscalls: {n} ({:.3} per KVM_RUN)\n", n as f64 / self.entries.max(1) as f64));
-        }
-        if let Some(ns) = self.first_console_byte_ns {
-            out.push_str(&format!("\n  first console byte after {:.3} ms\n", ns as f64 / 1e6));
-        }
-        if let Some(pmu) = &self.pmu {
-            out.push_str(&pmu.render());
-        }
-        if !self.unclaimed_ports.is_empty() {
-            out.push_str("\n  unclaimed ports (reads all-ones, writes dropped):\n");
-            for (port, n) in &self.unclaimed_ports {
-                out.push_str(&format!("    {port:<8} {n:>10}\n"));
-            }
-        }
-        out
-    }
 }

@@ -8,10 +8,8 @@
 //! counts, a USR-only counter counts nothing.
 
 use super::decode::InsnClass;
-use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx};
+use pmu::{PMC_SLOTS, ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx};
 
-/// Counter slots, indexed by `PmcIdx::bit()` (GP 0..8, fixed 32..35).
-const SLOTS: usize = 35;
 
 #[derive(Debug, Clone, Copy)]
 struct ExactCounter {
@@ -69,7 +67,7 @@ impl ExactCounter {
 /// What `retire_early` changes, kept to be put back if the write faults after all.
 #[derive(Debug, Clone, Copy)]
 struct Checkpoint {
-    counters: [Option<ExactCounter>; SLOTS],
+    counters: [Option<ExactCounter>; PMC_SLOTS],
     overflow_pending: bool,
     steps: u64,
 }
@@ -77,7 +75,7 @@ struct Checkpoint {
 /// Counts from single-stepping.
 #[derive(Debug)]
 pub struct ExactSource {
-    counters: [Option<ExactCounter>; SLOTS],
+    counters: [Option<ExactCounter>; PMC_SLOTS],
     enabled_mask: u64,
     overflow_pending: bool,
     /// Instructions retired while stepping (all counters or none).
@@ -91,7 +89,7 @@ pub struct ExactSource {
 impl Default for ExactSource {
     fn default() -> Self {
         ExactSource {
-            counters: [None; SLOTS],
+            counters: [None; PMC_SLOTS],
             enabled_mask: 0,
             overflow_pending: false,
             steps: 0,
@@ -108,7 +106,7 @@ impl ExactSource {
     }
 
     fn slot(&mut self, pmc: PmcIdx) -> &mut ExactCounter {
-        self.counters[pmc.bit() as usize].as_mut().expect("model protocol: event is open")
+        self.counters[pmc.slot()].as_mut().expect("model protocol: event is open")
     }
 
     /// Whether any counter counts (the VMM single-steps then, and while any is programmed).
@@ -120,31 +118,27 @@ impl ExactSource {
     pub fn retire(&mut self, class: InsnClass) {
         self.steps += 1;
         let now = (self.tsc)();
-        let mut mask = self.enabled_mask;
-        while mask != 0 {
-            let bit = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            let c = self.counters[bit].as_mut().expect("enabled implies open");
-            let added = c.fold_tsc(now);
-            if added > 0 {
-                self.check_deadline(bit);
+        for slot in PmcIdx::iter_mask(self.enabled_mask).map(PmcIdx::slot) {
+            let c = self.counters[slot].as_mut().expect("enabled implies open");
+            if c.fold_tsc(now) > 0 {
+                self.check_deadline(slot);
             }
-            self.count_one(bit, class);
+            self.count_one(slot, class);
         }
     }
 
-    /// Counter `bit` sees one instruction of class `class` retire.
-    fn count_one(&mut self, bit: usize, class: InsnClass) {
-        let c = self.counters[bit].as_mut().expect("open");
+    /// The counter in `slot` sees one instruction of class `class` retire.
+    fn count_one(&mut self, slot: usize, class: InsnClass) {
+        let c = self.counters[slot].as_mut().expect("open");
         let n = c.step(class);
         c.count += n;
         if n > 0 {
-            self.check_deadline(bit);
+            self.check_deadline(slot);
         }
     }
 
-    fn check_deadline(&mut self, bit: usize) {
-        let c = self.counters[bit].as_mut().expect("open");
+    fn check_deadline(&mut self, slot: usize) {
+        let c = self.counters[slot].as_mut().expect("open");
         if c.deadline.is_some_and(|d| c.count >= d) {
             c.deadline = None;
             self.overflow_pending = true;
@@ -194,12 +188,12 @@ impl CountSource for ExactSource {
             last_condition: false,
             tsc_since: None,
         };
-        self.counters[pmc.bit() as usize] = Some(counter);
+        self.counters[pmc.slot()] = Some(counter);
         Ok(())
     }
 
     fn close(&mut self, pmc: PmcIdx) {
-        self.counters[pmc.bit() as usize] = None;
+        self.counters[pmc.slot()] = None;
         self.enabled_mask &= !pmc.mask();
     }
 

@@ -15,14 +15,13 @@
 
 use super::perf_sys::*;
 use crate::kick;
-use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx};
+use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx, PMC_SLOTS};
 use serde::Serialize;
 use std::sync::Arc;
 
 mod accounting;
 pub use accounting::{EventBudget, NotificationStats};
 
-const SLOTS: usize = 35;
 /// A sampling period so long it never fires: perf only accepts IOC_PERIOD on events opened
 /// as sampling events, so every event is opened with this and re-armed as needed.
 const NEVER: u64 = 1 << 62;
@@ -101,7 +100,7 @@ struct Group {
 #[derive(Debug)]
 pub struct PerfSource {
     mode: PerfMode,
-    counters: [Option<PerfCounter>; SLOTS],
+    counters: [Option<PerfCounter>; PMC_SLOTS],
     budget: Arc<EventBudget>,
     /// Shortest software-clock period now allowed (MIN_CLOCK_PERIOD_NS, or more when
     /// throttled).
@@ -226,7 +225,7 @@ impl PerfSource {
     /// Members of the group that are enabled.
     fn enabled_members(&self) -> u64 {
         let members = self.group.as_ref().map_or(0, |g| g.members);
-        PmcIdx::iter_mask(members).filter(|p| self.counters[p.bit() as usize].as_ref().is_some_and(|c| c.enabled)).fold(0, |m, p| m | p.mask())
+        PmcIdx::iter_mask(members).filter(|p| self.counters[p.slot()].as_ref().is_some_and(|c| c.enabled)).fold(0, |m, p| m | p.mask())
     }
 
     /// The leader must run for any sibling to count.
@@ -276,7 +275,7 @@ impl PerfSource {
     }
 
     fn counter(&mut self, pmc: PmcIdx) -> &mut PerfCounter {
-        self.counters[pmc.bit() as usize].as_mut().expect("model protocol: event is open")
+        self.counters[pmc.slot()].as_mut().expect("model protocol: event is open")
     }
 
     /// An overflow notification is about to be handled.
@@ -290,9 +289,9 @@ impl PerfSource {
     /// enabled counter's remaining distance, except those the model re-armed while handling
     /// it (the ones that wrapped: a second re-arm would cost two more syscalls for nothing).
     pub fn rearm_after_notification(&mut self) {
-        for slot in 0..SLOTS {
+        for slot in 0..PMC_SLOTS {
             let Some(c) = &self.counters[slot] else { continue };
-            let pmc = PmcIdx::from_bit(slot as u32).expect("slot of a counter");
+            let pmc = PmcIdx::from_slot(slot).expect("slot of a counter");
             if c.enabled && c.armed.is_some() && self.rearmed & pmc.mask() == 0 {
                 self.restart_period(pmc);
             }
@@ -371,7 +370,7 @@ impl CountSource for PerfSource {
         if let (Some(g), Some(_)) = (self.group.as_mut(), id) {
             g.members |= pmc.mask();
         }
-        self.counters[pmc.bit() as usize] =
+        self.counters[pmc.slot()] =
             Some(PerfCounter { event, enabled: false, armed: None, stopped_at: Some(0), period_stale: false, id, tsc });
         Ok(())
     }
@@ -380,7 +379,7 @@ impl CountSource for PerfSource {
         if let Some(g) = &mut self.group {
             g.members &= !pmc.mask();
         }
-        if self.counters[pmc.bit() as usize].take().is_some() {
+        if self.counters[pmc.slot()].take().is_some() {
             self.budget.give_back();
         }
     }
@@ -429,16 +428,16 @@ impl CountSource for PerfSource {
         let g = self.group.as_mut().expect("members imply a group");
         let _ = g.leader.disable_group();
         g.on = false;
-        let mut raw = [0u64; SLOTS];
+        let mut raw = [0u64; PMC_SLOTS];
         let ids: Vec<(u64, usize)> =
-            PmcIdx::iter_mask(members).filter_map(|p| Some((self.counter(p).id?, p.bit() as usize))).collect();
+            PmcIdx::iter_mask(members).filter_map(|p| Some((self.counter(p).id?, p.slot()))).collect();
         let _ = self.group.as_ref().expect("present").leader.read_group(|id, value| {
             if let Some(&(_, slot)) = ids.iter().find(|(i, _)| *i == id) {
                 raw[slot] = value;
             }
         });
         for pmc in PmcIdx::iter_mask(members) {
-            let now = self.in_event_units(raw[pmc.bit() as usize]);
+            let now = self.in_event_units(raw[pmc.slot()]);
             self.stopped(pmc, now);
         }
         PmcIdx::iter_mask(mask & !members).for_each(|pmc| self.disable(pmc));
@@ -479,7 +478,7 @@ impl CountSource for PerfSource {
 
 impl Drop for PerfSource {
     fn drop(&mut self) {
-        for slot in 0..SLOTS {
+        for slot in 0..PMC_SLOTS {
             if self.counters[slot].take().is_some() {
                 self.budget.give_back();
             }
