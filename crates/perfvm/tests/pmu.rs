@@ -114,38 +114,78 @@ fn pmu_flags_are_validated() {
     assert_usage_error(&perfvm(&["run", "hello", "--backend", "magic"]), "invalid value 'magic'");
 }
 
-/// A guest that knows nothing of perfvm (no kit, no VIF note, raw machine code) programs
-/// PMC0 for instructions, counts `5 nop; mfence; lfence; sfence; 3 mov/xor; wrmsr` and
-/// exits with the count through the debug-exit port: the exact backend says 12 (the
-/// disabling WRMSR counts, the enabling one does not; each fence retires once), natively
+/// `mov ecx, msr; mov eax, lo; xor edx, edx; wrmsr`.
+fn wrmsr(ecx: u32, eax: u32) -> Vec<u8> {
+    [&[0xb9][..], &ecx.to_le_bytes(), &[0xb8], &eax.to_le_bytes(), &[0x31, 0xd2, 0x0f, 0x30]].concat()
+}
+
+/// A raw-code guest (no kit, no VIF note) that counts `5 nop; mfence; lfence; sfence; 3
+/// mov/xor; wrmsr` on counter 0 of the PMU whose MSRs are given, and exits through the
+/// debug-exit port with the count: `prologue`, then `global := 0`, `ctl := instructions,
+/// OS, EN`, `ctr := 0`, `global := 1`, the window, `rdmsr ctr`, `out %al, $0xf4; hlt`.
+fn counting_guest(prologue: &[u8], global: u32, ctl: u32, ctl_value: u32, ctr: u32) -> String {
+    let program = [
+        prologue.to_vec(),
+        wrmsr(global, 0), // the global enables' reset value enables the GP counters
+        wrmsr(ctl, ctl_value),
+        wrmsr(ctr, 0),
+        wrmsr(global, 1), // counter 0 counts from the next instruction
+        vec![0x90; 5],    // 5 x nop
+        vec![0x0f, 0xae, 0xf0, 0x0f, 0xae, 0xe8, 0x0f, 0xae, 0xf8], // mfence, lfence, sfence
+        [&[0xb9][..], &global.to_le_bytes(), &[0x31, 0xc0, 0x31, 0xd2, 0x0f, 0x30]].concat(), // global := 0
+        [&[0xb9][..], &ctr.to_le_bytes(), &[0x0f, 0x32]].concat(), // rdmsr ctr
+        vec![0xe6, 0xf4, 0xf4], // out %al, $0xf4 (exit status (al << 1) | 1); hlt
+    ]
+    .concat();
+    temp_file(&format!("foreign-{ctl:x}.elf"), &vmm::loader::synthetic::elf64_code(&program))
+}
+
+/// A guest that knows nothing of perfvm counts exactly 12 on the exact backend (the disabling
+/// WRMSR counts, the enabling one does not; each fence retires once), natively
 /// (`--native on`) and emulated.
 #[test]
 fn a_foreign_guest_counts_exactly_twelve_instructions() {
     require_kvm!();
-    let wrmsr = |ecx: u32, eax: u32| [&[0xb9][..], &ecx.to_le_bytes(), &[0xb8], &eax.to_le_bytes(), &[0x31, 0xd2, 0x0f, 0x30]].concat();
-    let program = [
-        wrmsr(0x38f, 0),           // GLOBAL_CTRL := 0 (its reset value enables the GP counters)
-        wrmsr(0x186, 0x0042_00c0), // PERFEVTSEL0: instructions retired, OS, EN
-        wrmsr(0xc1, 0),            // PMC0 := 0
-        wrmsr(0x38f, 1),           // GLOBAL_CTRL: PMC0 counts from the next instruction
-        vec![0x90; 5],             // 5 x nop
-        vec![0x0f, 0xae, 0xf0, 0x0f, 0xae, 0xe8, 0x0f, 0xae, 0xf8], // mfence, lfence, sfence
-        vec![0xb9, 0x8f, 0x03, 0, 0, 0x31, 0xc0, 0x31, 0xd2, 0x0f, 0x30], // GLOBAL_CTRL := 0
-        vec![0xb9, 0xc1, 0, 0, 0, 0x0f, 0x32], // rdmsr PMC0
-        vec![0xe6, 0xf4, 0xf4],    // out %al, $0xf4 (exit status (al << 1) | 1); hlt
-    ]
-    .concat();
-    let path = temp_file("foreign-count.elf", &vmm::loader::synthetic::elf64_code(&program));
+    // Intel: PERFEVTSEL0 = instructions retired (0xC0), OS, EN; PMC0; GLOBAL_CTRL.
+    let path = counting_guest(&[], 0x38f, 0x186, 0x0042_00c0, 0xc1);
     for mode in modes("a_foreign_guest_counts_exactly_twelve_instructions") {
         let o = perfvm(&["run", &path, "--backend", "exact", "--native", mode, "--timeout", "60"]);
         assert_eq!(code(&o), (12 << 1) | 1, "--native {mode}: {}", stderr(&o));
     }
 }
 
-/// `--cpu-vendor amd`: an AMD identity whatever the host, and, with no AMD vPMU yet, no PMU
-/// at all (leaf 0xA zero, the PMU MSRs not routed), said in `--stats`.
+/// The same on AMD: a guest that finds PerfMonV2 in CPUID 0x80000022 (or exits with 0x7f)
+/// counts retired instructions (0xC0) on PERF_CTL0/PERF_CTR0 (0xC0010200/1) under
+/// PerfCntrGlobalCtl (0xC0000301): 12 with `--cpu-vendor amd`. Emulated, where the guest's
+/// CPUID is the VMM's (natively the host answers CPUID); natively without the check.
 #[test]
-fn an_amd_identity_has_no_pmu_yet() {
+fn a_foreign_amd_guest_counts_exactly_twelve_instructions() {
+    require_kvm!();
+    let cpuid_gate = [
+        &[0xb8, 0x22, 0x00, 0x00, 0x80][..], // mov $0x80000022, %eax
+        &[0x0f, 0xa2],                       // cpuid
+        &[0xa8, 0x01],                       // test $1, %al (PerfMonV2)
+        &[0x75, 0x05],                       // jnz past the exit
+        &[0xb0, 0x7f, 0xe6, 0xf4, 0xf4],     // mov $0x7f, %al; out %al, $0xf4; hlt
+    ]
+    .concat();
+    let amd = ["--cpu-vendor", "amd", "--backend", "exact", "--timeout", "60"];
+    let gated = counting_guest(&cpuid_gate, 0xc000_0301, 0xc001_0200, 0x0042_00c0, 0xc001_0201);
+    let o = perfvm(&[&["run", &gated, "--native", "off"][..], &amd].concat());
+    assert_eq!(code(&o), (12 << 1) | 1, "{}", stderr(&o));
+    let intel = perfvm(&["run", &gated, "--native", "off", "--backend", "exact", "--timeout", "60"]);
+    assert_eq!(code(&intel), (0x7f << 1) | 1, "no PerfMonV2 under the Intel identity");
+    if modes("a_foreign_amd_guest_counts_exactly_twelve_instructions").contains(&"on") {
+        let plain = counting_guest(&[], 0xc000_0301, 0xc001_0200, 0x0042_00c0, 0xc001_0201);
+        let o = perfvm(&[&["run", &plain, "--native", "on"][..], &amd].concat());
+        assert_eq!(code(&o), (12 << 1) | 1, "--native on: {}", stderr(&o));
+    }
+}
+
+/// `--cpu-vendor amd`: an AMD identity whatever the host, with the AMD vPMU: no Intel
+/// leaf 0xA (the Intel conformance suite finds no PMU), said in `--stats`.
+#[test]
+fn an_amd_identity_has_the_amd_pmu() {
     require_kvm!();
     let o = perfvm(&["run", "pmu_arch", "--cpu-vendor", "amd", "--json", "--timeout", "120"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -153,7 +193,7 @@ fn an_amd_identity_has_no_pmu_yet() {
     assert!(doc["console"].as_str().unwrap().contains("SKIP: no architectural PMU (CPUID.0AH version 0)"), "{doc}");
     let cpu = &doc["stats"]["cpu"];
     assert_eq!(cpu["vendor"], "AuthenticAMD");
-    assert!(cpu["pmu"].as_str().unwrap().starts_with("none"), "{cpu}");
+    assert_eq!(cpu["pmu"], "AMD PerfMonV2, 4 core counters", "{cpu}");
     let intel = perfvm(&["run", "hello", "--stats"]);
     assert!(stderr(&intel).contains("cpu: GenuineIntel, PMU: Intel architectural perfmon v2"), "{}", stderr(&intel));
 }

@@ -82,18 +82,16 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     let budget = EventBudget::new(
         config.pmu.as_ref().and_then(|s| s.max_host_events).unwrap_or(per_vcpu * config.vcpus as usize),
     );
-    // No vPMU for a vendor that has none yet: the guest sees no PMU at all.
-    let pmu_settings = config.pmu.as_ref().filter(|_| config.cpu_vendor.has_vpmu());
-    let mut pmus = match pmu_settings {
-        Some(settings) => build_pmus(settings, config.vcpus, tsc_khz, long_mode, execution.native, &budget)?,
+    let vendor = config.cpu_vendor.pmu_vendor();
+    let mut pmus = match &config.pmu {
+        Some(settings) => build_pmus(settings, vendor, config.vcpus, tsc_khz, long_mode, execution.native, &budget)?,
         None => Vec::new(),
     };
     route_msrs(&vm, pmus.first())?;
     let mut cpu = crate::identity::CpuReport {
-        pmu: match (&config.pmu, pmus.first()) {
-            (_, Some(p)) => format!("Intel architectural perfmon v{}", p.pmu.caps().cpuid_0xa()[0] & 0xff),
-            (Some(_), None) => "none: there is no AMD vPMU yet (--cpu-vendor amd)".into(),
-            (None, _) => "none (--pmu off)".into(),
+        pmu: match pmus.first() {
+            Some(p) => describe_pmu(p.pmu.caps()),
+            None => "none (--pmu off)".into(),
         },
         ..Default::default()
     };
@@ -167,9 +165,18 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     })
 }
 
+/// The PMU the guest sees, in a few words (`--stats`).
+fn describe_pmu(caps: &pmu::PmuCaps) -> String {
+    match caps.vendor() {
+        pmu::Vendor::Intel => format!("Intel architectural perfmon v{}", caps.cpuid_0xa()[0] & 0xff),
+        pmu::Vendor::Amd => format!("AMD PerfMonV2, {} core counters", caps.gp_counters()),
+    }
+}
+
 /// One PMU per vCPU, sharing a per-VM cap on host events.
 fn build_pmus(
     settings: &PmuSettings,
+    vendor: pmu::Vendor,
     vcpus: u32,
     tsc_khz: u64,
     long_mode: bool,
@@ -179,6 +186,8 @@ fn build_pmus(
     // Probe the host PMU only for the backend that uses it.
     let mode = (settings.backend == BackendKind::Perf).then(|| PerfMode::detect(tsc_khz));
     let config = PmuConfig {
+        vendor,
+        amd_perfmon: pmu::AmdPerfMon::PerfMonV2,
         gp_counters: settings.gp_counters,
         policy: settings.policy,
         filter: settings.filter.clone(),

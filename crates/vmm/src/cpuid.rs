@@ -24,8 +24,11 @@ const LEAF6_ECX_APERFMPERF: u32 = 1 << 0;
 /// architectural perfmon version 0).
 pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>, vendor: crate::identity::CpuVendor) -> CpuId {
     let mut entries: Vec<kvm_cpuid_entry2> = supported.as_slice().to_vec();
-    if !entries.iter().any(|e| e.function == 0xa) {
-        entries.push(kvm_cpuid_entry2 { function: 0xa, ..Default::default() });
+    // The PMU leaves exist whatever the host reports (zero where there is no such PMU).
+    for function in [0xa, 0x8000_0022] {
+        if !entries.iter().any(|e| e.function == function) {
+            entries.push(kvm_cpuid_entry2 { function, ..Default::default() });
+        }
     }
     let max_basic = entries.iter().filter(|e| e.function < 0x8000_0000).map(|e| e.function).max().unwrap_or(0);
     for entry in &mut entries {
@@ -33,24 +36,28 @@ pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>, vendor: cr
             0 => entry.eax = entry.eax.max(0xa).max(max_basic),
             1 => {
                 entry.ebx = (entry.ebx & 0x00ff_ffff) | (index << 24);
-                entry.ecx &= !LEAF1_ECX_PDCM;
-                if pmu.is_some_and(|p| p.perf_capabilities() != 0) {
-                    entry.ecx |= LEAF1_ECX_PDCM;
-                }
-                entry.ecx &= !LEAF1_ECX_DTES64;
+                // PMU bits: none unless the vPMU sets them below.
+                entry.ecx &= !(LEAF1_ECX_PDCM | LEAF1_ECX_DTES64);
                 entry.edx &= !LEAF1_EDX_DS;
-                if pmu.is_some_and(|p| p.pebs()) {
-                    entry.ecx |= LEAF1_ECX_DTES64;
-                    entry.edx |= LEAF1_EDX_DS;
-                }
             }
             6 => entry.ecx &= !LEAF6_ECX_APERFMPERF,
             0xb | 0x1f => entry.edx = index,
-            0xa => [entry.eax, entry.ebx, entry.ecx, entry.edx] = pmu.map(PmuCaps::cpuid_0xa).unwrap_or([0; 4]),
+            0xa | 0x8000_0022 => [entry.eax, entry.ebx, entry.ecx, entry.edx] = [0; 4],
+            // An AMD PMU lives in leaf 0x80000022: the extended range must reach it.
+            0x8000_0000 if pmu.is_some_and(|p| p.vendor() == pmu::Vendor::Amd) => entry.eax = entry.eax.max(0x8000_0022),
             _ => {}
         }
     }
     crate::identity::apply(&mut entries, vendor);
+    // The vPMU's own bits, from the model: Intel's leaf 0xA or AMD's PerfCtrExtCore and
+    // PerfMonV2 leaf (each vendor clears the other's).
+    for bits in pmu.map(PmuCaps::cpuid_bits).unwrap_or_default() {
+        if let Some(e) = entries.iter_mut().find(|e| e.function == bits.function && e.index == bits.index) {
+            let mut regs = [e.eax, e.ebx, e.ecx, e.edx];
+            bits.apply(&mut regs);
+            [e.eax, e.ebx, e.ecx, e.edx] = regs;
+        }
+    }
     CpuId::from_entries(&entries).expect("CPUID entries fit")
 }
 
@@ -124,13 +131,23 @@ mod tests {
     }
 
     #[test]
-    fn the_amd_identity_has_no_pmu_until_an_amd_vpmu_exists() {
-        let cpuid = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd);
+    fn the_amd_identity_gets_the_amd_pmu_leaves() {
+        let caps = PmuCaps::amd(pmu::AmdPerfMon::PerfMonV2, 4, pmu::EventSet::ALL).unwrap();
+        let cpuid = for_vcpu(&amd_host(), 0, Some(&caps), crate::identity::CpuVendor::Amd);
         assert_eq!(crate::identity::vendor_string(cpuid.as_slice()), "AuthenticAMD");
         assert_eq!(leaf(&cpuid, 0xa).eax, 0, "no Intel PMU leaf");
+        assert_eq!(leaf(&cpuid, 0x8000_0001).ecx & 1 << 23, 1 << 23, "PerfCtrExtCore");
+        assert_eq!([leaf(&cpuid, 0x8000_0022).eax & 1, leaf(&cpuid, 0x8000_0022).ebx & 0xf], [1, 4], "PerfMonV2, 4");
+        let ext = leaf(&cpuid, 0x8000_0000);
+        assert!(ext.eax >= 0x8000_0022, "the extended range reaches leaf 0x80000022");
+        assert_eq!([ext.ebx, ext.edx, ext.ecx], crate::identity::CpuVendor::Amd.vendor_regs());
+    }
+
+    #[test]
+    fn without_a_pmu_no_pmu_leaf_survives() {
+        let cpuid = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd);
+        assert_eq!(leaf(&cpuid, 0xa).eax, 0);
         assert_eq!(leaf(&cpuid, 0x8000_0001).ecx & 1 << 23, 0);
         assert_eq!([leaf(&cpuid, 0x8000_0022).eax, leaf(&cpuid, 0x8000_0022).ebx], [0, 0]);
-        let ext = leaf(&cpuid, 0x8000_0000);
-        assert_eq!([ext.ebx, ext.edx, ext.ecx], crate::identity::CpuVendor::Amd.vendor_regs());
     }
 }

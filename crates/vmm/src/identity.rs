@@ -18,7 +18,8 @@ pub enum CpuVendor {
     /// perfmon version 2, the version the vPMU exposes.
     #[default]
     Intel,
-    /// AuthenticAMD, family 0x17 model 0x31 (Zen 2, "Rome"). No AMD vPMU yet: no PMU at all.
+    /// AuthenticAMD, family 0x19 model 0x11 (Zen 4, "Genoa"): the AMD vPMU with PerfCtrExtCore
+    /// and PerfMonV2, as that family has.
     Amd,
 }
 
@@ -37,13 +38,16 @@ impl CpuVendor {
     fn signature(self) -> u32 {
         match self {
             CpuVendor::Intel => 0x0001_067a, // family 6, model 0x17, stepping 10
-            CpuVendor::Amd => 0x0083_0f10,   // family 0xf + 8, model 0x31, stepping 0
+            CpuVendor::Amd => 0x00a1_0f10,   // family 0xf + 0xa, model 0x11, stepping 0
         }
     }
 
-    /// Whether the vPMU exists under this identity.
-    pub fn has_vpmu(self) -> bool {
-        self == CpuVendor::Intel
+    /// The vPMU that goes with this identity.
+    pub fn pmu_vendor(self) -> pmu::Vendor {
+        match self {
+            CpuVendor::Intel => pmu::Vendor::Intel,
+            CpuVendor::Amd => pmu::Vendor::Amd,
+        }
     }
 }
 
@@ -144,7 +148,8 @@ mod tests {
         apply(&mut e, CpuVendor::Amd);
         assert_eq!(vendor_string(&e), "AuthenticAMD");
         let sig = e[1].eax;
-        assert_eq!((sig >> 8 & 0xf) + (sig >> 20 & 0xff), 0x17, "family 0x17");
-        assert!(!CpuVendor::Amd.has_vpmu());
+        assert_eq!((sig >> 8 & 0xf) + (sig >> 20 & 0xff), 0x19, "family 0x19");
+        assert_eq!((sig >> 4 & 0xf) | (sig >> 12 & 0xf0), 0x11, "model 0x11");
+        assert_eq!(CpuVendor::Amd.pmu_vendor(), pmu::Vendor::Amd);
     }
 }

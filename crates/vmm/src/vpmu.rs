@@ -120,7 +120,7 @@ impl VcpuPmu {
     pub fn rdmsr(&mut self, index: u32) -> Option<u64> {
         let t = OpStart::now();
         let r = self.pmu.get_msr(MsrIndex(index), Initiator::Guest).ok();
-        self.account(PmuOp::of_read(index), t);
+        self.account(PmuOp::of_read(self.pmu.caps().decode_msr(MsrIndex(index))), t);
         r
     }
 
@@ -138,7 +138,7 @@ impl VcpuPmu {
         if let (Some(rip), false) = (rip, ok) {
             self.counting().faulted(rip);
         }
-        self.account(PmuOp::of_write(index, value), t);
+        self.account(PmuOp::of_write(self.pmu.caps().decode_msr(MsrIndex(index)), value), t);
         ok
     }
 

@@ -1,7 +1,7 @@
 //! What the VMM's side of the vPMU costs: time and host perf syscalls per guest PMU
 //! operation, and the per-vCPU counts `--stats` and the bench report.
 
-use pmu::MsrIndex;
+use pmu::PmuReg;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -34,22 +34,24 @@ pub enum PmuOp {
 }
 
 impl PmuOp {
-    pub(crate) fn of_write(index: u32, value: u64) -> PmuOp {
-        match pmu::PmuMsr::decode(MsrIndex(index)) {
-            Some(pmu::PmuMsr::EventSel(_)) => PmuOp::EventselWrite,
-            Some(pmu::PmuMsr::FixedCtrCtrl) => PmuOp::FixedCtrlWrite,
-            Some(pmu::PmuMsr::GlobalCtrl) if value == 0 => PmuOp::GlobalCtrlDisable,
-            Some(pmu::PmuMsr::GlobalCtrl) => PmuOp::GlobalCtrlEnable,
-            Some(pmu::PmuMsr::Pmc(_) | pmu::PmuMsr::FullWidthPmc(_) | pmu::PmuMsr::FixedCtr(_)) => PmuOp::CounterWrite,
-            Some(pmu::PmuMsr::GlobalOvfCtrl) => PmuOp::OvfCtrlWrite,
+    /// The operation a write of `value` to the register the model decoded is (any vendor).
+    pub(crate) fn of_write(reg: Option<PmuReg>, value: u64) -> PmuOp {
+        match reg {
+            Some(PmuReg::EventSel(_)) => PmuOp::EventselWrite,
+            Some(PmuReg::FixedCtrCtrl) => PmuOp::FixedCtrlWrite,
+            Some(PmuReg::GlobalCtrl) if value == 0 => PmuOp::GlobalCtrlDisable,
+            Some(PmuReg::GlobalCtrl) => PmuOp::GlobalCtrlEnable,
+            Some(PmuReg::Counter(..)) => PmuOp::CounterWrite,
+            Some(PmuReg::GlobalStatusClear) => PmuOp::OvfCtrlWrite,
             _ => PmuOp::Other,
         }
     }
 
-    pub(crate) fn of_read(index: u32) -> PmuOp {
-        match pmu::PmuMsr::decode(MsrIndex(index)) {
-            Some(pmu::PmuMsr::Pmc(_) | pmu::PmuMsr::FullWidthPmc(_) | pmu::PmuMsr::FixedCtr(_)) => PmuOp::CounterRead,
-            Some(pmu::PmuMsr::GlobalStatus) => PmuOp::StatusRead,
+    /// The operation a read of the register the model decoded is.
+    pub(crate) fn of_read(reg: Option<PmuReg>) -> PmuOp {
+        match reg {
+            Some(PmuReg::Counter(..)) => PmuOp::CounterRead,
+            Some(PmuReg::GlobalStatus) => PmuOp::StatusRead,
             _ => PmuOp::Other,
         }
     }
