@@ -1,6 +1,6 @@
-//! Event names as perf spells them, and their architectural encodings (EVENTSEL[15:0]).
+//! Event names as perf spells them, and their architectural encodings (`EVENTSEL[15:0]`).
 
-/// (names, raw EVENTSEL[15:0]); the first name is canonical.
+/// (names, raw `EVENTSEL[15:0]`); the first name is canonical.
 const EVENTS: &[(&[&str], u16)] = &[
     (&["cycles", "cpu-cycles"], 0x003c),
     (&["instructions"], 0x00c0),

@@ -21,7 +21,9 @@ use std::time::Instant;
 /// A failure reported as one line on stderr with an exit code.
 #[derive(Debug)]
 pub struct Failure {
+    /// The process exit code (2 for bad input).
     pub code: i32,
+    /// The one line printed on stderr.
     pub message: String,
 }
 

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use vmm::vm::PmuSettings;
 use vmm::RunReport;
 
-/// The OUT roundtrip in ns from portio's first line, "portio: median <c> cycles, <ns> ns".
+/// The OUT roundtrip in ns from portio's first line, `portio: median <c> cycles, <ns> ns`.
 pub fn portio_ns(report: &RunReport) -> Option<f64> {
     let text = super::console(report);
     let line = text.lines().find(|l| l.starts_with("portio: median"))?;
