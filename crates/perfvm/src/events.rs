@@ -1,15 +1,31 @@
 //! Event names as perf spells them, and their architectural encodings (`EVENTSEL[15:0]`).
 
-/// (names, raw `EVENTSEL[15:0]`); the first name is canonical.
-const EVENTS: &[(&[&str], u16)] = &[
-    (&["cycles", "cpu-cycles"], 0x003c),
-    (&["instructions"], 0x00c0),
-    (&["ref-cycles"], 0x013c),
-    (&["cache-references"], 0x4f2e),
-    (&["cache-misses"], 0x412e),
-    (&["branches", "branch-instructions"], 0x00c4),
-    (&["branch-misses"], 0x00c5),
-];
+use pmu::ArchEvent;
+
+/// perf's names for an architectural event; the first is canonical. Its encoding is the
+/// model's (`ArchEvent::select`).
+fn names(event: ArchEvent) -> &'static [&'static str] {
+    match event {
+        ArchEvent::CoreCycles => &["cycles", "cpu-cycles"],
+        ArchEvent::Instructions => &["instructions"],
+        ArchEvent::RefCycles => &["ref-cycles"],
+        ArchEvent::LlcReferences => &["cache-references"],
+        ArchEvent::LlcMisses => &["cache-misses"],
+        ArchEvent::Branches => &["branches", "branch-instructions"],
+        ArchEvent::BranchMisses => &["branch-misses"],
+    }
+}
+
+/// `EVENTSEL[15:0]` of `event`: unit mask and event select.
+fn raw_of(event: ArchEvent) -> u16 {
+    let (select, umask) = event.select();
+    u16::from(umask) << 8 | u16::from(select)
+}
+
+/// (names, raw encoding) of every architectural event, in CPUID order.
+fn events() -> impl Iterator<Item = (&'static [&'static str], u16)> {
+    ArchEvent::ALL.into_iter().map(|e| (names(e), raw_of(e)))
+}
 
 /// A named architectural event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,19 +36,19 @@ pub struct Event {
 
 /// The named events with their other names (`perfvm list`).
 pub fn named() -> impl Iterator<Item = (Event, &'static [&'static str])> {
-    EVENTS.iter().map(|(names, raw)| (Event { name: names[0], raw: *raw }, &names[1..]))
+    events().map(|(names, raw)| (Event { name: names[0], raw }, &names[1..]))
 }
 
 /// Every event name `-e` accepts.
 pub fn available() -> String {
-    EVENTS.iter().map(|(names, _)| names[0]).collect::<Vec<_>>().join(", ")
+    events().map(|(names, _)| names[0]).collect::<Vec<_>>().join(", ")
 }
 
 /// Parse one event: a name, or a raw `rUUEE` as perf writes it.
 pub fn parse(spec: &str) -> Result<Event, String> {
     let spec = spec.trim();
-    if let Some((names, raw)) = EVENTS.iter().find(|(names, _)| names.contains(&spec)) {
-        return Ok(Event { name: names[0], raw: *raw });
+    if let Some((names, raw)) = events().find(|(names, _)| names.contains(&spec)) {
+        return Ok(Event { name: names[0], raw });
     }
     if let Some(hex) = spec.strip_prefix('r') {
         if let Ok(raw) = u16::from_str_radix(hex, 16) {
@@ -52,14 +68,14 @@ pub fn parse_list(list: &str) -> Result<Vec<Event>, String> {
 }
 
 /// The architectural event this encoding selects, if any (nothing counts the others).
-pub fn architectural(raw: u16) -> Option<pmu::ArchEvent> {
-    pmu::ArchEvent::from_select(raw as u8, (raw >> 8) as u8)
+pub fn architectural(raw: u16) -> Option<ArchEvent> {
+    ArchEvent::from_select(raw as u8, (raw >> 8) as u8)
 }
 
 /// The event with this encoding (a raw name if it has none).
 pub fn by_raw(raw: u16) -> Event {
-    match EVENTS.iter().find(|(_, r)| *r == raw) {
-        Some((names, raw)) => Event { name: names[0], raw: *raw },
+    match events().find(|&(_, r)| r == raw) {
+        Some((names, raw)) => Event { name: names[0], raw },
         None => Event { name: Box::leak(format!("r{raw:04x}").into_boxed_str()), raw },
     }
 }
