@@ -63,4 +63,58 @@ static inline uint64_t evtsel(enum arch_event ev, uint64_t flags)
 /* Stop every counter and clear every counter, selector and status bit. */
 void pmu_reset(const struct pmu_caps *caps);
 
+/*
+ * AMD64 performance monitoring (AMD APM Vol. 2 "Performance Monitoring Counters"; Linux
+ * names): the legacy K7 MSRs of counters 0-3, PerfCtrExtCore's interleaved CTL/CTR pairs of
+ * up to six counters, PerfMonV2's global control and status. Counters are 48 bits wide.
+ */
+#define MSR_K7_PERF_CTL0                      0xc0010000 /* PERF_CTLi = + i, i < 4 */
+#define MSR_K7_PERF_CTR0                      0xc0010004 /* PERF_CTRi = + i, i < 4 */
+#define MSR_F15H_PERF_CTL0                    0xc0010200
+#define MSR_F15H_PERF_CTR0                    0xc0010201
+#define MSR_F15H_PERF_CTL(i)                  (MSR_F15H_PERF_CTL0 + 2u * (i))
+#define MSR_F15H_PERF_CTR(i)                  (MSR_F15H_PERF_CTR0 + 2u * (i))
+#define MSR_AMD64_PERF_CNTR_GLOBAL_STATUS     0xc0000300
+#define MSR_AMD64_PERF_CNTR_GLOBAL_CTL        0xc0000301
+#define MSR_AMD64_PERF_CNTR_GLOBAL_STATUS_CLR 0xc0000302
+#define MSR_AMD64_PERF_CNTR_GLOBAL_STATUS_SET 0xc0000303
+
+#define AMD_LEGACY_COUNTERS 4
+#define AMD_MAX_COUNTERS    6
+#define AMD_COUNTER_MASK    ((1ull << 48) - 1)
+
+/* PERF_CTL: USR/OS/EDGE/INT/EN/INV/CMASK as EVTSEL_*; event select 7:0 and 35:32. */
+#define AMD_EVTSEL_GUEST_ONLY (1ull << 40)
+#define AMD_EVTSEL_HOST_ONLY  (1ull << 41)
+/* Reserved for a guest: 19, 21, 63:36 (HostOnly/GuestOnly included; KVM's reserved_bits). */
+#define AMD_EVTSEL_RESERVED   0xfffffff000280000ull
+
+#define CPUID_80000001_ECX_PERFCTR_CORE (1u << 23)
+#define CPUID_80000022_EAX_PERFMON_V2   (1u << 0)
+
+/* The PERF_CTL value of a 12-bit event select and unit mask, with `flags`. */
+static inline uint64_t amd_encode(uint16_t event, uint8_t umask, uint64_t flags)
+{
+	return (event & 0xffull) | (uint64_t)umask << 8 | (uint64_t)(event >> 8 & 0xf) << 32 | flags;
+}
+/* Linux's AMD (Zen) encoding of an architectural event: cycles 0x76, instructions 0xc0,
+ * branches 0xc2, ... (arch_events' names). */
+uint64_t amd_evtsel(enum arch_event ev, uint64_t flags);
+
+struct amd_pmu_caps {
+	int amd;           /* CPUID vendor AuthenticAMD */
+	int perfctr_core;  /* CPUID 0x80000001:ECX[23], the interleaved MSRs */
+	int perfmon_v2;    /* CPUID 0x80000022:EAX[0], global control and status */
+	unsigned counters; /* 0x80000022:EBX[3:0] with PerfMonV2, else 6 or 4 (as Linux) */
+	uint32_t ext_max;  /* CPUID 0x80000000:EAX */
+};
+/* Read the AMD PMU's CPUID (through the kit's cpuid(), so also natively). */
+void amd_pmu_probe(struct amd_pmu_caps *caps);
+/* The event selector / counter MSR of counter i: the interleaved one with PerfCtrExtCore. */
+uint32_t amd_ctl_msr(const struct amd_pmu_caps *caps, unsigned i);
+uint32_t amd_ctr_msr(const struct amd_pmu_caps *caps, unsigned i);
+/* Stop every counter (GLOBAL_CTL = 0 with PerfMonV2) and clear every counter, selector and
+ * status bit. Leaves GLOBAL_CTL 0. */
+void amd_pmu_reset(const struct amd_pmu_caps *caps);
+
 #endif
