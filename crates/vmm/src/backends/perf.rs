@@ -16,11 +16,12 @@
 use super::perf_sys::*;
 use crate::kick;
 use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx, PMC_SLOTS};
-use serde::Serialize;
 use std::sync::Arc;
 
 mod accounting;
+mod mode;
 pub use accounting::{EventBudget, NotificationStats};
+pub use mode::PerfMode;
 
 /// A sampling period so long it never fires: perf only accepts IOC_PERIOD on events opened
 /// as sampling events, so every event is opened with this and re-armed as needed.
@@ -28,45 +29,6 @@ const NEVER: u64 = 1 << 62;
 /// Shortest overflow period we program for the software clock. The kernel's floor is 10 us;
 /// we stay well above it because every notification costs the vCPU a signal and an exit.
 const MIN_CLOCK_PERIOD_NS: u64 = 50_000;
-
-/// What the host can count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(tag = "mode", rename_all = "snake_case")]
-pub enum PerfMode {
-    /// Host PMU: hardware events, guest mode only.
-    Hardware,
-    /// No host PMU: cycles from the vCPU thread's task-clock at `tsc_khz`.
-    SoftwareClock {
-        /// The guest TSC frequency, kHz, that turns clock ns into cycles.
-        tsc_khz: u64,
-    },
-}
-
-impl PerfMode {
-    /// Hardware if the host can open a hardware instructions event, else software clock.
-    pub fn detect(tsc_khz: u64) -> PerfMode {
-        let probe = PerfEventAttr {
-            type_: PERF_TYPE_HARDWARE,
-            config: PERF_COUNT_HW_INSTRUCTIONS,
-            flags: FLAG_DISABLED | FLAG_EXCLUDE_HOST,
-            ..Default::default()
-        };
-        match PerfEvent::open(&probe) {
-            Ok(_) => PerfMode::Hardware,
-            Err(_) => PerfMode::SoftwareClock { tsc_khz: tsc_khz.max(1) },
-        }
-    }
-
-    /// What counts in this mode, for `--stats`.
-    pub fn describe(&self) -> String {
-        match self {
-            PerfMode::Hardware => "hardware events (host PMU, guest mode only)".into(),
-            PerfMode::SoftwareClock { tsc_khz } => {
-                format!("software task-clock (no host PMU): cycles = vCPU thread time x {tsc_khz} kHz TSC")
-            }
-        }
-    }
-}
 
 #[derive(Debug)]
 struct PerfCounter {
@@ -84,6 +46,11 @@ struct PerfCounter {
     /// hardware, not the thread's CPU time (a busy host shares that out); the task-clock
     /// event still brings the overflow notification (late when the host is busy).
     tsc: Option<super::TscCount>,
+    /// The count the last read of the running event returned: the model re-arms a counter
+    /// right after folding it, and that fold's read serves the arming too.
+    last_read: Option<u64>,
+    /// The sampling period last given to the host event, in event units (0: none).
+    period: u64,
 }
 
 /// The software-clock events' group: a leader that stands for no counter, always open.
@@ -240,6 +207,7 @@ impl PerfSource {
     fn stopped(&mut self, pmc: PmcIdx, now: u64) {
         self.count_lost(pmc, now);
         let c = self.counter(pmc);
+        c.last_read = None;
         if let Some(t) = &mut c.tsc {
             t.stop(super::host_tsc());
         }
@@ -251,6 +219,7 @@ impl PerfSource {
     fn started(&mut self, pmc: PmcIdx) {
         let c = self.counter(pmc);
         c.enabled = true;
+        c.last_read = None;
         if let Some(t) = &mut c.tsc {
             t.start(super::host_tsc());
         }
@@ -269,7 +238,9 @@ impl PerfSource {
             (false, Some(now)) => now,
             _ => {
                 let raw = c.event.read().unwrap_or(0);
-                self.in_event_units(raw)
+                let now = self.in_event_units(raw);
+                self.counter(pmc).last_read = Some(now);
+                now
             }
         }
     }
@@ -324,7 +295,21 @@ impl PerfSource {
         let Some((armed_at, after)) = self.counter(pmc).armed else { return };
         let remaining = after.saturating_sub(now.saturating_sub(armed_at)).max(1);
         let period = self.to_host_units(remaining);
-        let _ = self.counter(pmc).event.set_period(period);
+        let in_units = self.in_event_units(period);
+        let c = self.counter(pmc);
+        c.period = in_units;
+        let _ = c.event.set_period(period);
+    }
+
+    /// Whether the host's sampling timer already expires where the model now wants counter
+    /// `pmc` to overflow: a timer that fired starts over with the same period, which is
+    /// where periodic sampling with a reload wants the next one (no ioctl then).
+    fn timer_lands(&mut self, pmc: PmcIdx, old: Option<(u64, u64)>, now: u64, after: u64) -> bool {
+        let period = self.counter(pmc).period;
+        old.is_some_and(|(at, a)| {
+            let fired_at = at + a;
+            period > 0 && now >= fired_at && (fired_at + period).abs_diff(now + after) <= after / 64
+        })
     }
 }
 
@@ -371,7 +356,17 @@ impl CountSource for PerfSource {
             g.members |= pmc.mask();
         }
         self.counters[pmc.slot()] =
-            Some(PerfCounter { event, enabled: false, armed: None, stopped_at: Some(0), period_stale: false, id, tsc });
+            Some(PerfCounter {
+                event,
+                enabled: false,
+                armed: None,
+                stopped_at: Some(0),
+                period_stale: false,
+                id,
+                tsc,
+                last_read: None,
+                period: 0,
+            });
         Ok(())
     }
 
@@ -453,7 +448,11 @@ impl CountSource for PerfSource {
     fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
         match after {
             Some(after) => {
-                let now = self.clock(pmc);
+                // Every model path folds a running counter (one read) just before re-arming it.
+                let now = match self.counter(pmc).last_read.take() {
+                    Some(now) if self.counter(pmc).enabled => now,
+                    _ => self.clock(pmc),
+                };
                 self.count_lost(pmc, now);
                 let floor = self.floor_in_event_units();
                 if self.floor_ns > MIN_CLOCK_PERIOD_NS && after < floor {
@@ -461,15 +460,16 @@ impl CountSource for PerfSource {
                 }
                 self.rearmed |= pmc.mask();
                 let c = self.counter(pmc);
-                c.armed = Some((now, after));
+                let old = c.armed.replace((now, after));
                 c.period_stale = !c.enabled;
-                if c.enabled {
+                if c.enabled && !self.timer_lands(pmc, old, now, after) {
                     self.restart_period_at(pmc, now);
                 }
             }
             None => {
                 let c = self.counter(pmc);
                 c.armed = None;
+                c.period = 0;
                 let _ = c.event.set_period(NEVER);
             }
         }
