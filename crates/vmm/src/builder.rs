@@ -220,8 +220,16 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>) -> Result<(), VmError> {
     let mut cap = kvm_enable_cap { cap: KVM_CAP_X86_USER_SPACE_MSR, ..Default::default() };
     cap.args[0] = u64::from(KVM_MSR_EXIT_REASON_FILTER);
     vm.enable_cap(&cap).map_err(ioctl("KVM_CAP_X86_USER_SPACE_MSR"))?;
-    let mut ranges: Vec<(u32, u32)> =
-        pmu.map(|p| p.pmu.msr_ranges().iter().map(|r| (r.base.0, r.count)).collect()).unwrap_or_default();
+    let mut ranges: Vec<(u32, u32)> = Vec::new();
+    if let Some(p) = pmu {
+        // Every PMU MSR of either vendor goes to the model, which #GPs what this PMU lacks
+        // (KVM's own fallback reads 0 from some of them, e.g. the P6 and K7 counters).
+        ranges.extend(crate::identity::PMU_MSR_RANGES);
+        let covered = |msr: u32| ranges.iter().any(|&(base, n)| (base..base + n).contains(&msr));
+        let own: Vec<(u32, u32)> =
+            p.pmu.msr_ranges().iter().map(|r| (r.base.0, r.count)).filter(|&(base, _)| !covered(base)).collect();
+        ranges.extend(own);
+    }
     ranges.extend(crate::identity::UNADVERTISED_MSRS.iter().map(|&msr| (msr, 1)));
     let bitmaps: Vec<Vec<u8>> = ranges.iter().map(|(_, count)| vec![0u8; count.div_ceil(8) as usize]).collect();
     let filter: Vec<MsrFilterRange> = ranges

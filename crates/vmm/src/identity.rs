@@ -60,6 +60,25 @@ const LEAF_8000_0008_EBX_SPECULATION: u32 = 1 << 12 | 1 << 14 | 1 << 15 | 1 << 2
 /// and the performance timestamp counter.
 const LEAF_8000_0001_ECX_AMD_PMU: u32 = 1 << 23 | 1 << 24 | 1 << 27 | 1 << 28;
 
+/// (first MSR, count) of every MSR either vendor's PMU has, at the most counters: Intel's
+/// PMCs, EVENTSELs, fixed counters, PERF_CAPABILITIES, FIXED_CTR_CTRL..GLOBAL_OVF_CTRL,
+/// full-width PMCs, PEBS_ENABLE and DS_AREA; AMD's legacy and extended counters and
+/// PerfMonV2's global registers. The vPMU decides them all, so another vendor's or an
+/// absent counter's MSR #GPs as on hardware.
+pub const PMU_MSR_RANGES: [(u32, u32); 11] = [
+    (0xc1, 8),
+    (0x186, 8),
+    (0x309, 3),
+    (0x345, 1),
+    (0x38d, 4),
+    (0x4c1, 8),
+    (0x3f1, 1),
+    (0x600, 1),
+    (0xc001_0000, 8),
+    (0xc001_0200, 12),
+    (0xc000_0300, 4),
+];
+
 /// IA32_SPEC_CTRL, IA32_PRED_CMD, IA32_FLUSH_CMD: #GP, as CPUID no longer advertises them.
 pub const UNADVERTISED_MSRS: [u32; 3] = [0x48, 0x49, 0x10b];
 

@@ -47,8 +47,9 @@ pub fn decode_lvtpc(lvtpc: u32) -> PmiOutcome {
 }
 
 /// Raise one PMI on `vcpu` (on the vCPU's own thread, between KVM_RUNs): mask LVTPC as
-/// hardware does and send a fixed-vector interrupt at once; an NMI is left to the caller.
-pub fn raise(vm: &VmFd, vcpu: &VcpuFd) -> std::io::Result<PmiOutcome> {
+/// Intel's LAPIC does when `mask` (AMD's does not) and send a fixed-vector interrupt at
+/// once; an NMI is left to the caller.
+pub fn raise(vm: &VmFd, vcpu: &VcpuFd, mask: bool) -> std::io::Result<PmiOutcome> {
     let mut lapic = vcpu.get_lapic().map_err(std::io::Error::from)?;
     let lvtpc = reg(&lapic, APIC_LVTPC);
     let outcome = decode_lvtpc(lvtpc);
@@ -60,9 +61,15 @@ pub fn raise(vm: &VmFd, vcpu: &VcpuFd) -> std::io::Result<PmiOutcome> {
             let msi =
                 kvm_msi { address_lo: 0xfee0_0000 | (apic_id << 12), data: u32::from(vector), ..Default::default() };
             vm.signal_msi(msi).map_err(std::io::Error::from)?;
+            if !mask {
+                return Ok(outcome);
+            }
             // signal_msi changed IRR: read the state again before writing LVTPC back.
             lapic = vcpu.get_lapic().map_err(std::io::Error::from)?;
         }
+    }
+    if !mask {
+        return Ok(outcome);
     }
     set_reg(&mut lapic, APIC_LVTPC, lvtpc | LVT_MASKED);
     vcpu.set_lapic(&lapic).map_err(std::io::Error::from)?;

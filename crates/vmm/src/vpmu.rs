@@ -128,8 +128,7 @@ impl VcpuPmu {
     pub fn wrmsr(&mut self, index: u32, value: u64) -> bool {
         let t = OpStart::now();
         // Exact backend: the WRMSR retires before its write takes effect (docs/DESIGN.md).
-        let early = self.stepper.is_on();
-        let rip = early.then(|| self.retirement.retired_early());
+        let rip = if self.stepper.is_on() { self.retirement.retired_early() } else { None };
         if let Some(rip) = rip {
             self.counting().retire_early(rip);
         }
@@ -239,7 +238,9 @@ impl VcpuPmu {
             self.pmi_raised = Owed::Nmi;
             return true;
         }
-        match pmi::raise(vm, vcpu) {
+        // Intel's LAPIC masks LVTPC on a PMI; AMD's does not (KVM masks for Intel only).
+        let mask = self.pmu.caps().vendor() == pmu::Vendor::Intel;
+        match pmi::raise(vm, vcpu, mask) {
             Ok(PmiOutcome::Masked) | Err(_) => {
                 self.stats.pmis_masked += 1;
                 false

@@ -93,6 +93,11 @@ impl Retirement {
     /// A single-step exit at `pc`.
     pub fn stepped(&mut self, cpu: &mut impl StepCpu, counting: &mut impl Counting, pc: u64) {
         let iteration = self.insn.class == InsnClass::RepString && pc == self.rip;
+        // A step back where an instruction the VMM accounted for still stands retired nothing
+        // (natively, the first entry after the VIF is dropped may trap before it completes).
+        if self.accounted == Some(self.rip) && pc == self.rip {
+            return;
+        }
         let accounted = self.accounted.take() == Some(self.rip);
         if !iteration && !accounted {
             counting.retire(self.rip, self.insn.class);
@@ -100,11 +105,15 @@ impl Retirement {
         self.start(cpu, counting, pc);
     }
 
-    /// The instruction the next step retires was retired by the VMM already (a WRMSR, as
-    /// its exit was handled); returns its RIP.
-    pub fn retired_early(&mut self) -> u64 {
+    /// The instruction the next step retires is retired by the VMM now (a WRMSR, as its
+    /// exit is handled); returns its RIP, or None if it was accounted for already (natively,
+    /// the WRMSR whose exit started stepping exits once more when the VIF is dropped).
+    pub fn retired_early(&mut self) -> Option<u64> {
+        if self.accounted == Some(self.rip) {
+            return None;
+        }
         self.accounted = Some(self.rip);
-        self.rip
+        Some(self.rip)
     }
 
     /// An exit for a write (OUT, MMIO store): if RIP moved, the instruction retired.
@@ -287,6 +296,8 @@ mod tests {
         let mut cpu = mock(&[(0x80, &[0x0f, 0x30]), (0x82, NOP)]);
         let (mut r, mut log) = (Retirement::new(true), Log::default());
         begin(&mut r, &mut cpu, &mut log, 0x80, true); // a WRMSR whose exit started stepping
+        assert_eq!(r.retired_early(), None, "its second exit is not a second retirement");
+        step(&mut r, &mut cpu, &mut log, 0x80); // a trap before it completed: still accounted
         step(&mut r, &mut cpu, &mut log, 0x82);
         step(&mut r, &mut cpu, &mut log, 0x83);
         assert_eq!(log.retired, vec![(0x82, InsnClass::Other)]);
