@@ -10,6 +10,7 @@ use crate::Failure;
 use pmu::Policy;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use vmm::identity::CpuVendor;
 use vmm::native::NativeMode;
 use vmm::vm::{BackendKind, PmuSettings};
 use vmm::vpmu::PmuOp;
@@ -40,6 +41,49 @@ struct PolicyRuns {
 }
 
 pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
+    let mut text = String::new();
+    let mut value = json!({});
+    let mut enable = Vec::new();
+    for vendor in [CpuVendor::Intel, CpuVendor::Amd] {
+        let (t, v) = run_vendor(b, vendor)?;
+        text.push_str(&t);
+        enable.push(reuse_enable_ns(&v));
+        value[vendor_name(vendor)] = v;
+    }
+    // The model's cost must not depend on the vendor.
+    for (mode, (intel, amd)) in b.modes.iter().zip(enable[0].iter().zip(&enable[1])) {
+        text.push_str(&format!(
+            "AMD / Intel, reuse GLOBAL_CTRL enable, {}: {} / {} ns = {:.2}\n",
+            mode_name(*mode),
+            fmt(*amd),
+            fmt(*intel),
+            amd / intel
+        ));
+    }
+    let (pv_text, pv_json) = pv_delivery(b)?;
+    text.push_str(&pv_text);
+    value["pv_pmi_delivery"] = pv_json;
+    Ok((text, value))
+}
+
+fn vendor_name(vendor: CpuVendor) -> &'static str {
+    match vendor {
+        CpuVendor::Intel => "intel",
+        CpuVendor::Amd => "amd",
+    }
+}
+
+/// Median reuse GLOBAL_CTRL enable per mode, from a vendor's JSON rows.
+fn reuse_enable_ns(v: &Value) -> Vec<f64> {
+    let rows = v["rows"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    rows.iter()
+        .filter(|r| r["operation"] == "GLOBAL_CTRL enable")
+        .map(|r| r["reuse_mean_ns"]["median"].as_f64().unwrap_or(f64::NAN))
+        .collect()
+}
+
+/// The suite for the vPMU of `vendor`.
+fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> {
     let (reps, modes) = (b.reps, &b.modes);
     let cmdline = if b.quick { "100 20" } else { "300 60" };
     let policies = [("legacy", Policy::Legacy), ("reuse", Policy::default())];
@@ -50,7 +94,9 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         for (&mode, mode_runs) in modes.iter().zip(&mut runs) {
             for ((_, policy), r) in policies.iter().zip(mode_runs.iter_mut()) {
                 let settings = PmuSettings { backend: BackendKind::Perf, policy: *policy, ..Default::default() };
-                let Some(report) = b.run(&config("pmuops", cmdline, Some(settings)), mode)? else { continue };
+                let mut cfg = config("pmuops", cmdline, Some(settings));
+                cfg.cpu_vendor = vendor;
+                let Some(report) = b.run(&cfg, mode)? else { continue };
                 let pmu = report.stats.pmu.as_ref().expect("PMU report");
                 backend_detail = pmu.backend_detail.clone();
                 for (op, _) in OPS {
@@ -68,9 +114,10 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         }
     }
     let mut text = format!(
-        "pmu-ops — VMM time per guest PMU operation, perf backend ({backend_detail})\n\
+        "pmu-ops — VMM time per guest PMU operation, {} vPMU, perf backend ({backend_detail})\n\
          {reps} runs per policy, alternating: median of the per-run means, and the worst single operation\n\n\
          {:<24} {:<8} {:>14} {:>12} {:>14} {:>12} {:>13}\n",
+        if vendor == CpuVendor::Amd { "AMD" } else { "Intel" },
         "operation", "mode", "legacy mean", "legacy max", "reuse mean", "reuse max", "legacy/reuse"
     );
     let mut rows = Vec::new();
@@ -132,9 +179,7 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         }
     }
     value["syscalls_per_operation"] = json!(per_op);
-    let (pv_text, pv_json) = pv_delivery(b)?;
-    text.push_str(&pv_text);
-    value["pv_pmi_delivery"] = pv_json;
+    text.push('\n');
     Ok((text, value))
 }
 
