@@ -208,7 +208,7 @@ fn wrmsr(ecx: u32, eax: u32) -> Vec<u8> {
 /// mov/xor; wrmsr` on counter 0 of the PMU whose MSRs are given, and exits through the
 /// debug-exit port with the count: `prologue`, then `global := 0`, `ctl := instructions,
 /// OS, EN`, `ctr := 0`, `global := 1`, the window, `rdmsr ctr`, `out %al, $0xf4; hlt`.
-fn counting_guest(prologue: &[u8], global: u32, ctl: u32, ctl_value: u32, ctr: u32) -> String {
+fn counting_guest(name: &str, prologue: &[u8], global: u32, ctl: u32, ctl_value: u32, ctr: u32) -> String {
     let program = [
         prologue.to_vec(),
         wrmsr(global, 0), // the global enables' reset value enables the GP counters
@@ -222,7 +222,7 @@ fn counting_guest(prologue: &[u8], global: u32, ctl: u32, ctl_value: u32, ctr: u
         vec![0xe6, 0xf4, 0xf4], // out %al, $0xf4 (exit status (al << 1) | 1); hlt
     ]
     .concat();
-    temp_file(&format!("foreign-{ctl:x}.elf"), &vmm::loader::synthetic::elf64_code(&program))
+    temp_file(&format!("{name}.elf"), &vmm::loader::synthetic::elf64_code(&program))
 }
 
 /// A guest that knows nothing of perfvm counts exactly 12 on the exact backend (the disabling
@@ -232,7 +232,7 @@ fn counting_guest(prologue: &[u8], global: u32, ctl: u32, ctl_value: u32, ctr: u
 fn a_foreign_guest_counts_exactly_twelve_instructions() {
     require_kvm!();
     // Intel: PERFEVTSEL0 = instructions retired (0xC0), OS, EN; PMC0; GLOBAL_CTRL.
-    let path = counting_guest(&[], 0x38f, 0x186, 0x0042_00c0, 0xc1);
+    let path = counting_guest("foreign-intel", &[], 0x38f, 0x186, 0x0042_00c0, 0xc1);
     for mode in modes("a_foreign_guest_counts_exactly_twelve_instructions") {
         let o = perfvm(&["run", &path, "--backend", "exact", "--native", mode, "--timeout", "60"]);
         assert_eq!(code(&o), (12 << 1) | 1, "--native {mode}: {}", stderr(&o));
@@ -255,15 +255,30 @@ fn a_foreign_amd_guest_counts_exactly_twelve_instructions() {
     ]
     .concat();
     let amd = ["--cpu-vendor", "amd", "--backend", "exact", "--timeout", "60"];
-    let gated = counting_guest(&cpuid_gate, 0xc000_0301, 0xc001_0200, 0x0042_00c0, 0xc001_0201);
+    let gated = counting_guest("foreign-amd-gated", &cpuid_gate, 0xc000_0301, 0xc001_0200, 0x0042_00c0, 0xc001_0201);
     let o = perfvm(&[&["run", &gated, "--native", "off"][..], &amd].concat());
     assert_eq!(code(&o), (12 << 1) | 1, "{}", stderr(&o));
     let intel = perfvm(&["run", &gated, "--native", "off", "--backend", "exact", "--timeout", "60"]);
     assert_eq!(code(&intel), (0x7f << 1) | 1, "no PerfMonV2 under the Intel identity");
     if modes("a_foreign_amd_guest_counts_exactly_twelve_instructions").contains(&"on") {
-        let plain = counting_guest(&[], 0xc000_0301, 0xc001_0200, 0x0042_00c0, 0xc001_0201);
+        let plain = counting_guest("foreign-amd", &[], 0xc000_0301, 0xc001_0200, 0x0042_00c0, 0xc001_0201);
         let o = perfvm(&[&["run", &plain, "--native", "on"][..], &amd].concat());
         assert_eq!(code(&o), (12 << 1) | 1, "--native on: {}", stderr(&o));
+    }
+}
+
+/// The event filter with AMD event codes: denying retired instructions (0xC0) under
+/// `vendor = "amd"` leaves the AMD guest's count at 0; allowing them, 12.
+#[test]
+fn an_amd_event_filter_works_on_amd_event_codes() {
+    require_kvm!();
+    let guest = counting_guest("filtered-amd", &[], 0xc000_0301, 0xc001_0200, 0x0042_00c0, 0xc001_0201);
+    for (action, expect) in [("deny", 0), ("allow", 12)] {
+        let body = format!("action = \"{action}\"\nvendor = \"amd\"\nevents = [ {{ event = 0xc0 }} ]\n");
+        let filter = temp_file(&format!("amd-{action}.toml"), body.as_bytes());
+        let args = ["--cpu-vendor", "amd", "--backend", "exact", "--native", "off", "--timeout", "60"];
+        let o = perfvm(&[&["run", &guest, "--pmu-filter", &filter][..], &args].concat());
+        assert_eq!(code(&o), (expect << 1) | 1, "{action}: {}", stderr(&o));
     }
 }
 
