@@ -116,6 +116,7 @@ static void program_rounds(void)
 
 void ap_main(unsigned idx)
 {
+	probe(); /* each vCPU finds the same PMU: it may start before vCPU 0 has looked */
 	program_rounds();
 	__atomic_add_fetch(&aps_done, 1, __ATOMIC_SEQ_CST);
 	cpu_park();
