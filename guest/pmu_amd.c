@@ -16,7 +16,7 @@
 #define LOOP_N 1000u
 /* mov, n x (dec, jnz), mov, xor, xor, and the disabling wrmsr (it retires while the counter
  * counts; the enabling one does not count), as pmu_arch's LOOP_INSNS. */
-#define LOOP_INSNS(n) (2ull * (n) + 5)
+#define LOOP_INSNS(n) PMU_LOOP_INSNS(n)
 /* measure_en: mov, n x (dec, jnz), mov, and the disabling wrmsr. */
 #define LOOP_EN_INSNS(n) (2ull * (n) + 3)
 
@@ -24,23 +24,6 @@ static struct amd_pmu_caps caps;
 static int exact;
 static uint64_t all_counters; /* (1 << caps.counters) - 1 */
 static int countable[NR_ARCH_EVENTS];
-
-/* Enable `mask` in PerfCntrGlobalCtl, run a known loop, disable: LOOP_INSNS(n) instructions. */
-static void measure(uint64_t mask, uint32_t n)
-{
-	uint32_t ecx = MSR_AMD64_PERF_CNTR_GLOBAL_CTL, eax = (uint32_t)mask, edx = (uint32_t)(mask >> 32);
-	asm volatile("wrmsr\n\t"
-		     "mov %[n], %%esi\n\t"
-		     "1: dec %%esi\n\t"
-		     "jnz 1b\n\t"
-		     "mov $0xc0000301, %%ecx\n\t"
-		     "xor %%eax, %%eax\n\t"
-		     "xor %%edx, %%edx\n\t"
-		     "wrmsr\n\t"
-		     : "+c"(ecx), "+a"(eax), "+d"(edx)
-		     : [n] "r"(n)
-		     : "esi", "memory");
-}
 
 /* The pre-PerfMonV2 way: GLOBAL_CTL left enabled, the counter started and stopped by its EN
  * bit (`sel` has EN; the stop writes `sel` without it): LOOP_EN_INSNS(n) instructions. */
@@ -67,7 +50,7 @@ static void reset(void)
 	amd_pmu_reset(&caps);
 }
 
-/* Expected count of `ev` over measure(n) in exact mode (cycles are a 1-per-instruction clock). */
+/* Expected count of `ev` over pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, n) in exact mode (cycles are a 1-per-instruction clock). */
 static uint64_t exact_count(enum arch_event ev, uint32_t n)
 {
 	return ev == EV_BRANCHES ? n : LOOP_INSNS(n);
@@ -156,7 +139,7 @@ static void probe_events(void)
 		enum arch_event ev = measured_events[k];
 		reset();
 		wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-		measure(1, LOOP_N);
+		pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, LOOP_N);
 		uint64_t got = rdmsr(ctr(0));
 		countable[ev] = got != 0;
 		if (exact)
@@ -183,7 +166,7 @@ static void check_gp_counters(void)
 			char what[16];
 			reset();
 			wrmsr(ctl(i), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-			measure(1ull << i, LOOP_N);
+			pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1ull << i, LOOP_N);
 			snprintf(what, sizeof(what), "PMC%u", i);
 			check_count(what, ev, rdmsr(ctr(i)));
 		}
@@ -205,7 +188,7 @@ static void check_all_at_once(void)
 	reset();
 	for (unsigned i = 0; i < caps.counters; i++)
 		wrmsr(ctl(i), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-	measure(all_counters, LOOP_N);
+	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, all_counters, LOOP_N);
 	for (unsigned i = 0; i < caps.counters; i++) {
 		uint64_t v = rdmsr(ctr(i));
 		ok &= exact ? v == exact_count(ev, LOOP_N) : v > 0;
@@ -243,7 +226,7 @@ static void check_legacy_aliases(void)
 		for (unsigned i = 0; i < n; i++) {
 			reset();
 			wrmsr(MSR_K7_PERF_CTL0 + i, amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-			measure(1ull << i, LOOP_N);
+			pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1ull << i, LOOP_N);
 			uint64_t legacy = rdmsr(MSR_K7_PERF_CTR0 + i), ext = rdmsr(ctr(i));
 			ok &= legacy == ext && (exact ? legacy == exact_count(ev, LOOP_N) : legacy > 0);
 		}
@@ -297,20 +280,20 @@ static void check_gating(void)
 	}
 	reset();
 	wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-	measure(0, LOOP_N);
+	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 0, LOOP_N);
 	report(rdmsr(ctr(0)) == 0, "EN set, GLOBAL_CTL clear: no count");
 	if (caps.counters > 1) {
-		measure(all_counters & ~1ull, LOOP_N);
+		pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, all_counters & ~1ull, LOOP_N);
 		report(rdmsr(ctr(0)) == 0, "EN set, only other counters' GLOBAL_CTL bits set: no count");
 	}
 	wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_OS));
-	measure(1, LOOP_N);
+	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, LOOP_N);
 	report(rdmsr(ctr(0)) == 0, "GLOBAL_CTL set, EN clear: no count");
 	/* A running counter stops when its GLOBAL_CTL bit clears, and keeps its value. */
 	wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-	measure(1, LOOP_N);
+	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, LOOP_N);
 	uint64_t a = rdmsr(ctr(0));
-	measure(0, LOOP_N);
+	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 0, LOOP_N);
 	report(a > 0 && rdmsr(ctr(0)) == a, "value kept while stopped (%llu)", (unsigned long long)a);
 	/* Software that knows only EN: GLOBAL_CTL enables every counter, EN starts and stops. */
 	check_en_gating(ev, 1);
@@ -330,10 +313,10 @@ static void check_os_usr(void)
 	}
 	reset();
 	wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_USR | EVTSEL_EN));
-	measure(1, LOOP_N);
+	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, LOOP_N);
 	report(rdmsr(ctr(0)) == 0, "USR only: nothing counted at CPL0");
 	wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-	measure(1, LOOP_N);
+	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, LOOP_N);
 	report(rdmsr(ctr(0)) > 0, "OS only: counted at CPL0");
 	reset();
 	report_prefix_pop();
@@ -531,20 +514,6 @@ static void check_absent(void)
 	report_prefix_pop();
 }
 
-/* Enable `mask` in GLOBAL_CTL and RDPMC `counter` right after: one instruction between. */
-static uint64_t rdpmc_after_enable(uint64_t mask, uint32_t counter)
-{
-	uint32_t ecx = MSR_AMD64_PERF_CNTR_GLOBAL_CTL, eax = (uint32_t)mask, edx = (uint32_t)(mask >> 32);
-	asm volatile("wrmsr\n\t"
-		     "mov %[ctr], %%ecx\n\t"
-		     "rdpmc\n\t"
-		     : "+c"(ecx), "+a"(eax), "+d"(edx)
-		     : [ctr] "r"(counter)
-		     : "memory");
-	wrmsr(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 0);
-	return (uint64_t)edx << 32 | eax;
-}
-
 /*
  * RDPMC ECX is the counter number, 0..n-1, with no flag bits (no Intel fixed or fast forms):
  * anything else #GPs. On this host KVM handles RDPMC itself and #GPs; the exact backend
@@ -564,7 +533,7 @@ static void check_rdpmc(void)
 		report(rdpmc_safe(0, &v) < 0, "RDPMC 0 #GPs outside exact mode (KVM handles it; read counters with RDMSR)");
 	} else {
 		wrmsr(ctr(0), 0x12345);
-		v = rdpmc_after_enable(1, 0);
+		v = rdpmc_after_enable(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, 0);
 		report(v == 0x12346, "RDPMC 0 of a running counter = %#llx (expect 0x12346)", (unsigned long long)v);
 		uint64_t pmc0 = rdmsr(ctr(0));
 		int rc = rdpmc_safe(0, &v);
@@ -723,10 +692,10 @@ static void check_running_write(void)
 	wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
 	wrmsr(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1);
 	wrmsr(ctr(0), 1000000);
-	measure(1, LOOP_N);
+	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, LOOP_N);
 	uint64_t v = rdmsr(ctr(0));
 	if (exact)
-		/* A few instructions after the write (the GLOBAL_CTL wrmsr's setup) precede measure(). */
+		/* A few instructions after the write (the GLOBAL_CTL wrmsr's setup) precede pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, ). */
 		report(v >= 1000000 + LOOP_INSNS(LOOP_N) && v < 1000000 + LOOP_INSNS(LOOP_N) + 64,
 		       "counting continues from the written value (%llu)", (unsigned long long)v);
 	else

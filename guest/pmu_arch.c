@@ -9,36 +9,18 @@
 #include "pmu_kinds.h"
 
 #define LOOP_N 1000u
-/* mov, n x (dec, jnz), mov, xor, xor, and the disabling wrmsr (it retires while the counter
- * counts; the enabling one does not count: SDM 18.2, as the exact backend counts). */
-#define LOOP_INSNS(n) (2ull * (n) + 5)
+/* What pmu_measure_loop() retires (pmu.h). */
+#define LOOP_INSNS(n) PMU_LOOP_INSNS(n)
 
 static struct pmu_caps caps;
 static int exact;
-
-/* Enable `mask` in GLOBAL_CTRL, run a known loop, disable: LOOP_INSNS(n) instructions. */
-static void measure(uint64_t mask, uint32_t n)
-{
-	uint32_t ecx = MSR_IA32_PERF_GLOBAL_CTRL, eax = (uint32_t)mask, edx = (uint32_t)(mask >> 32);
-	asm volatile("wrmsr\n\t"
-		     "mov %[n], %%esi\n\t"
-		     "1: dec %%esi\n\t"
-		     "jnz 1b\n\t"
-		     "mov $0x38f, %%ecx\n\t"
-		     "xor %%eax, %%eax\n\t"
-		     "xor %%edx, %%edx\n\t"
-		     "wrmsr\n\t"
-		     : "+c"(ecx), "+a"(eax), "+d"(edx)
-		     : [n] "r"(n)
-		     : "esi", "memory");
-}
 
 static int counts(enum arch_event ev)
 {
 	return pmu_event_available(&caps, ev);
 }
 
-/* Expected count of `ev` over measure(n) in exact mode (cycles are a 1-per-instruction clock;
+/* Expected count of `ev` over pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, n) in exact mode (cycles are a 1-per-instruction clock;
  * ref-cycles follow the TSC and are checked against it in check_ref_cycles). */
 static uint64_t exact_count(enum arch_event ev, uint32_t n)
 {
@@ -111,7 +93,7 @@ static void check_gp_counters(void)
 			char what[16];
 			pmu_reset(&caps);
 			wrmsr(MSR_IA32_PERFEVTSEL0 + i, evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-			measure(1ull << i, LOOP_N);
+			pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, 1ull << i, LOOP_N);
 			snprintf(what, sizeof(what), "PMC%u", i);
 			check_count(what, ev, rdmsr(MSR_IA32_PMC0 + i));
 		}
@@ -129,7 +111,7 @@ static void check_fixed_counters(void)
 		char what[16];
 		pmu_reset(&caps);
 		wrmsr(MSR_IA32_FIXED_CTR_CTRL, FIXED_CTRL(j, FIXED_OS));
-		measure(GLOBAL_FIXED(j), LOOP_N);
+		pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, GLOBAL_FIXED(j), LOOP_N);
 		snprintf(what, sizeof(what), "FIXED%u", j);
 		check_count(what, fixed_event[j], rdmsr(MSR_IA32_FIXED_CTR0 + j));
 	}
@@ -158,7 +140,7 @@ static void check_all_at_once(void)
 	}
 	if (caps.fixed_counters)
 		wrmsr(MSR_IA32_FIXED_CTR_CTRL, ctrl);
-	measure(mask, LOOP_N);
+	pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, mask, LOOP_N);
 	for (unsigned i = 0; i < caps.gp_counters; i++) {
 		uint64_t v = rdmsr(MSR_IA32_PMC0 + i);
 		ok &= exact ? v == exact_count(ev, LOOP_N) : v > 0;
@@ -177,22 +159,22 @@ static void check_gating(void)
 	report_prefix_push("gating");
 	pmu_reset(&caps);
 	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-	measure(0, LOOP_N);
+	pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, 0, LOOP_N);
 	report(rdmsr(MSR_IA32_PMC0) == 0, "EN set, GLOBAL_CTRL clear: no count");
 	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS));
-	measure(1, LOOP_N);
+	pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, 1, LOOP_N);
 	report(rdmsr(MSR_IA32_PMC0) == 0, "GLOBAL_CTRL set, EN clear: no count");
 	if (caps.fixed_counters) {
 		wrmsr(MSR_IA32_FIXED_CTR_CTRL, 0);
-		measure(GLOBAL_FIXED(0), LOOP_N);
+		pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, GLOBAL_FIXED(0), LOOP_N);
 		report(rdmsr(MSR_IA32_FIXED_CTR0) == 0, "fixed ctrl clear: no count");
 	}
 	/* A running counter stops when its GLOBAL_CTRL bit clears, and keeps its value. */
 	if (counts(ev)) {
 		wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-		measure(1, LOOP_N);
+		pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, 1, LOOP_N);
 		uint64_t a = rdmsr(MSR_IA32_PMC0);
-		measure(0, LOOP_N);
+		pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, 0, LOOP_N);
 		report(a > 0 && rdmsr(MSR_IA32_PMC0) == a, "value kept while stopped (%llu)", (unsigned long long)a);
 	}
 	report_prefix_pop();
@@ -209,10 +191,10 @@ static void check_os_usr(void)
 	}
 	pmu_reset(&caps);
 	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_USR | EVTSEL_EN));
-	measure(1, LOOP_N);
+	pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, 1, LOOP_N);
 	report(rdmsr(MSR_IA32_PMC0) == 0, "USR only: nothing counted at CPL0");
 	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-	measure(1, LOOP_N);
+	pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, 1, LOOP_N);
 	report(rdmsr(MSR_IA32_PMC0) > 0, "OS only: counted at CPL0");
 	report_prefix_pop();
 }
@@ -276,20 +258,6 @@ static void check_reserved(void)
 	report_prefix_pop();
 }
 
-/* Enable `mask` in GLOBAL_CTRL and RDPMC `counter` right after: one instruction between. */
-static uint64_t rdpmc_after_enable(uint64_t mask, uint32_t counter)
-{
-	uint32_t ecx = MSR_IA32_PERF_GLOBAL_CTRL, eax = (uint32_t)mask, edx = (uint32_t)(mask >> 32);
-	asm volatile("wrmsr\n\t"
-		     "mov %[ctr], %%ecx\n\t"
-		     "rdpmc\n\t"
-		     : "+c"(ecx), "+a"(eax), "+d"(edx)
-		     : [ctr] "r"(counter)
-		     : "memory");
-	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
-	return (uint64_t)edx << 32 | eax;
-}
-
 /*
  * RDPMC is handled inside KVM on this host and #GPs; the exact backend emulates it while any
  * counter is programmed (it single-steps then), running or not.
@@ -308,7 +276,7 @@ static void check_rdpmc(void)
 	}
 	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(EV_INSTRUCTIONS, EVTSEL_OS | EVTSEL_EN));
 	wrmsr(MSR_IA32_PMC0, 0x12345);
-	v = rdpmc_after_enable(1, 0);
+	v = rdpmc_after_enable(MSR_IA32_PERF_GLOBAL_CTRL, 1, 0);
 	report(v == 0x12346, "RDPMC 0 of a running counter = %#llx (expect 0x12346)", (unsigned long long)v);
 	/* Still programmed (EN), no longer counting: RDPMC works and reads what RDMSR reads. */
 	uint64_t pmc0 = rdmsr(MSR_IA32_PMC0);
@@ -319,12 +287,12 @@ static void check_rdpmc(void)
 	report(rdpmc_safe((1u << 30) | caps.fixed_counters, &v) < 0, "RDPMC fixed %u (no such counter) #GPs",
 	       caps.fixed_counters);
 	wrmsr(MSR_IA32_A_PMC0, 0x123400000005ull);
-	v = rdpmc_after_enable(1, 0x80000000u);
+	v = rdpmc_after_enable(MSR_IA32_PERF_GLOBAL_CTRL, 1, 0x80000000u);
 	report(v == 0x6, "fast RDPMC 0 returns the low 32 bits = %#llx", (unsigned long long)v);
 	if (caps.fixed_counters) {
 		wrmsr(MSR_IA32_FIXED_CTR_CTRL, FIXED_CTRL(0, FIXED_OS));
 		wrmsr(MSR_IA32_FIXED_CTR0, 0xabcdef123ull);
-		v = rdpmc_after_enable(GLOBAL_FIXED(0), 1u << 30);
+		v = rdpmc_after_enable(MSR_IA32_PERF_GLOBAL_CTRL, GLOBAL_FIXED(0), 1u << 30);
 		report(v == 0xabcdef124ull, "RDPMC fixed 0 = %#llx (expect 0xabcdef124)", (unsigned long long)v);
 	}
 	pmu_reset(&caps);
@@ -466,10 +434,10 @@ static void check_running_write(void)
 	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(ev, EVTSEL_OS | EVTSEL_EN));
 	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
 	wrmsr(MSR_IA32_PMC0, 1000000);
-	measure(1, LOOP_N);
+	pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, 1, LOOP_N);
 	uint64_t v = rdmsr(MSR_IA32_PMC0);
 	if (exact)
-		/* 2 instructions after the write (the GLOBAL_CTRL wrmsr's setup) precede measure(). */
+		/* 2 instructions after the write (the GLOBAL_CTRL wrmsr's setup) precede pmu_measure_loop(MSR_IA32_PERF_GLOBAL_CTRL, ). */
 		report(v >= 1000000 + LOOP_INSNS(LOOP_N) && v < 1000000 + LOOP_INSNS(LOOP_N) + 64,
 		       "counting continues from the written value (%llu)", (unsigned long long)v);
 	else

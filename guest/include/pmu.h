@@ -117,4 +117,15 @@ uint32_t amd_ctr_msr(const struct amd_pmu_caps *caps, unsigned i);
  * status bit. Leaves GLOBAL_CTL 0. */
 void amd_pmu_reset(const struct amd_pmu_caps *caps);
 
+/* Write `mask` to the global enable MSR `global_ctrl` and RDPMC `counter` right after (one
+ * instruction between), then disable everything; returns what RDPMC read. */
+uint64_t rdpmc_after_enable(uint32_t global_ctrl, uint64_t mask, uint32_t counter);
+
+/* Enable `mask` in the global enable MSR `global_ctrl`, run a known loop of `n` iterations,
+ * disable: PMU_LOOP_INSNS(n) instructions counted (mov, n x (dec, jnz), mov, xor, xor and
+ * the disabling wrmsr, which retires while the counters count; the enabling one does not),
+ * n branches. */
+void pmu_measure_loop(uint32_t global_ctrl, uint64_t mask, uint32_t n);
+#define PMU_LOOP_INSNS(n) (2ull * (n) + 5)
+
 #endif

@@ -99,3 +99,32 @@ void amd_pmu_reset(const struct amd_pmu_caps *caps)
 	if (caps->perfmon_v2)
 		wrmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS_CLR, rdmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS));
 }
+
+uint64_t rdpmc_after_enable(uint32_t global_ctrl, uint64_t mask, uint32_t counter)
+{
+	uint32_t ecx = global_ctrl, eax = (uint32_t)mask, edx = (uint32_t)(mask >> 32);
+	asm volatile("wrmsr\n\t"
+		     "mov %[ctr], %%ecx\n\t"
+		     "rdpmc\n\t"
+		     : "+c"(ecx), "+a"(eax), "+d"(edx)
+		     : [ctr] "r"(counter)
+		     : "memory");
+	wrmsr(global_ctrl, 0);
+	return (uint64_t)edx << 32 | eax;
+}
+
+void pmu_measure_loop(uint32_t global_ctrl, uint64_t mask, uint32_t n)
+{
+	uint32_t ecx = global_ctrl, eax = (uint32_t)mask, edx = (uint32_t)(mask >> 32);
+	asm volatile("wrmsr\n\t"
+		     "mov %[n], %%esi\n\t"
+		     "1: dec %%esi\n\t"
+		     "jnz 1b\n\t"
+		     "mov %[g], %%ecx\n\t"
+		     "xor %%eax, %%eax\n\t"
+		     "xor %%edx, %%edx\n\t"
+		     "wrmsr\n\t"
+		     : "+c"(ecx), "+a"(eax), "+d"(edx)
+		     : [n] "r"(n), [g] "r"(global_ctrl)
+		     : "esi", "memory");
+}
