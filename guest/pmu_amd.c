@@ -14,8 +14,7 @@
 #include "pmu.h"
 
 #define LOOP_N 1000u
-/* mov, n x (dec, jnz), mov, xor, xor, and the disabling wrmsr (it retires while the counter
- * counts; the enabling one does not count), as pmu_arch's LOOP_INSNS. */
+/* What pmu_measure_loop() retires (pmu.h). */
 #define LOOP_INSNS(n) PMU_LOOP_INSNS(n)
 /* measure_en: mov, n x (dec, jnz), mov, and the disabling wrmsr. */
 #define LOOP_EN_INSNS(n) (2ull * (n) + 3)
