@@ -37,17 +37,21 @@ pub fn run() -> Result<i32, Failure> {
 }
 
 fn render(perf: impl Fn(ArchEvent) -> &'static str, perf_mode: &str) -> String {
-    let mut out = String::from("Events of the perfvm virtual PMU (Intel architectural perfmon v2):\n\n");
+    let mut out = String::from(
+        "Events of the perfvm virtual PMU (Intel architectural perfmon v2; AMD PerfMonV2 with --cpu-vendor amd):\n\n",
+    );
     out.push_str(&format!(
-        "  {:<18} {:<6} {:<24} {:<26} {}\n",
-        "event", "raw", "perf backend", "exact backend", "aliases"
+        "  {:<18} {:<6} {:<8} {:<24} {:<26} {}\n",
+        "event", "raw", "AMD", "perf backend", "exact backend", "aliases"
     ));
     for (event, aliases) in events::named() {
         let arch = events::architectural(event.raw).expect("named events are architectural");
+        let (amd_event, amd_umask) = arch.amd_select();
         let line = format!(
-            "  {:<18} r{:04x}  {:<24} {:<26} {}",
+            "  {:<18} r{:04x}  {:<8} {:<24} {:<26} {}",
             event.name,
             event.raw,
+            format!("r{amd_umask:02x}{amd_event:03x}"),
             perf(arch),
             exact_backend(event),
             aliases.join(", ")
@@ -58,7 +62,9 @@ fn render(perf: impl Fn(ArchEvent) -> &'static str, perf_mode: &str) -> String {
     out.push_str(&format!(
         "\n  perf backend here: {perf_mode}.\n  \
          -e also takes rUUEE (unit mask UU, event select EE); only the architectural encodings\n  \
-         above are counted: stat shows any other as <not supported>.\n"
+         above are counted: stat shows any other as <not supported>. The AMD column is the same\n  \
+         event's PERF_CTL encoding (unit mask, 12-bit event select) for guests of the AMD vPMU,\n  \
+         which has no fixed counters.\n"
     ));
     out
 }
@@ -75,6 +81,7 @@ mod tests {
         assert!(line("cycles").contains("vCPU time x TSC") && line("cycles").contains("model clock"), "{out}");
         assert!(line("branches").ends_with("branch-instructions"), "{out}");
         assert!(line("cache-misses").contains("r412e"), "{out}");
+        assert!(line("cycles").contains("r00076") && line("instructions").contains("r000c0"), "AMD codes: {out}");
         assert!(!line("cache-misses").contains("exact"), "{out}");
         let raw_code = |w: &str| w.len() == 5 && w.starts_with('r') && u16::from_str_radix(&w[1..], 16).is_ok();
         assert_eq!(out.lines().filter(|l| l.split_whitespace().any(raw_code)).count(), 7, "{out}");
