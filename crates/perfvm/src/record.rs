@@ -237,6 +237,7 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
     if args.reference && args.vm.pmu.backend != BackendArg::Exact {
         return Err(Failure::usage("--reference needs --backend exact"));
     }
+    crate::run::check_agent_vendor(&args.vm)?;
     let config = vm_config(&args.vm, false)?;
     let native = crate::bench::runs_natively(&config, config.native);
     let period = if args.reference { 1 } else { period(&args, event, native)? };

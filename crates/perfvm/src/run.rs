@@ -52,6 +52,18 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
     }))
 }
 
+/// The guest kit's perf agent (`stat`, `record`) programs Intel's architectural PMU only:
+/// say so rather than show every event `<not supported>` under the AMD identity.
+pub fn check_agent_vendor(args: &VmArgs) -> Result<(), Failure> {
+    match args.cpu_vendor {
+        crate::cli::VendorArg::Intel => Ok(()),
+        crate::cli::VendorArg::Amd => Err(Failure::usage(
+            "--cpu-vendor amd: the guest kit's perf agent (stat, record) drives Intel's PMU only so far; \
+             program the AMD PMU from your own guest with `perfvm run` (docs/GUEST.md)",
+        )),
+    }
+}
+
 /// Turn the shared VM options into a VM configuration.
 pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failure> {
     let timeout = match args.timeout {

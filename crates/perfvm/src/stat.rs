@@ -300,6 +300,7 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
     if args.repeat == 0 {
         return Err(Failure::usage("-r N must be at least 1"));
     }
+    crate::run::check_agent_vendor(&args.vm)?;
     let mut config = vm_config(&args.vm, args.json)?;
     let orders = format!("stat -e {}{}", raw_list(&events), if args.per_task { " -p" } else { "" });
     config.cmdline = agent_cmdline(&orders, &args.args, &args.vm.cmdline);

@@ -145,3 +145,15 @@ fn list_shows_the_events_with_raw_codes_and_backends() {
     assert!(line("branch-misses").contains("r00c5"), "{out}");
     assert!(out.contains("rUUEE"), "{out}");
 }
+
+/// The perf agent drives Intel's PMU only: `stat` and `record` under the AMD identity say so
+/// in one line (exit 2) instead of printing every event `<not supported>`.
+#[test]
+fn the_agent_under_the_amd_identity_is_a_clear_error() {
+    for cmd in ["stat", "record"] {
+        assert_usage_error(
+            &perfvm(&[cmd, "--cpu-vendor", "amd", "ftest"]),
+            "--cpu-vendor amd: the guest kit's perf agent",
+        );
+    }
+}
