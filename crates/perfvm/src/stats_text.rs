@@ -4,7 +4,8 @@ use vmm::pmu_report::PmuReport;
 use vmm::stats::VmStats;
 
 /// KVM statistics `--stats` shows per vCPU (all are in `--json`).
-const KVM_STATS_SHOWN: [&str; 6] = ["exits", "insn_emulation", "nmi_injections", "irq_injections", "halt_exits", "pf_taken"];
+const KVM_STATS_SHOWN: [&str; 6] =
+    ["exits", "insn_emulation", "nmi_injections", "irq_injections", "halt_exits", "pf_taken"];
 
 /// The VM statistics as `--stats` prints them.
 pub fn vm_stats(s: &VmStats) -> String {

@@ -10,7 +10,8 @@ fn the_guide_guest_builds_runs_and_counts_the_same_in_both_modes() {
     let out = std::env::temp_dir().join(format!("perfvm-guide-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/guest-example");
-    let make = std::process::Command::new("make").args(["-C", dir, &format!("OUT={}", out.display())]).output().unwrap();
+    let make =
+        std::process::Command::new("make").args(["-C", dir, &format!("OUT={}", out.display())]).output().unwrap();
     assert!(make.status.success(), "{}", String::from_utf8_lossy(&make.stderr));
     let elf = out.join("myguest.elf");
     let elf = elf.to_str().unwrap();

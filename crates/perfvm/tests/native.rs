@@ -103,11 +103,21 @@ fn native_runs_at_least_100x_faster_than_emulated() {
 /// Exact instructions and branches of `ftest 1` in `mode`, as `stat --json` reports them.
 fn exact_counts(mode: &str) -> Vec<u64> {
     let o = perfvm(&[
-        "stat", "--json", "--native", mode, "--backend", "exact", "-e", "instructions,branches", "ftest", "1",
+        "stat",
+        "--json",
+        "--native",
+        mode,
+        "--backend",
+        "exact",
+        "-e",
+        "instructions,branches",
+        "ftest",
+        "1",
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let doc: Value = serde_json::from_str(&stdout(&o)).expect("JSON");
-    let counts: Vec<u64> = doc["counts"].as_array().expect("counts").iter().filter_map(|c| c["value"].as_u64()).collect();
+    let counts: Vec<u64> =
+        doc["counts"].as_array().expect("counts").iter().filter_map(|c| c["value"].as_u64()).collect();
     assert_eq!(counts.len(), 2, "{doc}");
     counts
 }

@@ -210,7 +210,15 @@ mod tests {
     }
 
     fn params() -> BootParams {
-        BootParams { mem_size: 16 << 20, cmdline: "hello a b".into(), nr_vcpus: 2, tsc_khz: 1000, vif_base: None, cpuid_entries: 0, stepped: false }
+        BootParams {
+            mem_size: 16 << 20,
+            cmdline: "hello a b".into(),
+            nr_vcpus: 2,
+            tsc_khz: 1000,
+            vif_base: None,
+            cpuid_entries: 0,
+            stepped: false,
+        }
     }
 
     #[test]
@@ -244,19 +252,25 @@ mod tests {
         let mut text = [0u8; 10];
         m.read_slice(&mut text, GuestAddress(CMDLINE_ADDR)).unwrap();
         assert_eq!(&text, b"hello a b\0");
-        let (flags, vif): (u32, u64) =
-            (m.read_obj(GuestAddress(BOOT_INFO_ADDR + 40)).unwrap(), m.read_obj(GuestAddress(BOOT_INFO_ADDR + 48)).unwrap());
+        let (flags, vif): (u32, u64) = (
+            m.read_obj(GuestAddress(BOOT_INFO_ADDR + 40)).unwrap(),
+            m.read_obj(GuestAddress(BOOT_INFO_ADDR + 48)).unwrap(),
+        );
         assert_eq!((flags, vif), (0, 0), "emulated");
         write_boot_data(&m, BootProtocol::Direct64, &BootParams { vif_base: Some(VIF_BASE), ..params() }).unwrap();
-        let (flags, vif): (u32, u64) =
-            (m.read_obj(GuestAddress(BOOT_INFO_ADDR + 40)).unwrap(), m.read_obj(GuestAddress(BOOT_INFO_ADDR + 48)).unwrap());
+        let (flags, vif): (u32, u64) = (
+            m.read_obj(GuestAddress(BOOT_INFO_ADDR + 40)).unwrap(),
+            m.read_obj(GuestAddress(BOOT_INFO_ADDR + 48)).unwrap(),
+        );
         assert_eq!((flags, vif), (BOOT_F_NATIVE, VIF_BASE), "native");
         write_boot_data(&m, BootProtocol::Direct64, &BootParams { stepped: true, ..params() }).unwrap();
         let flags: u32 = m.read_obj(GuestAddress(BOOT_INFO_ADDR + 40)).unwrap();
         assert_eq!(flags, BOOT_F_STEPPED, "exact backend");
         write_boot_data(&m, BootProtocol::Direct64, &BootParams { cpuid_entries: 9, ..params() }).unwrap();
-        let (table, n): (u64, u32) =
-            (m.read_obj(GuestAddress(BOOT_INFO_ADDR + 56)).unwrap(), m.read_obj(GuestAddress(BOOT_INFO_ADDR + 64)).unwrap());
+        let (table, n): (u64, u32) = (
+            m.read_obj(GuestAddress(BOOT_INFO_ADDR + 56)).unwrap(),
+            m.read_obj(GuestAddress(BOOT_INFO_ADDR + 64)).unwrap(),
+        );
         assert_eq!((table, n), (CPUID_TABLE_BASE, 9));
     }
 

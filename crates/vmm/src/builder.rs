@@ -3,6 +3,7 @@
 
 use crate::backends::exact::ExactSource;
 use crate::backends::perf::{EventBudget, PerfMode, PerfSource};
+use crate::backends::Backend;
 use crate::boot::{self, BootParams};
 use crate::config::{BackendKind, PmuSettings, VmConfig};
 use crate::devices::{AgentPort, Console, FwCfg, PioBus, SerialPort};
@@ -14,12 +15,11 @@ use crate::native;
 use crate::pmu_report::PmuReport;
 use crate::vcpu::{Shared, Vcpu};
 use crate::vm::Vm;
-use crate::backends::Backend;
 use crate::vpmu::VcpuPmu;
 use kvm_bindings::{kvm_enable_cap, KVM_CAP_X86_USER_SPACE_MSR, KVM_MSR_EXIT_REASON_FILTER};
 use kvm_bindings::{kvm_mp_state, kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES, KVM_MP_STATE_RUNNABLE};
-use kvm_ioctls::{VcpuFd, VmFd};
 use kvm_ioctls::{MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags};
+use kvm_ioctls::{VcpuFd, VmFd};
 use pmu::{Pmu, PmuConfig};
 use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc, Mutex};
@@ -52,8 +52,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     let execution = native::decide(config.native, &image).map_err(VmError::Native)?;
     let vm = kvm.create_vm().map_err(ioctl("KVM_CREATE_VM"))?;
     let mem_size = config.mem_mib << 20;
-    let mem =
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), mem_size as usize)])?;
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), mem_size as usize)])?;
     for (slot, region) in mem.iter().enumerate() {
         let host = mem.get_host_address(region.start_addr()).map_err(memory("guest memory"))?;
         let region = kvm_userspace_memory_region {
@@ -77,8 +76,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     }
     let tsc_khz = fds[0].get_tsc_khz().map(u64::from).unwrap_or(0);
     let long_mode = image.protocol == BootProtocol::Direct64;
-    let per_vcpu =
-        config.pmu.as_ref().map_or(0, |s| usize::from(s.gp_counters) + usize::from(pmu::MAX_FIXED_COUNTERS));
+    let per_vcpu = config.pmu.as_ref().map_or(0, |s| usize::from(s.gp_counters) + usize::from(pmu::MAX_FIXED_COUNTERS));
     let budget = EventBudget::new(
         config.pmu.as_ref().and_then(|s| s.max_host_events).unwrap_or(per_vcpu * config.vcpus as usize),
     );
@@ -101,7 +99,8 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         let vcpu_cpuid = setup_vcpu(fd, &cpuid, index as u32, &image, caps.as_ref(), config.cpu_vendor)?;
         cpu.vendor = crate::identity::vendor_string(vcpu_cpuid.as_slice());
         let table = crate::layout::CPUID_TABLE_BASE + index as u64 * 0x1000;
-        cpuid_entries = crate::cpuid::write_table(&mem, table, &vcpu_cpuid).map_err(memory("writing the CPUID table"))?;
+        cpuid_entries =
+            crate::cpuid::write_table(&mem, table, &vcpu_cpuid).map_err(memory("writing the CPUID table"))?;
         if execution.native {
             native::register_vif(fd, native::vif_page(index as u32))
                 .map_err(|e| VmError::Native(format!("registering the VIF page: {e}")))?;

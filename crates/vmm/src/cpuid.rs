@@ -44,7 +44,9 @@ pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>, vendor: cr
             0xb | 0x1f => entry.edx = index,
             0xa | 0x8000_0022 => [entry.eax, entry.ebx, entry.ecx, entry.edx] = [0; 4],
             // An AMD PMU lives in leaf 0x80000022: the extended range must reach it.
-            0x8000_0000 if pmu.is_some_and(|p| p.vendor() == pmu::Vendor::Amd) => entry.eax = entry.eax.max(0x8000_0022),
+            0x8000_0000 if pmu.is_some_and(|p| p.vendor() == pmu::Vendor::Amd) => {
+                entry.eax = entry.eax.max(0x8000_0022)
+            }
             _ => {}
         }
     }
@@ -86,7 +88,13 @@ mod tests {
     fn table_holds_every_leaf_with_its_index_rule() {
         let leaves = [
             kvm_cpuid_entry2 { function: 0, eax: 0xd, ebx: 0x756e_6547, ..Default::default() },
-            kvm_cpuid_entry2 { function: 7, index: 1, flags: KVM_CPUID_FLAG_SIGNIFCANT_INDEX, eax: 5, ..Default::default() },
+            kvm_cpuid_entry2 {
+                function: 7,
+                index: 1,
+                flags: KVM_CPUID_FLAG_SIGNIFCANT_INDEX,
+                eax: 5,
+                ..Default::default()
+            },
         ];
         let cpuid = for_vcpu(&CpuId::from_entries(&leaves).unwrap(), 3, None, Default::default());
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();

@@ -68,8 +68,7 @@ fn read_pod<T: Default>(file: &File, offset: u64) -> Option<T> {
     let mut value = T::default();
     // SAFETY: T is a C struct of integers (kvm_bindings), valid for any bit pattern; the
     // slice covers exactly its bytes.
-    let bytes =
-        unsafe { std::slice::from_raw_parts_mut(&mut value as *mut T as *mut u8, std::mem::size_of::<T>()) };
+    let bytes = unsafe { std::slice::from_raw_parts_mut(&mut value as *mut T as *mut u8, std::mem::size_of::<T>()) };
     file.read_exact_at(bytes, offset).ok()?;
     Some(value)
 }

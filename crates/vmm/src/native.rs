@@ -6,10 +6,10 @@
 use crate::layout::VIF_BASE;
 use crate::loader::{BootProtocol, KernelImage};
 use kvm_bindings::{kvm_msr_entry, kvm_userspace_memory_region, Msrs};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use kvm_ioctls::VcpuFd;
 use serde::Serialize;
 use std::sync::OnceLock;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
 /// The host's VIF registration MSR: `gpa | 1` registers, 0 returns to emulation.
 pub const VIF_MSR: u32 = 0x4b56_4d10;
@@ -92,7 +92,9 @@ pub fn decide(mode: NativeMode, image: &KernelImage) -> Result<Execution, String
     let long_mode = image.protocol == BootProtocol::Direct64;
     let support = host_support();
     match (mode, long_mode, support) {
-        (NativeMode::On, false, _) => Err("--native on needs a 64-bit ELF guest (multiboot guests start in 32-bit mode)".into()),
+        (NativeMode::On, false, _) => {
+            Err("--native on needs a 64-bit ELF guest (multiboot guests start in 32-bit mode)".into())
+        }
         (NativeMode::On, true, Err(why)) => Err(format!("--native on: {why}")),
         (NativeMode::On, true, Ok(())) => Ok(Execution { native: true, reason: "--native on".into() }),
         (_, false, _) => emulated("32-bit multiboot entry".into()),

@@ -25,10 +25,10 @@
 //!
 //! Nothing here runs unless an assist is due: no work on VM transitions.
 
+use crate::linear::{LinearMemory, VcpuLinear};
 use kvm_bindings::kvm_regs;
 use kvm_ioctls::VcpuFd;
 use pmu::{CountSource, PmcIdx, Pmu, PEBS_RECORD_SIZE};
-use crate::linear::{LinearMemory, VcpuLinear};
 use vm_memory::GuestMemoryMmap;
 
 /// DS save area, 64-bit layout: offset of the PEBS buffer base.

@@ -3,8 +3,8 @@
 //! backend syscalls, VMM time).
 
 use crate::backends::perf_sys;
-use crate::vm::{BackendKind, PmuSettings};
 use crate::backends::VmmSource;
+use crate::vm::{BackendKind, PmuSettings};
 use crate::vpmu::{VcpuPmu, VpmuStats};
 use pmu::{PmuStats, Policy};
 use serde::Serialize;
@@ -110,5 +110,4 @@ impl PmuReport {
             self.host_events_refused = b.refused.load(std::sync::atomic::Ordering::Relaxed);
         }
     }
-
 }

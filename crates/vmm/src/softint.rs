@@ -98,7 +98,12 @@ pub fn deliver(
 /// `IRETQ` at `regs.rip` back to the same privilege level and stack segment: pop RIP, CS,
 /// RFLAGS, RSP and SS; the interrupt flag comes from the frame. `None` leaves the guest
 /// untouched (for the host to run).
-pub fn iret(regs: &mut kvm_regs, sregs: &kvm_sregs, mem: &mut impl LinearMemory, flag: &mut dyn InterruptFlag) -> Option<()> {
+pub fn iret(
+    regs: &mut kvm_regs,
+    sregs: &kvm_sregs,
+    mem: &mut impl LinearMemory,
+    flag: &mut dyn InterruptFlag,
+) -> Option<()> {
     if !kernel_long_mode(sregs) {
         return None;
     }
@@ -225,7 +230,10 @@ mod tests {
         assert_eq!(regs.rflags & RFLAGS_IF, RFLAGS_IF, "IF back from the frame");
         let mut other = sregs;
         other.ss.selector = 0x18;
-        assert!(iret(&mut regs.clone(), &other, &mut Identity(&mem), &mut Rflags).is_none(), "a stack switch is the host's");
+        assert!(
+            iret(&mut regs.clone(), &other, &mut Identity(&mem), &mut Rflags).is_none(),
+            "a stack switch is the host's"
+        );
     }
 
     #[test]

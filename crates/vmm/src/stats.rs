@@ -36,7 +36,6 @@ pub struct VcpuStats {
     pub soft_ints: u64,
 }
 
-
 impl VcpuStats {
     /// Count one exit of `reason` that took `handled_in` to handle.
     pub fn record(&mut self, reason: &'static str, handled_in: Duration) {
@@ -106,5 +105,4 @@ impl VmStats {
         }
         self.vcpus.push(v.clone());
     }
-
 }

@@ -2,11 +2,11 @@
 
 use crate::backends::decode::{decode, InsnClass, MAX_INSN_LEN};
 use crate::devices::{DeviceAction, PioBus};
-use crate::linear::{LinearMemory, VcpuLinear};
-use crate::softint::FlagHome;
 use crate::exit::VmEnd;
 use crate::kick;
+use crate::linear::{LinearMemory, VcpuLinear};
 use crate::requests::RequestOrder;
+use crate::softint::FlagHome;
 use crate::stats::VcpuStats;
 use crate::vpmu::VcpuPmu;
 use kvm_ioctls::{VcpuExit, VcpuFd, VmFd};

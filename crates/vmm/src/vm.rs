@@ -1,10 +1,10 @@
 //! Running a built VM to its end: vCPU threads, the NMI source, timeouts and signals, and
 //! the report. `builder.rs` builds it.
 
-pub use crate::config::{BackendKind, PmuSettings, VmConfig};
-pub use crate::error::VmError;
 pub use crate::builder::prepare;
+pub use crate::config::{BackendKind, PmuSettings, VmConfig};
 use crate::devices::{AgentData, Console};
+pub use crate::error::VmError;
 use crate::exit::VmEnd;
 use crate::kick;
 use crate::native::Execution;
@@ -52,7 +52,6 @@ pub struct Vm {
     pub(crate) execution: Execution,
     pub(crate) cpu: crate::identity::CpuReport,
 }
-
 
 impl Vm {
     /// Build the VM (see `builder`).

@@ -6,17 +6,14 @@
 use crate::backends::decode::InsnClass;
 use crate::backends::retire::{Counting, Retirement};
 pub use crate::backends::Backend;
-pub use crate::vpmu_stats::{OpStart, OpTime, PmuOp, VpmuStats};
 use crate::backends::VmmSource;
 use crate::kick;
 use crate::pmi::{self, PmiOutcome};
 use crate::pv;
 use crate::stepping::Owed;
+pub use crate::vpmu_stats::{OpStart, OpTime, PmuOp, VpmuStats};
 use kvm_ioctls::{VcpuFd, VmFd};
-use pmu::{
-    ArchEvent, Initiator, MsrIndex, PmcIdx, Pmu, PmuStats,
-    RdpmcIdx,
-};
+use pmu::{ArchEvent, Initiator, MsrIndex, PmcIdx, Pmu, PmuStats, RdpmcIdx};
 use std::collections::HashMap;
 use std::time::Instant;
 use vm_memory::GuestMemoryMmap;

@@ -118,7 +118,13 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
          {reps} runs per policy, alternating: median of the per-run means, and the worst single operation\n\n\
          {:<24} {:<8} {:>14} {:>12} {:>14} {:>12} {:>13}\n",
         if vendor == CpuVendor::Amd { "AMD" } else { "Intel" },
-        "operation", "mode", "legacy mean", "legacy max", "reuse mean", "reuse max", "legacy/reuse"
+        "operation",
+        "mode",
+        "legacy mean",
+        "legacy max",
+        "reuse mean",
+        "reuse max",
+        "legacy/reuse"
     );
     let mut rows = Vec::new();
     let mut row = |label: &str, mode: NativeMode, [lm, lx, rm, rx]: [Summary; 4]| {
@@ -214,9 +220,17 @@ fn pv_delivery(b: &Bench) -> Result<(String, Value), Failure> {
             ("PMI delivery (PV, no mask)", d.median, dx.max, ratio(d.median, f.median)),
             ("KVM_NMI ioctl (floor)", f.median, fx.max, String::new()),
         ] {
-            text.push_str(&format!("{label:<30} {:<8} {:>11} ns {:>11} ns {:>8}\n", mode_name(mode), fmt(mean), fmt(max), x));
+            text.push_str(&format!(
+                "{label:<30} {:<8} {:>11} ns {:>11} ns {:>8}\n",
+                mode_name(mode),
+                fmt(mean),
+                fmt(max),
+                x
+            ));
         }
-        rows.push(json!({"mode": mode_name(mode), "pmi_delivery_ns": d, "kvm_nmi_ns": f, "ratio": d.median / f.median}));
+        rows.push(
+            json!({"mode": mode_name(mode), "pmi_delivery_ns": d, "kvm_nmi_ns": f, "ratio": d.median / f.median}),
+        );
     }
     Ok((text, json!(rows)))
 }

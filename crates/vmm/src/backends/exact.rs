@@ -8,8 +8,7 @@
 //! counts, a USR-only counter counts nothing.
 
 use super::decode::InsnClass;
-use pmu::{PMC_SLOTS, ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx};
-
+use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx, PMC_SLOTS};
 
 #[derive(Debug, Clone, Copy)]
 struct ExactCounter {

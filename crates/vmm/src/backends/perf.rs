@@ -192,7 +192,9 @@ impl PerfSource {
     /// Members of the group that are enabled.
     fn enabled_members(&self) -> u64 {
         let members = self.group.as_ref().map_or(0, |g| g.members);
-        PmcIdx::iter_mask(members).filter(|p| self.counters[p.slot()].as_ref().is_some_and(|c| c.enabled)).fold(0, |m, p| m | p.mask())
+        PmcIdx::iter_mask(members)
+            .filter(|p| self.counters[p.slot()].as_ref().is_some_and(|c| c.enabled))
+            .fold(0, |m, p| m | p.mask())
     }
 
     /// The leader must run for any sibling to count.
@@ -355,18 +357,17 @@ impl CountSource for PerfSource {
         if let (Some(g), Some(_)) = (self.group.as_mut(), id) {
             g.members |= pmc.mask();
         }
-        self.counters[pmc.slot()] =
-            Some(PerfCounter {
-                event,
-                enabled: false,
-                armed: None,
-                stopped_at: Some(0),
-                period_stale: false,
-                id,
-                tsc,
-                last_read: None,
-                period: 0,
-            });
+        self.counters[pmc.slot()] = Some(PerfCounter {
+            event,
+            enabled: false,
+            armed: None,
+            stopped_at: Some(0),
+            period_stale: false,
+            id,
+            tsc,
+            last_read: None,
+            period: 0,
+        });
         Ok(())
     }
 
@@ -487,6 +488,6 @@ impl Drop for PerfSource {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod group_tests;
+#[cfg(test)]
+mod tests;

@@ -167,7 +167,14 @@ impl PerfEvent {
         }
         // SAFETY: attr is a valid, fully initialised perf_event_attr of the size we declare.
         let fd = unsafe {
-            libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, 0, -1, group_fd, PERF_FLAG_FD_CLOEXEC)
+            libc::syscall(
+                libc::SYS_perf_event_open,
+                &attr as *const PerfEventAttr,
+                0,
+                -1,
+                group_fd,
+                PERF_FLAG_FD_CLOEXEC,
+            )
         };
         if fd < 0 {
             return Err(io::Error::last_os_error());
