@@ -182,6 +182,12 @@ impl<B: CountSource> Pmu<B> {
     pub fn any_programmed(&self) -> bool {
         self.local_enables != 0
     }
+    /// What counter `idx` counts now, as its host event is asked to: `None` when it counts
+    /// nothing (not enabled locally and globally, filtered, or an event no backend here
+    /// counts). No backend call.
+    pub fn counting_config(&self, idx: PmcIdx) -> Option<HostEventConfig> {
+        self.desired_config(idx)
+    }
     /// Whether the vCPU is scheduled in ([`Pmu::sched_out`] / [`Pmu::sched_in`]).
     pub fn is_scheduled_in(&self) -> bool {
         self.scheduled_in

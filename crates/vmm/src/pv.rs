@@ -2,7 +2,7 @@
 //! counter programming in one exit, and pvclock-style published counters that the guest
 //! reads without an exit where the backend allows it.
 
-use pmu::{ArchEvent, CountSource, Initiator, MsrIndex, Pmu};
+use pmu::{ArchEvent, CountSource, Initiator, MsrIndex, PmcIdx, Pmu};
 use serde::Serialize;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -221,30 +221,20 @@ pub fn publish<B: CountSource>(
     }
     // A snapshot, not MSR reads: the guest's `--stats` count only the reads it made.
     let state = pmu.save();
-    let global = state.global_ctrl;
     // Guest TSC, thread CPU time and wall time: read only if some counter runs.
     let mut tsc = None;
     for slot in 0..11u32 {
-        let (value, event, enabled) = if slot < 8 {
-            let (Some(&sel), Some(&value)) = (state.eventsel.get(slot as usize), state.pmc.get(slot as usize)) else {
-                continue;
-            };
-            let sel = pmu::EventSel(sel);
-            let enabled = sel.enabled() && sel.os() && global & (1 << slot) != 0;
-            (value, sel.arch_event(), enabled)
-        } else {
-            let j = slot - 8;
-            let Some(&value) = state.fixed_ctr.get(j as usize) else { continue };
-            let event = pmu::FIXED_EVENTS.get(j as usize).copied();
-            let enabled = state.fixed_ctr_ctrl >> (4 * j) & 1 != 0 && global & (1 << (32 + j)) != 0;
-            (value, event, enabled)
+        let (idx, value) = match slot {
+            0..8 => (PmcIdx::gp(slot as u8), state.pmc.get(slot as usize)),
+            _ => (PmcIdx::fixed((slot - 8) as u8), state.fixed_ctr.get(slot as usize - 8)),
         };
-        let extrapolation = event.map(&rate).unwrap_or(Extrapolation::NeedsExit);
-        let counts = enabled && event.is_some_and(|e| pmu.caps().is_available(e));
-        let flags = match (counts, extrapolation) {
-            (false, _) => 0,
-            (true, Extrapolation::TscRate) => C_RUNNING,
-            (true, Extrapolation::NeedsExit) => C_NEEDS_EXIT,
+        let (Some(idx), Some(&value)) = (idx, value) else { continue };
+        // What counts is the model's to say (any vendor; a filtered counter counts nothing);
+        // a clock cannot tell privilege levels apart, so only OS counting runs.
+        let flags = match pmu.counting_config(idx).filter(|c| c.os).map(|c| rate(c.event)) {
+            None => 0,
+            Some(Extrapolation::TscRate) => C_RUNNING,
+            Some(Extrapolation::NeedsExit) => C_NEEDS_EXIT,
         };
         // Slots never programmed and never published stay untouched.
         let at = page.gpa + COUNTERS_OFFSET + u64::from(slot) * COUNTER_SIZE;

@@ -19,8 +19,8 @@ struct ExactCounter {
     deadline: Option<u64>,
     /// Condition of the previous step, for edge detection.
     last_condition: bool,
-    /// Reference cycles: the TSC up to which `count` holds them, while enabled.
-    tsc_since: Option<u64>,
+    /// Reference cycles counted at CPL0: the TSC while the counter runs, in place of `count`.
+    tsc: Option<super::TscCount>,
 }
 
 impl ExactCounter {
@@ -41,7 +41,7 @@ impl ExactCounter {
     fn step(&mut self, class: InsnClass) -> u64 {
         let cfg = self.config;
         if cfg.event == ArchEvent::RefCycles {
-            return 0; // counted by the TSC (`fold_tsc`)
+            return 0; // counted by the TSC (`tsc`)
         }
         let n = self.occurrences(class);
         if cfg.cmask == 0 {
@@ -53,13 +53,9 @@ impl ExactCounter {
         u64::from(if cfg.edge { rising } else { condition })
     }
 
-    /// Bring a TSC-driven count up to `now`; returns the reference cycles added.
-    fn fold_tsc(&mut self, now: u64) -> u64 {
-        let Some(since) = self.tsc_since.as_mut() else { return 0 };
-        let n = if self.config.os { now.saturating_sub(*since) } else { 0 };
-        *since = now;
-        self.count += n;
-        n
+    /// The raw count at TSC `now`.
+    fn value(&self, now: u64) -> u64 {
+        self.tsc.map_or(self.count, |t| t.value(now))
     }
 }
 
@@ -118,11 +114,10 @@ impl ExactSource {
         self.steps += 1;
         let now = (self.tsc)();
         for slot in PmcIdx::iter_mask(self.enabled_mask).map(PmcIdx::slot) {
-            let c = self.counters[slot].as_mut().expect("enabled implies open");
-            if c.fold_tsc(now) > 0 {
-                self.check_deadline(slot);
+            match self.counters[slot].expect("enabled implies open").tsc {
+                Some(_) => self.check_deadline(slot, now),
+                None => self.count_one(slot, class),
             }
-            self.count_one(slot, class);
         }
     }
 
@@ -132,13 +127,14 @@ impl ExactSource {
         let n = c.step(class);
         c.count += n;
         if n > 0 {
-            self.check_deadline(slot);
+            self.check_deadline(slot, 0);
         }
     }
 
-    fn check_deadline(&mut self, slot: usize) {
+    /// An armed counter that reached its deadline (by TSC `now` for reference cycles).
+    fn check_deadline(&mut self, slot: usize, now: u64) {
         let c = self.counters[slot].as_mut().expect("open");
-        if c.deadline.is_some_and(|d| c.count >= d) {
+        if c.deadline.is_some_and(|d| c.value(now) >= d) {
             c.deadline = None;
             self.overflow_pending = true;
         }
@@ -185,7 +181,7 @@ impl CountSource for ExactSource {
             count: 0,
             deadline: None,
             last_condition: false,
-            tsc_since: None,
+            tsc: (config.event == ArchEvent::RefCycles && config.os).then(super::TscCount::default),
         };
         self.counters[pmc.slot()] = Some(counter);
         Ok(())
@@ -202,8 +198,8 @@ impl CountSource for ExactSource {
         let now = (self.tsc)();
         let c = self.slot(pmc);
         c.enabled = true;
-        if c.config.event == ArchEvent::RefCycles {
-            c.tsc_since = Some(now);
+        if let Some(t) = c.tsc.as_mut() {
+            t.start(now);
         }
         self.enabled_mask |= pmc.mask();
     }
@@ -211,24 +207,22 @@ impl CountSource for ExactSource {
     fn disable(&mut self, pmc: PmcIdx) {
         let now = (self.tsc)();
         let c = self.slot(pmc);
-        c.fold_tsc(now);
-        c.tsc_since = None;
+        if let Some(t) = c.tsc.as_mut() {
+            t.stop(now);
+        }
         c.enabled = false;
         self.enabled_mask &= !pmc.mask();
     }
 
     fn read(&mut self, pmc: PmcIdx) -> u64 {
         let now = (self.tsc)();
-        let c = self.slot(pmc);
-        c.fold_tsc(now);
-        c.count
+        self.slot(pmc).value(now)
     }
 
     fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
         let now = (self.tsc)();
         let c = self.slot(pmc);
-        c.fold_tsc(now);
-        c.deadline = after.map(|n| c.count + n.max(1));
+        c.deadline = after.map(|n| c.value(now) + n.max(1));
     }
 }
 
