@@ -79,11 +79,12 @@ fn pmu_report(r: &PmuReport) -> String {
         r.backend, r.backend_detail, r.policy, r.gp_counters, r.fixed_counters,
         r.cpuid_0xa[0], r.cpuid_0xa[1], r.cpuid_0xa[2], r.cpuid_0xa[3]
     );
-    let rows: [(&str, u64); 11] = [
-        ("host events created", m.events_created),
-        ("host events reused", m.events_reused),
+    let rows: [(&str, u64); 12] = [
+        ("counter events opened", m.events_created),
+        ("counter events reused", m.events_reused),
         ("lazily released", m.events_lazily_released),
-        ("host events closed", m.events_closed),
+        ("counter events closed", m.events_closed),
+        ("host events created", r.host_events_created as u64),
         ("open failures", m.open_failures),
         ("filtered programs", m.filtered_programs),
         ("PMU MSR exits", r.vmm.msr_exits),

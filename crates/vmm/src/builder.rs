@@ -1,6 +1,7 @@
 //! The one place that wires a VM: KVM objects, guest memory, the image and boot data,
 //! CPUID and identity, the vPMUs and the MSR filter, devices and vCPUs.
 
+use crate::backends::clock::ClockSource;
 use crate::backends::exact::ExactSource;
 use crate::backends::perf::{EventBudget, PerfMode, PerfSource};
 use crate::backends::Backend;
@@ -20,7 +21,7 @@ use kvm_bindings::{kvm_enable_cap, KVM_CAP_X86_USER_SPACE_MSR, KVM_MSR_EXIT_REAS
 use kvm_bindings::{kvm_mp_state, kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES, KVM_MP_STATE_RUNNABLE};
 use kvm_ioctls::{MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags};
 use kvm_ioctls::{VcpuFd, VmFd};
-use pmu::{Pmu, PmuConfig};
+use pmu::{Pmu, PmuConfig, Policy};
 use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc, Mutex};
 use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
@@ -196,7 +197,14 @@ fn build_pmus(
     (0..vcpus)
         .map(|index| {
             let backend = match settings.backend {
-                BackendKind::Perf => Backend::Perf(PerfSource::new(mode.expect("probed for perf"), budget.clone())),
+                BackendKind::Perf => match (mode.expect("probed for perf"), settings.policy) {
+                    // Every counter counts the same clock: share one (legacy keeps an event
+                    // per counter, as the baseline it is).
+                    (PerfMode::SoftwareClock { tsc_khz }, Policy::Reuse { .. }) => {
+                        Backend::Clock(ClockSource::new(tsc_khz, budget.clone()))
+                    }
+                    (mode, _) => Backend::Perf(PerfSource::new(mode, budget.clone())),
+                },
                 BackendKind::Exact => Backend::Exact(ExactSource::new()),
             };
             let mut vpmu = VcpuPmu::new(Pmu::new(config.clone(), backend)?, long_mode);

@@ -38,6 +38,8 @@ pub struct PmuReport {
     pub host_events_peak: usize,
     /// Host event opens the cap refused.
     pub host_events_refused: usize,
+    /// Host perf events created over the run.
+    pub host_events_created: usize,
     /// Overflow notifications of the perf backend: taken, lost, throttled.
     pub notifications: crate::backends::perf::NotificationStats,
     #[serde(skip)]
@@ -76,6 +78,7 @@ impl PmuReport {
             host_events_cap: budget.limit(),
             host_events_peak: 0,
             host_events_refused: 0,
+            host_events_created: 0,
             notifications: Default::default(),
             budget: Some(budget),
             syscalls_at_start: perf_sys::syscalls(),
@@ -108,6 +111,7 @@ impl PmuReport {
         if let Some(b) = &self.budget {
             self.host_events_peak = b.peak.load(std::sync::atomic::Ordering::Relaxed);
             self.host_events_refused = b.refused.load(std::sync::atomic::Ordering::Relaxed);
+            self.host_events_created = b.created.load(std::sync::atomic::Ordering::Relaxed);
         }
     }
 }

@@ -110,6 +110,9 @@ impl Vcpu {
             let result = self.fd.run();
             let exited = Instant::now();
             self.stats.run_ns += (exited - entered).as_nanos() as u64;
+            if let Some(pmu) = &mut self.pmu {
+                pmu.guest_ran();
+            }
             let mut wrote = false;
             let (reason, next) = match result {
                 Ok(exit) => {

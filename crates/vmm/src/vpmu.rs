@@ -113,6 +113,11 @@ impl VcpuPmu {
         }
     }
 
+    /// KVM_RUN returned: the guest ran, and counts moved.
+    pub fn guest_ran(&mut self) {
+        self.pmu.backend_mut().guest_ran();
+    }
+
     /// Guest RDMSR of a PMU MSR: the value, or None for #GP.
     pub fn rdmsr(&mut self, index: u32) -> Option<u64> {
         let t = OpStart::now();

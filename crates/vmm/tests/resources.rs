@@ -41,7 +41,8 @@ fn fds_return_to_baseline_after_each_vm() {
         let report = Vm::build(&config).unwrap().run(Instant::now());
         assert_eq!(report.end.exit_code(), 0, "{}", String::from_utf8_lossy(&report.console.captured()));
         let pmu = report.stats.pmu.as_ref().unwrap();
-        assert!(pmu.model.events_created > 0, "the guest made host events");
+        assert!(pmu.model.events_created > 0, "the guest programmed counters");
+        assert!(pmu.host_events_created > 0, "they made host events");
         assert!(pmu.host_events_peak <= pmu.host_events_cap);
         drop(report);
         assert_eq!(open_fds(), before, "fds after a {policy:?} VM");

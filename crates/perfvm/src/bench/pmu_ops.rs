@@ -108,7 +108,7 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
                 }
                 r.handler_mean.extend(console_value(&report, "pmuops: pmi handler", "mean_ns"));
                 r.handler_max.extend(console_value(&report, "pmuops: pmi handler", "max_ns"));
-                r.created.push(pmu.model.events_created as f64);
+                r.created.push(pmu.host_events_created as f64);
                 r.total_syscalls.push(pmu.host_syscalls as f64);
             }
         }
@@ -159,7 +159,7 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
     text.push('\n');
     let mut value = json!({"backend": backend_detail, "reps": reps, "guest_cmdline": cmdline, "rows": rows});
     let totals: [(&str, &str, Field); 2] = [
-        ("host events created/run", "events_created", |p| &p.created),
+        ("host events created/run", "host_events_created", |p| &p.created),
         ("backend syscalls/run", "backend_syscalls", |p| &p.total_syscalls),
     ];
     for (label, key, field) in totals {

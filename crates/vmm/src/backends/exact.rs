@@ -20,7 +20,7 @@ struct ExactCounter {
     /// Condition of the previous step, for edge detection.
     last_condition: bool,
     /// Reference cycles counted at CPL0: the TSC while the counter runs, in place of `count`.
-    tsc: Option<super::TscCount>,
+    tsc: Option<super::Stopwatch>,
 }
 
 impl ExactCounter {
@@ -181,7 +181,7 @@ impl CountSource for ExactSource {
             count: 0,
             deadline: None,
             last_condition: false,
-            tsc: (config.event == ArchEvent::RefCycles && config.os).then(super::TscCount::default),
+            tsc: (config.event == ArchEvent::RefCycles && config.os).then(super::Stopwatch::default),
         };
         self.counters[pmc.slot()] = Some(counter);
         Ok(())

@@ -1,10 +1,12 @@
 //! Counting backends behind the PMU model's `CountSource` trait, and what the vCPU loop asks
 //! of them beyond counting ([`VmmSource`]): the only place that knows which backend is which.
 
+use clock::ClockSource;
 use exact::ExactSource;
 use perf::{NotificationStats, PerfMode, PerfSource};
 use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx};
 
+pub mod clock;
 pub mod decode;
 pub mod exact;
 pub mod perf;
@@ -20,6 +22,8 @@ pub trait VmmSource: CountSource {
     fn take_overflow(&mut self) -> bool {
         false
     }
+    /// The guest ran since the last call: a count read from now on is new.
+    fn guest_ran(&mut self) {}
     /// A host overflow notification is about to be handled.
     fn notification_taken(&mut self) {}
     /// A host overflow notification was handled: re-issue what the kernel keeps periodic.
@@ -74,6 +78,31 @@ impl VmmSource for PerfSource {
     }
 }
 
+impl VmmSource for ClockSource {
+    fn describe(&self) -> String {
+        format!("{}, one clock shared by all counters", self.mode().describe())
+    }
+    fn guest_ran(&mut self) {
+        ClockSource::guest_ran(self);
+    }
+    fn notification_taken(&mut self) {
+        ClockSource::notification_taken(self);
+    }
+    fn after_notification(&mut self) {
+        ClockSource::after_notification(self);
+    }
+    fn set_period_floor(&mut self, ns: u64) {
+        ClockSource::set_period_floor(self, ns);
+    }
+    fn notifications(&self) -> Option<&NotificationStats> {
+        Some(&self.notifications)
+    }
+    /// Cycles; ref-cycles follow the TSC itself and need an exit.
+    fn counts_at_tsc_rate(&self, event: ArchEvent) -> bool {
+        event == ArchEvent::CoreCycles
+    }
+}
+
 impl VmmSource for ExactSource {
     fn describe(&self) -> String {
         "single-step: exact instructions and branches; cycles = model clock, 1 per retired instruction".into()
@@ -106,8 +135,11 @@ impl VmmSource for ExactSource {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Backend {
-    /// Host perf events (`--backend perf`).
+    /// Host perf events, one per counter (`--backend perf` with a host PMU, or the legacy
+    /// policy).
     Perf(PerfSource),
+    /// One software clock for every counter (`--backend perf`, reuse, no host PMU).
+    Clock(ClockSource),
     /// Single-stepping (`--backend exact`).
     Exact(ExactSource),
 }
@@ -116,6 +148,7 @@ impl Backend {
     fn source(&mut self) -> &mut dyn VmmSource {
         match self {
             Backend::Perf(p) => p,
+            Backend::Clock(c) => c,
             Backend::Exact(e) => e,
         }
     }
@@ -123,6 +156,7 @@ impl Backend {
     fn source_ref(&self) -> &dyn VmmSource {
         match self {
             Backend::Perf(p) => p,
+            Backend::Clock(c) => c,
             Backend::Exact(e) => e,
         }
     }
@@ -165,6 +199,9 @@ impl VmmSource for Backend {
     fn take_overflow(&mut self) -> bool {
         self.source().take_overflow()
     }
+    fn guest_ran(&mut self) {
+        self.source().guest_ran()
+    }
     fn notification_taken(&mut self) {
         self.source().notification_taken()
     }
@@ -203,38 +240,44 @@ pub fn host_tsc() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
-/// Reference cycles as the TSC counts them while a counter runs.
+/// A count that runs between `start` and `stop` against a monotonic clock (the TSC for
+/// reference cycles, the shared software clock's ns for cycles).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct TscCount {
+pub struct Stopwatch {
     total: u64,
     since: Option<u64>,
 }
 
-impl TscCount {
-    /// Start counting at TSC `now`; a count already running keeps its start.
+impl Stopwatch {
+    /// Start counting at clock `now`; a count already running keeps its start.
     pub fn start(&mut self, now: u64) {
         self.since.get_or_insert(now);
     }
 
-    /// Stop counting at TSC `now`, keeping the total.
+    /// Stop counting at clock `now`, keeping the total.
     pub fn stop(&mut self, now: u64) {
         self.total = self.value(now);
         self.since = None;
     }
 
-    /// The count at TSC `now`.
+    /// The count at clock `now` (ignored while stopped).
     pub fn value(&self, now: u64) -> u64 {
         self.total + self.since.map_or(0, |s| now.saturating_sub(s))
+    }
+
+    /// Whether it counts now.
+    pub fn running(&self) -> bool {
+        self.since.is_some()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::TscCount;
+    use super::Stopwatch;
 
     #[test]
-    fn a_tsc_count_runs_only_between_start_and_stop() {
-        let mut t = TscCount::default();
+    fn a_stopwatch_runs_only_between_start_and_stop() {
+        let mut t = Stopwatch::default();
         assert_eq!(t.value(100), 0);
         t.start(100);
         t.start(150); // already running: the first start holds

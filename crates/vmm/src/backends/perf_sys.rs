@@ -70,13 +70,6 @@ pub const PERF_COUNT_HW_REF_CPU_CYCLES: u64 = 9;
 /// Software `config`: the task's CPU time, ns.
 pub const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
 
-/// `read_format`: each value comes with its event's id.
-pub const PERF_FORMAT_ID: u64 = 1 << 2;
-/// `read_format`: a leader's read returns every event of its group.
-pub const PERF_FORMAT_GROUP: u64 = 1 << 3;
-/// Events in one group read at most (a leader and a counter per virtual counter slot).
-pub const MAX_GROUP_READ: usize = 48;
-
 /// `flags`: open the event disabled.
 pub const FLAG_DISABLED: u64 = 1 << 0;
 /// `flags`: do not count user mode.
@@ -104,9 +97,6 @@ const IOC_ENABLE: libc::c_ulong = 0x2400;
 const IOC_DISABLE: libc::c_ulong = 0x2401;
 const IOC_RESET: libc::c_ulong = 0x2403;
 const IOC_PERIOD: libc::c_ulong = 0x4008_2404;
-const IOC_ID: libc::c_ulong = 0x8008_2407;
-/// ioctl argument: apply to the whole group of the event.
-const IOC_FLAG_GROUP: libc::c_ulong = 1;
 
 /// Syscalls made by all perf events of this process.
 static SYSCALLS: AtomicU64 = AtomicU64::new(0);
@@ -150,16 +140,7 @@ impl PerfEvent {
         Self::open_with(attr, false)
     }
 
-    /// Open `attr` as a member of `leader`'s group.
-    pub fn open_in(attr: &PerfEventAttr, leader: &PerfEvent) -> io::Result<PerfEvent> {
-        Self::open_full(attr, true, leader.fd.as_raw_fd())
-    }
-
     fn open_with(attr: &PerfEventAttr, tracked: bool) -> io::Result<PerfEvent> {
-        Self::open_full(attr, tracked, -1)
-    }
-
-    fn open_full(attr: &PerfEventAttr, tracked: bool, group_fd: i32) -> io::Result<PerfEvent> {
         let mut attr = *attr;
         attr.size = std::mem::size_of::<PerfEventAttr>() as u32;
         if tracked {
@@ -167,14 +148,7 @@ impl PerfEvent {
         }
         // SAFETY: attr is a valid, fully initialised perf_event_attr of the size we declare.
         let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
-                0,
-                -1,
-                group_fd,
-                PERF_FLAG_FD_CLOEXEC,
-            )
+            libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC)
         };
         if fd < 0 {
             return Err(io::Error::last_os_error());
@@ -208,48 +182,6 @@ impl PerfEvent {
     /// Stop counting; the count is kept.
     pub fn disable(&self) -> io::Result<()> {
         self.ioctl(IOC_DISABLE, 0)
-    }
-
-    /// Enable this event's whole group (leader and siblings) in one ioctl.
-    pub fn enable_group(&self) -> io::Result<()> {
-        self.ioctl(IOC_ENABLE, IOC_FLAG_GROUP)
-    }
-
-    /// Disable this event's whole group in one ioctl.
-    pub fn disable_group(&self) -> io::Result<()> {
-        self.ioctl(IOC_DISABLE, IOC_FLAG_GROUP)
-    }
-
-    /// The kernel's id of this event (as a group read reports it).
-    pub fn id(&self) -> io::Result<u64> {
-        let mut id = 0u64;
-        self.count();
-        // SAFETY: PERF_EVENT_IOC_ID writes one u64 through the pointer, which is live.
-        let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), IOC_ID, &mut id as *mut u64) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(id)
-    }
-
-    /// Every count of a leader opened with PERF_FORMAT_GROUP | PERF_FORMAT_ID, in one read:
-    /// `f(id, value)` for each event of the group.
-    pub fn read_group(&self, mut f: impl FnMut(u64, u64)) -> io::Result<()> {
-        let mut buf = [0u64; 1 + 2 * MAX_GROUP_READ];
-        self.count();
-        // SAFETY: reading at most size_of_val(buf) bytes into a buffer we own.
-        let n = unsafe {
-            libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, std::mem::size_of_val(&buf))
-        };
-        if n < 8 {
-            return Err(io::Error::last_os_error());
-        }
-        let words = n as usize / 8;
-        let nr = (buf[0] as usize).min((words - 1) / 2);
-        for i in 0..nr {
-            f(buf[2 + 2 * i], buf[1 + 2 * i]);
-        }
-        Ok(())
     }
 
     /// Set the count to zero.

@@ -14,6 +14,8 @@ pub struct EventBudget {
     pub peak: AtomicUsize,
     /// Opens refused because the cap was reached.
     pub refused: AtomicUsize,
+    /// Host events created so far.
+    pub created: AtomicUsize,
 }
 
 impl EventBudget {
@@ -24,10 +26,11 @@ impl EventBudget {
             open: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             refused: AtomicUsize::new(0),
+            created: AtomicUsize::new(0),
         })
     }
 
-    pub(super) fn take(&self) -> bool {
+    pub(crate) fn take(&self) -> bool {
         let taken = self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.limit).then_some(n + 1));
         match taken {
             Ok(n) => {
@@ -41,7 +44,12 @@ impl EventBudget {
         }
     }
 
-    pub(super) fn give_back(&self) {
+    /// A taken event was created.
+    pub(crate) fn created(&self) {
+        self.created.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn give_back(&self) {
         self.open.fetch_sub(1, Ordering::AcqRel);
     }
 
@@ -70,6 +78,22 @@ pub struct NotificationStats {
 }
 
 impl NotificationStats {
+    /// A running counter armed at count `armed_at` to overflow `after` counts later is
+    /// re-armed or stopped at `now`: every whole period (no shorter than `floor`) it ran past
+    /// its first deadline is a notification that never came (the first may be in flight).
+    pub(crate) fn count_lost(&mut self, (armed_at, after): (u64, u64), now: u64, floor: u64) {
+        let period = after.max(floor);
+        self.lost += now.saturating_sub(armed_at).saturating_sub(period) / period;
+    }
+
+    /// A counter is armed `after` counts ahead: a distance under the throttled `floor` will
+    /// be stretched.
+    pub(crate) fn arming(&mut self, after: u64, floor: u64, throttling: bool) {
+        if throttling && after < floor {
+            self.throttled += 1;
+        }
+    }
+
     /// Add another vCPU's counts to these.
     pub fn merge(&mut self, other: &NotificationStats) {
         self.taken += other.taken;

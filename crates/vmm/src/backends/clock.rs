@@ -1,0 +1,306 @@
+//! One software clock for every counter of a vCPU: the reuse policy's backend on a host
+//! without a PMU. There every counter counts the same thing, the vCPU thread's time, so a
+//! single `task-clock` event serves them all. It runs from the first counter's open to the
+//! last one's close; each counter is a stopwatch on it, and the event's sampling timer is
+//! set for the nearest overflow of a running counter. The clock is read once per exit, so
+//! starting or stopping any number of counters costs one read, and a period changes only
+//! when that nearest overflow moved. Like perf.rs's events, the clock also counts the thread's time in the
+//! VMM, and its overflows arrive as a signal to the vCPU thread.
+
+use super::perf::period::{clock_counts, lands, MIN_CLOCK_PERIOD_NS, NEVER};
+use super::perf::{EventBudget, NotificationStats, PerfMode};
+use super::perf_sys::*;
+use super::{host_tsc, Stopwatch};
+use crate::kick;
+use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx, PMC_SLOTS};
+use std::sync::Arc;
+
+#[derive(Debug, Default)]
+struct ClockCounter {
+    /// Clock ns counted while the counter runs.
+    time: Stopwatch,
+    /// Ref-cycles: the guest sees the TSC while the counter runs, as on hardware, not the
+    /// thread's CPU time (a busy host shares that out); the clock still brings the overflow
+    /// notification (late when the host is busy).
+    tsc: Option<Stopwatch>,
+    /// (count when armed, counts until overflow)
+    armed: Option<(u64, u64)>,
+}
+
+/// The clock's sampling timer, in clock ns.
+#[derive(Debug, Clone, Copy)]
+struct Timer {
+    due: u64,
+    period: u64,
+}
+
+/// The shared clock of one vCPU and the counters on it.
+#[derive(Debug)]
+pub struct ClockSource {
+    mode: PerfMode,
+    budget: Arc<EventBudget>,
+    /// Open while any counter is.
+    clock: Option<PerfEvent>,
+    counters: [Option<ClockCounter>; PMC_SLOTS],
+    /// Where the sampling timer fires next (None: never).
+    timer: Option<Timer>,
+    /// The clock as read since the guest last ran: everything the VMM does for one exit (a
+    /// GLOBAL_CTRL write, a PMI's fold of every counter) sees one instant, as a group read
+    /// would, for one read.
+    this_exit: Option<u64>,
+    /// The last clock read (counts never go back).
+    last: u64,
+    /// Shortest period now allowed (MIN_CLOCK_PERIOD_NS, or more when throttled).
+    floor_ns: u64,
+    /// Handling a notification: periods are set once, when it is done.
+    in_notification: bool,
+    /// What became of this vCPU's overflow notifications.
+    pub notifications: NotificationStats,
+}
+
+impl ClockSource {
+    /// A clock turning thread ns into cycles at `tsc_khz`, drawing its host event from
+    /// `budget`; nothing open yet.
+    pub fn new(tsc_khz: u64, budget: Arc<EventBudget>) -> Self {
+        ClockSource {
+            mode: PerfMode::SoftwareClock { tsc_khz: tsc_khz.max(1) },
+            budget,
+            clock: None,
+            counters: std::array::from_fn(|_| None),
+            timer: None,
+            this_exit: None,
+            last: 0,
+            floor_ns: MIN_CLOCK_PERIOD_NS,
+            in_notification: false,
+            notifications: NotificationStats::default(),
+        }
+    }
+
+    /// What the host counts with.
+    pub fn mode(&self) -> PerfMode {
+        self.mode
+    }
+
+    /// Let no period be shorter than `ns` (PMI throttling; never below the static floor).
+    pub fn set_period_floor(&mut self, ns: u64) {
+        self.floor_ns = ns.max(MIN_CLOCK_PERIOD_NS);
+    }
+
+    /// The guest ran: the clock moved.
+    pub fn guest_ran(&mut self) {
+        self.this_exit = None;
+    }
+
+    /// The clock now, in ns: read once per exit.
+    fn now(&mut self) -> u64 {
+        if let Some(ns) = self.this_exit {
+            return ns;
+        }
+        let read = self.clock.as_ref().and_then(|c| c.read().ok());
+        self.last = read.map_or(self.last, |ns| ns.max(self.last));
+        self.this_exit = Some(self.last);
+        self.last
+    }
+
+    fn counter(&mut self, pmc: PmcIdx) -> &mut ClockCounter {
+        self.counters[pmc.slot()].as_mut().expect("model protocol: counter is open")
+    }
+
+    /// Counter `c`'s count in event units at clock `now` (what overflows follow).
+    fn count(&self, c: &ClockCounter, now: u64) -> u64 {
+        match &c.tsc {
+            Some(t) => t.value(host_tsc()),
+            None => self.mode.in_event_units(c.time.value(now)),
+        }
+    }
+
+    /// The clock ns at which running counter `c` overflows, seen at clock `now`.
+    fn deadline(&self, c: &ClockCounter, now: u64) -> Option<u64> {
+        let (armed_at, after) = c.armed.filter(|_| c.time.running())?;
+        let remaining = after.saturating_sub(self.count(c, now).saturating_sub(armed_at)).max(1);
+        Some(now + self.mode.to_host_units(remaining, self.floor_ns))
+    }
+
+    /// Point the sampling timer at the nearest overflow of a running counter, unless it
+    /// already fires there. With none left, a timer is let be: it is put off at the
+    /// notification it brings (`disarm_if_idle`), not at every stop.
+    fn sync_timer(&mut self, now: u64) {
+        let wanted = self.counters.iter().flatten().filter_map(|c| self.deadline(c, now)).min();
+        let Some(wanted) = wanted else { return };
+        if let Some(t) = &mut self.timer {
+            // The kernel starts a timer that fired over with the same period.
+            if t.due <= now {
+                t.due += ((now - t.due) / t.period + 1) * t.period;
+            }
+            if lands(t.due, wanted, wanted - now) {
+                return;
+            }
+        }
+        let period = wanted - now;
+        if let Some(clock) = &self.clock {
+            let _ = clock.set_period(period);
+        }
+        self.timer = Some(Timer { due: wanted, period });
+    }
+
+    /// A notification found no running counter armed: stop the timer.
+    fn disarm_if_idle(&mut self, now: u64) {
+        if self.timer.is_some() && self.counters.iter().flatten().all(|c| self.deadline(c, now).is_none()) {
+            if let Some(clock) = &self.clock {
+                let _ = clock.set_period(NEVER);
+            }
+            self.timer = None;
+        }
+    }
+
+    /// Counter `pmc` is re-armed or stopped at clock `now`: if it ran, count the
+    /// notifications it missed.
+    fn count_lost(&mut self, pmc: PmcIdx, now: u64) {
+        let floor = self.mode.in_event_units(self.floor_ns);
+        let c = self.counters[pmc.slot()].as_ref().expect("model protocol: counter is open");
+        if let (true, Some(armed)) = (c.time.running(), c.armed) {
+            let count = self.count(c, now);
+            self.notifications.count_lost(armed, count, floor);
+        }
+    }
+
+    /// An overflow notification is about to be handled.
+    pub fn notification_taken(&mut self) {
+        self.notifications.taken += 1;
+        self.in_notification = true;
+    }
+
+    /// A notification was handled: one period for whatever the model re-armed.
+    pub fn after_notification(&mut self) {
+        self.in_notification = false;
+        let now = self.now();
+        self.sync_timer(now);
+        self.disarm_if_idle(now);
+    }
+
+    /// Open the clock for the first counter.
+    fn open_clock(&mut self) -> Result<(), BackendError> {
+        if !self.budget.take() {
+            return Err(BackendError::LimitReached);
+        }
+        let attr = PerfEventAttr {
+            type_: PERF_TYPE_SOFTWARE,
+            config: PERF_COUNT_SW_TASK_CLOCK,
+            sample_period: NEVER,
+            ..Default::default()
+        };
+        let opened =
+            PerfEvent::open(&attr).and_then(|e| e.signal_overflows_to(gettid(), kick::pmu_signal()).map(|_| e));
+        match opened {
+            Ok(e) => {
+                self.budget.created();
+                self.clock = Some(e);
+                Ok(())
+            }
+            Err(e) => {
+                self.budget.give_back();
+                Err(BackendError::Os(e.raw_os_error().unwrap_or(0)))
+            }
+        }
+    }
+}
+
+impl CountSource for ClockSource {
+    fn supports(&self, event: ArchEvent) -> bool {
+        matches!(event, ArchEvent::CoreCycles | ArchEvent::RefCycles)
+    }
+
+    fn open(&mut self, pmc: PmcIdx, config: &HostEventConfig) -> Result<(), BackendError> {
+        if !clock_counts(config) {
+            return Err(BackendError::Unsupported);
+        }
+        if self.clock.is_none() {
+            self.open_clock()?;
+        }
+        let tsc = (config.event == ArchEvent::RefCycles).then(Stopwatch::default);
+        self.counters[pmc.slot()] = Some(ClockCounter { tsc, ..Default::default() });
+        Ok(())
+    }
+
+    fn close(&mut self, pmc: PmcIdx) {
+        self.counters[pmc.slot()] = None;
+        if self.counters.iter().all(Option::is_none) && self.clock.take().is_some() {
+            self.budget.give_back();
+            self.timer = None;
+            (self.this_exit, self.last) = (None, 0);
+        }
+    }
+
+    fn enable(&mut self, pmc: PmcIdx) {
+        self.enable_many(pmc.mask());
+    }
+
+    fn disable(&mut self, pmc: PmcIdx) {
+        self.disable_many(pmc.mask());
+    }
+
+    fn enable_many(&mut self, mask: u64) {
+        let (now, tsc) = (self.now(), host_tsc());
+        let mut armed = false;
+        for pmc in PmcIdx::iter_mask(mask) {
+            let c = self.counter(pmc);
+            c.time.start(now);
+            if let Some(t) = &mut c.tsc {
+                t.start(tsc);
+            }
+            armed |= c.armed.is_some();
+        }
+        if armed {
+            self.sync_timer(now);
+        }
+    }
+
+    fn disable_many(&mut self, mask: u64) {
+        let (now, tsc) = (self.now(), host_tsc());
+        for pmc in PmcIdx::iter_mask(mask) {
+            self.count_lost(pmc, now);
+            let c = self.counter(pmc);
+            c.time.stop(now);
+            if let Some(t) = &mut c.tsc {
+                t.stop(tsc);
+            }
+        }
+    }
+
+    fn read(&mut self, pmc: PmcIdx) -> u64 {
+        let c = self.counter(pmc);
+        let now = if c.tsc.is_none() && c.time.running() { self.now() } else { 0 };
+        let c = self.counters[pmc.slot()].as_ref().expect("model protocol: counter is open");
+        self.count(c, now)
+    }
+
+    fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
+        let Some(after) = after else {
+            // A timer left for it is put off at the notification it brings.
+            self.counter(pmc).armed = None;
+            return;
+        };
+        let running = self.counter(pmc).time.running();
+        let now = if running { self.now() } else { 0 };
+        self.count_lost(pmc, now);
+        let throttling = self.floor_ns > MIN_CLOCK_PERIOD_NS;
+        self.notifications.arming(after, self.mode.in_event_units(self.floor_ns), throttling);
+        let c = self.counters[pmc.slot()].as_ref().expect("model protocol: counter is open");
+        let count = self.count(c, now);
+        self.counter(pmc).armed = Some((count, after));
+        if running && !self.in_notification {
+            self.sync_timer(now);
+        }
+    }
+}
+
+impl Drop for ClockSource {
+    fn drop(&mut self) {
+        if self.clock.take().is_some() {
+            self.budget.give_back();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,143 @@
+//! The shared clock on a real task-clock event: counts, syscalls per operation, periods.
+
+use super::*;
+use crate::backends::perf_sys;
+
+fn cycles() -> HostEventConfig {
+    HostEventConfig {
+        event: ArchEvent::CoreCycles,
+        usr: false,
+        os: true,
+        edge: false,
+        inv: false,
+        cmask: 0,
+        interrupt: false,
+    }
+}
+
+/// Run for `ms` of this thread's CPU time (what task-clock counts), however busy the host,
+/// as a guest would between two exits.
+fn spin(src: &mut ClockSource, ms: u64) {
+    let t = crate::vpmu::thread_cpu_ns();
+    while crate::vpmu::thread_cpu_ns() - t < ms * 1_000_000 {
+        std::hint::spin_loop();
+    }
+    src.guest_ran();
+}
+
+/// Perf syscalls `f` makes on this thread.
+fn syscalls_of(src: &mut ClockSource, f: impl FnOnce(&mut ClockSource)) -> u64 {
+    let before = perf_sys::thread_syscalls();
+    f(src);
+    perf_sys::thread_syscalls() - before
+}
+
+/// Four counters open on one clock (1 GHz: a count is a ns), or None with a SKIP line.
+fn four_counters(name: &str) -> Option<(ClockSource, Arc<EventBudget>, u64)> {
+    let budget = EventBudget::new(1);
+    let mut src = ClockSource::new(1_000_000, budget.clone());
+    let mask = (0..4).fold(0, |m, i| m | PmcIdx::gp(i).unwrap().mask());
+    for pmc in PmcIdx::iter_mask(mask) {
+        if let Err(e) = src.open(pmc, &cycles()) {
+            eprintln!("SKIP {name}: perf_event_open: {e:?}");
+            return None;
+        }
+    }
+    Some((src, budget, mask))
+}
+
+#[test]
+fn counters_share_one_event_and_toggle_for_one_read() {
+    let Some((mut src, budget, mask)) = four_counters("counters_share_one_event_and_toggle_for_one_read") else {
+        return;
+    };
+    assert_eq!(budget.open_now(), 1, "four counters, one host event");
+    let (p0, p1) = (PmcIdx::gp(0).unwrap(), PmcIdx::gp(1).unwrap());
+    for _ in 0..2 {
+        src.enable(p0);
+        spin(&mut src, 10);
+        src.disable(p0);
+    }
+    let alone = src.read(p0);
+    assert!(alone > 10_000_000, "20 ms at 1 GHz counted alone: {alone}");
+    assert_eq!(src.read(p1), 0, "never enabled");
+    spin(&mut src, 1);
+    assert_eq!(syscalls_of(&mut src, |s| s.enable_many(mask)), 1, "one clock read starts four counters");
+    spin(&mut src, 20);
+    assert_eq!(syscalls_of(&mut src, |s| s.disable_many(mask)), 1, "and stops them");
+    let (a, b) = (src.read(p0), src.read(p1));
+    assert!(a > alone + 10_000_000 && b > 10_000_000, "both counted: {a} {b}");
+    assert_eq!(a - alone, b, "started and stopped at one instant");
+    assert_eq!(
+        syscalls_of(&mut src, |s| {
+            s.read(p0);
+        }),
+        0,
+        "stopped counts are read for free"
+    );
+    for pmc in PmcIdx::iter_mask(mask) {
+        src.close(pmc);
+    }
+    assert_eq!(budget.open_now(), 0, "the last close closes the clock");
+}
+
+#[test]
+fn the_timer_follows_the_nearest_overflow_only_when_it_moves() {
+    let Some((mut src, _, mask)) = four_counters("the_timer_follows_the_nearest_overflow_only_when_it_moves") else {
+        return;
+    };
+    let (p0, p1) = (PmcIdx::gp(0).unwrap(), PmcIdx::gp(1).unwrap());
+    src.arm_overflow(p0, Some(1_000_000_000));
+    src.arm_overflow(p1, Some(2_000_000_000));
+    assert_eq!(syscalls_of(&mut src, |s| s.enable_many(mask)), 2, "a read, and a period for the nearest");
+    let due = src.timer.expect("armed").due;
+    spin(&mut src, 2);
+    assert_eq!(syscalls_of(&mut src, |s| s.arm_overflow(p1, Some(3_000_000_000))), 1, "a later overflow: a read");
+    assert_eq!(src.timer.unwrap().due, due, "the nearest did not move");
+    spin(&mut src, 2);
+    src.arm_overflow(p1, Some(1_000_000));
+    assert!(src.timer.unwrap().due < due, "a nearer overflow moves the timer");
+    src.disable_many(mask);
+    assert!(src.timer.is_some(), "a stop leaves the timer: the notification it brings puts it off");
+    src.notification_taken();
+    src.after_notification();
+    assert!(src.timer.is_none(), "nothing runs armed: off");
+}
+
+/// Counters the model re-arms while a notification is handled get one period, at the end,
+/// and none when the timer already fires there.
+#[test]
+fn a_notification_sets_one_period_at_most() {
+    let Some((mut src, _, mask)) = four_counters("a_notification_sets_one_period_at_most") else {
+        return;
+    };
+    src.enable_many(mask);
+    for pmc in PmcIdx::iter_mask(mask) {
+        src.arm_overflow(pmc, Some(1_000_000_000));
+    }
+    spin(&mut src, 1);
+    src.notification_taken();
+    let rearm = syscalls_of(&mut src, |s| {
+        for pmc in PmcIdx::iter_mask(mask) {
+            s.arm_overflow(pmc, Some(500_000_000));
+        }
+        s.after_notification();
+    });
+    assert_eq!(rearm, 2, "one read, one period");
+    src.notification_taken();
+    assert!(syscalls_of(&mut src, |s| s.after_notification()) <= 1, "the timer lands already: a read at most");
+}
+
+#[test]
+fn the_clock_counts_only_what_a_clock_can() {
+    let mut src = ClockSource::new(1_000_000, EventBudget::new(1));
+    let p0 = PmcIdx::gp(0).unwrap();
+    assert!(!src.supports(ArchEvent::Instructions));
+    for cfg in [HostEventConfig { cmask: 1, ..cycles() }, HostEventConfig { os: false, usr: true, ..cycles() }] {
+        assert_eq!(src.open(p0, &cfg), Err(BackendError::Unsupported), "{cfg:?}");
+    }
+    let budget = EventBudget::new(0);
+    let mut capped = ClockSource::new(1_000_000, budget.clone());
+    assert_eq!(capped.open(p0, &cycles()), Err(BackendError::LimitReached));
+    assert_eq!(budget.refused.load(std::sync::atomic::Ordering::Relaxed), 1);
+}

@@ -1,0 +1,53 @@
+//! Sampling periods on the host: event units against host units, the shortest period we
+//! program, and when a running sampling timer already fires where it should.
+
+use super::PerfMode;
+use pmu::{ArchEvent, HostEventConfig};
+
+/// A sampling period so long it never fires: perf only accepts IOC_PERIOD on events opened
+/// as sampling events, so every event is opened with this and re-armed as needed.
+pub(crate) const NEVER: u64 = 1 << 62;
+/// Shortest overflow period we program for the software clock. The kernel's floor is 10 us;
+/// we stay well above it because every notification costs the vCPU a signal and an exit.
+pub(crate) const MIN_CLOCK_PERIOD_NS: u64 = 50_000;
+
+impl PerfMode {
+    /// Event units -> host units (cycles -> ns for the software clock, no shorter than
+    /// `floor_ns`), rounding up.
+    pub(crate) fn to_host_units(self, counts: u64, floor_ns: u64) -> u64 {
+        match self {
+            PerfMode::Hardware => counts.max(1),
+            PerfMode::SoftwareClock { tsc_khz } => {
+                let ns = (u128::from(counts) * 1_000_000).div_ceil(u128::from(tsc_khz));
+                (ns.min(u128::from(NEVER)) as u64).max(floor_ns)
+            }
+        }
+    }
+
+    /// Host units -> event units.
+    pub(crate) fn in_event_units(self, raw: u64) -> u64 {
+        match self {
+            PerfMode::Hardware => raw,
+            PerfMode::SoftwareClock { tsc_khz } => (u128::from(raw) * u128::from(tsc_khz) / 1_000_000) as u64,
+        }
+    }
+}
+
+/// Whether a software clock counts what `config` asks: core or reference cycles in the
+/// guest kernel. A clock cannot tell privilege levels apart, and perfvm guests run at CPL0,
+/// so a counter without OS counts nothing (no event) rather than wrong time; nor can it
+/// filter edge/inv/cmask.
+pub(crate) fn clock_counts(config: &HostEventConfig) -> bool {
+    matches!(config.event, ArchEvent::CoreCycles | ArchEvent::RefCycles)
+        && config.os
+        && !config.edge
+        && !config.inv
+        && config.cmask == 0
+}
+
+/// Whether a timer next due at `due` fires close enough to `wanted`, an overflow `distance`
+/// away: within 1/64 of it (a periodic timer that fired starts over with the same period,
+/// which is where periodic sampling with a reload wants the next overflow).
+pub(crate) fn lands(due: u64, wanted: u64, distance: u64) -> bool {
+    due.abs_diff(wanted) <= distance / 64
+}
