@@ -16,18 +16,21 @@ pub struct ProfileRow {
     pub object: String,
     pub symbol: String,
     pub weight: u64,
+    /// The call chain above `symbol`, outermost caller first (empty without `-g`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callers: Vec<String>,
 }
 
 impl Profile {
-    /// Sum weights of identical rows and sort by weight, heaviest first.
+    /// Sum weights of identical rows (same chain) and sort by weight, heaviest first.
     pub fn from_rows(rows: impl IntoIterator<Item = ProfileRow>) -> Profile {
-        let mut merged: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+        let mut merged: BTreeMap<(String, String, Vec<String>, String), u64> = BTreeMap::new();
         for r in rows {
-            *merged.entry((r.command, r.object, r.symbol)).or_default() += r.weight;
+            *merged.entry((r.command, r.object, r.callers, r.symbol)).or_default() += r.weight;
         }
         let mut rows: Vec<ProfileRow> = merged
             .into_iter()
-            .map(|((command, object, symbol), weight)| ProfileRow { command, object, symbol, weight })
+            .map(|((command, object, callers, symbol), weight)| ProfileRow { command, object, symbol, weight, callers })
             .collect();
         rows.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.symbol.cmp(&b.symbol)));
         Profile { rows }
@@ -66,9 +69,16 @@ impl Profile {
         out
     }
 
-    /// Collapsed stacks (`command;symbol weight`), the input format of flamegraph tools.
+    /// Collapsed stacks (`command;caller;...;symbol weight`), the input format of flamegraph
+    /// tools.
     pub fn folded(&self) -> String {
-        self.rows.iter().map(|r| format!("{};{} {}\n", r.command, r.symbol, r.weight)).collect()
+        self.rows
+            .iter()
+            .map(|r| {
+                let chain: String = r.callers.iter().map(|c| format!("{c};")).collect();
+                format!("{};{chain}{} {}\n", r.command, r.symbol, r.weight)
+            })
+            .collect()
     }
 }
 
@@ -85,7 +95,7 @@ mod tests {
     use super::*;
 
     fn row(symbol: &str, weight: u64) -> ProfileRow {
-        ProfileRow { command: "ftest".into(), object: "ftest".into(), symbol: symbol.into(), weight }
+        ProfileRow { command: "ftest".into(), object: "ftest".into(), symbol: symbol.into(), weight, callers: vec![] }
     }
 
     #[test]

@@ -18,6 +18,24 @@ use vmm::VmConfig;
 /// Format tag of record files.
 pub const FORMAT: &str = "perfvm-record-1";
 
+/// One sample, as `perfvm script` prints it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Host ns since the VM started (agent samples: guest TSC turned into ns).
+    pub time_ns: u64,
+    /// The vCPU it was taken on.
+    pub vcpu: u32,
+    /// The guest task (0: none known).
+    pub task: u32,
+    /// The interrupted instruction pointer.
+    pub ip: u64,
+    /// Events this sample stands for.
+    pub period: u64,
+    /// Return addresses, innermost caller first (empty without `-g`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callchain: Vec<u64>,
+}
+
 /// What `perfvm record` writes (`-o FILE`, JSON). Documented in docs/RECORD.md.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RecordFile {
@@ -44,6 +62,12 @@ pub struct RecordFile {
     pub profile: Profile,
     /// Weight per (rip, task id), for re-symbolization.
     pub rips: Vec<(u64, u32, u64)>,
+    /// Every sample in order (sampled records; the reference has only `rips`).
+    #[serde(default)]
+    pub sample_list: Vec<Sample>,
+    /// Samples carry call chains (`-g`).
+    #[serde(default)]
+    pub callgraph: bool,
     /// What the sampled event counted in the workload, as the agent reports it.
     #[serde(default)]
     pub event_count: Option<u64>,
@@ -201,6 +225,7 @@ pub fn record(
         object: object.clone(),
         symbol: symbols.name(rip),
         weight,
+        callers: Vec::new(),
     }));
     let mut rips: Vec<(u64, u32, u64)> = weights.into_iter().map(|((rip, task), w)| (rip, task, w)).collect();
     rips.sort_unstable();
@@ -223,6 +248,20 @@ pub fn record(
         wall_ns: report.stats.wall_ns,
         profile,
         rips,
+        sample_list: if reference {
+            Vec::new()
+        } else {
+            let to_sample = |s: &vmm::devices::SampleRecord| Sample {
+                time_ns: 0,
+                vcpu: 0,
+                task: s.task,
+                ip: s.rip,
+                period,
+                callchain: Vec::new(),
+            };
+            report.agent.samples.iter().map(to_sample).collect()
+        },
+        callgraph: false,
         event_count: report.agent.counts.iter().find(|c| c.task == 0 && c.event == event.raw).map(|c| c.value),
         notifications: pmu.map(|p| p.notifications).unwrap_or_default(),
         partial: matches!(report.end, vmm::VmEnd::Signal { .. } | vmm::VmEnd::Timeout { .. }),
