@@ -96,6 +96,13 @@ pub struct RecordArgs {
     /// Exact backend: attribute every retired instruction instead of sampling (the reference).
     #[arg(long)]
     pub reference: bool,
+    /// Sample every vCPU from the VMM, as `perf kvm --guest record` does: any guest ELF, no
+    /// agent needed (cycles: the vCPU threads' time).
+    #[arg(short = 'a', long = "all-cpus")]
+    pub all_cpus: bool,
+    /// Record call chains (frame pointers).
+    #[arg(short = 'g', long = "call-graph")]
+    pub call_graph: bool,
     /// Also print VM exit and vPMU statistics, and exits per sample.
     #[arg(long = "stats")]
     pub stats: bool,
