@@ -2,6 +2,7 @@
  * info and no stack. vCPU 0 takes a stack and runs main(); the others wait. */
 	.section .text.entry, "ax"
 	.globl _start
+	.type _start, @function
 _start:
 	test %edi, %edi
 	jnz 2f

@@ -50,7 +50,8 @@ pub struct RecordFile {
     pub period: u64,
     pub backend: String,
     pub policy: String,
-    /// "sampled" (PMIs through the guest's perf agent) or "reference" (every retired
+    /// "sampled" (PMIs through the guest's perf agent), "vcpus" (the VMM sampled every vCPU,
+    /// `-a`) or "reference" (every retired
     /// instruction, exact backend).
     pub mode: String,
     /// Samples taken (reference: instructions retired).
@@ -128,8 +129,8 @@ impl RecordFile {
 
 /// Period from `-c` / `-F`: frequency means samples per second of guest cycles. The exact
 /// backend counts retired instructions, not time, so it takes a period of its own.
-fn period(args: &RecordArgs, event: Event, native: bool) -> Result<u64, Failure> {
-    let exact = args.vm.pmu.backend == BackendArg::Exact;
+fn period(args: &RecordArgs, event: Event, native: bool, how: How) -> Result<u64, Failure> {
+    let exact = args.vm.pmu.backend == BackendArg::Exact && how != How::Vcpus;
     match (args.count, args.freq) {
         (Some(_), Some(_)) => Err(Failure::usage("give -c PERIOD or -F FREQ, not both")),
         (Some(0), _) => Err(Failure::usage("-c PERIOD must be positive")),
@@ -167,31 +168,54 @@ fn check_writable(path: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Boot a guest under the agent (or the reference tracer) and build its record.
+/// Who takes the samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum How {
+    /// The guest kit's perf agent, on PMIs of the virtual PMU.
+    Agent,
+    /// The exact backend attributes every retired instruction (the reference).
+    Reference,
+    /// The VMM samples every vCPU (`-a`): any guest, no agent.
+    Vcpus,
+}
+
+/// Boot a guest, sample it as `how` says, and build its record. `callgraph`: with call
+/// chains.
+#[allow(clippy::too_many_arguments)]
 pub fn record(
     mut config: VmConfig,
     guest: &str,
     args: &[String],
     event: Event,
     period: u64,
-    reference: bool,
+    how: How,
+    callgraph: bool,
     started: Instant,
 ) -> Result<(RecordFile, i32), Failure> {
-    if period >= 1 << 31 {
+    if period >= 1 << 31 && how == How::Agent {
         return Err(Failure::usage("-c PERIOD must be below 2^31"));
     }
-    let orders = if reference {
-        // The agent counts instructions (so the VMM single-steps) and the VMM attributes
-        // every retired instruction; no PMIs disturb the workload.
-        if let Some(p) = config.pmu.as_mut() {
-            p.trace_rips = true;
-        }
-        "stat -e 0x00c0".to_owned()
-    } else {
-        format!("record -e {:#06x} -c {period}", event.raw)
-    };
     let extra = std::mem::take(&mut config.cmdline);
-    config.cmdline = agent_cmdline(&orders, args, &extra);
+    config.cmdline = match how {
+        How::Reference => {
+            // The agent counts instructions (so the VMM single-steps) and the VMM attributes
+            // every retired instruction; no PMIs disturb the workload.
+            if let Some(p) = config.pmu.as_mut() {
+                p.trace_rips = true;
+            }
+            agent_cmdline("stat -e 0x00c0", args, &extra)
+        }
+        How::Agent => agent_cmdline(&format!("record -e {:#06x} -c {period}", event.raw), args, &extra),
+        How::Vcpus => {
+            let khz = vmm::kvm::guest_tsc_khz().map_err(|e| Failure::usage(e.to_string()))?;
+            config.sampling = Some(vmm::sampler::SamplingConfig {
+                period_ns: (period * 1_000_000 / khz.max(1)).max(1),
+                callchain: callgraph,
+                max_samples: config.max_samples,
+            });
+            [args.join(" "), extra].iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>().join(" ")
+        }
+    };
     let elf_bytes = std::fs::read(&config.kernel).unwrap_or_default();
     let report = boot_under_agent(&config, started)?;
     let code = report.end.exit_code();
@@ -203,16 +227,28 @@ pub fn record(
         eprintln!("perfvm: {} has no function symbols; samples show as [unknown]", config.kernel.display());
     }
     let object = Path::new(guest).file_stem().and_then(|s| s.to_str()).unwrap_or("guest").to_owned();
-    let mut weights: HashMap<(u64, u32), u64> = HashMap::new();
-    if reference {
-        for (rip, n) in &report.rip_profile {
-            *weights.entry((*rip, 0)).or_default() += n;
-        }
-    } else {
-        for s in &report.agent.samples {
-            *weights.entry((s.rip, s.task)).or_default() += 1;
-        }
-    }
+    let sample_list: Vec<Sample> = match how {
+        How::Reference => Vec::new(),
+        How::Agent => report
+            .agent
+            .samples
+            .iter()
+            .map(|s| Sample { time_ns: 0, vcpu: 0, task: s.task, ip: s.rip, period, callchain: Vec::new() })
+            .collect(),
+        How::Vcpus => report
+            .samples
+            .taken
+            .iter()
+            .map(|s| Sample {
+                time_ns: s.time_ns,
+                vcpu: s.vcpu,
+                task: 0,
+                ip: s.ip,
+                period,
+                callchain: s.callchain.clone(),
+            })
+            .collect(),
+    };
     let command_of = |task: u32| {
         if task == 0 {
             object.clone()
@@ -220,17 +256,36 @@ pub fn record(
             report.agent.tasks.get(&task).cloned().unwrap_or_else(|| format!("task-{task}"))
         }
     };
-    let profile = Profile::from_rows(weights.iter().map(|(&(rip, task), &weight)| ProfileRow {
-        command: command_of(task),
-        object: object.clone(),
-        symbol: symbols.name(rip),
-        weight,
-        callers: Vec::new(),
-    }));
+    let mut weights: HashMap<(u64, u32), u64> = HashMap::new();
+    let profile = if how == How::Reference {
+        for (rip, n) in &report.rip_profile {
+            *weights.entry((*rip, 0)).or_default() += n;
+        }
+        Profile::from_rows(weights.iter().map(|(&(rip, task), &weight)| ProfileRow {
+            command: command_of(task),
+            object: object.clone(),
+            symbol: symbols.name(rip),
+            weight,
+            callers: Vec::new(),
+        }))
+    } else {
+        for s in &sample_list {
+            *weights.entry((s.ip, s.task)).or_default() += 1;
+        }
+        Profile::from_rows(sample_list.iter().map(|s| ProfileRow {
+            command: command_of(s.task),
+            object: object.clone(),
+            symbol: symbols.name(s.ip),
+            weight: 1,
+            // A return address is just past its call: the caller is the byte before it.
+            callers: s.callchain.iter().rev().map(|ret| symbols.name(ret.saturating_sub(1))).collect(),
+        }))
+    };
     let mut rips: Vec<(u64, u32, u64)> = weights.into_iter().map(|((rip, task), w)| (rip, task, w)).collect();
     rips.sort_unstable();
     let pmu = report.stats.pmu.clone();
     let pmu = pmu.as_ref();
+    let reference = how == How::Reference;
     let file = RecordFile {
         format: FORMAT.into(),
         guest: guest.to_owned(),
@@ -239,29 +294,25 @@ pub fn record(
         event: if reference { "instructions".into() } else { event.name.into() },
         raw_event: if reference { 0x00c0 } else { event.raw },
         period,
-        backend: pmu.map(|p| p.backend_detail.clone()).unwrap_or_default(),
+        backend: match how {
+            How::Vcpus => "VMM: vCPU thread task-clock x TSC (no agent)".into(),
+            _ => pmu.map(|p| p.backend_detail.clone()).unwrap_or_default(),
+        },
         policy: pmu.map(|p| p.policy.clone()).unwrap_or_default(),
-        mode: if reference { "reference" } else { "sampled" }.into(),
+        mode: match how {
+            How::Agent => "sampled",
+            How::Reference => "reference",
+            How::Vcpus => "vcpus",
+        }
+        .into(),
         samples: profile.total(),
-        samples_dropped: report.agent.samples_dropped_guest + report.agent.samples_dropped_vmm,
+        samples_dropped: report.agent.samples_dropped_guest + report.agent.samples_dropped_vmm + report.samples.dropped,
         workload_ns: report.agent.workload_ns(),
         wall_ns: report.stats.wall_ns,
         profile,
         rips,
-        sample_list: if reference {
-            Vec::new()
-        } else {
-            let to_sample = |s: &vmm::devices::SampleRecord| Sample {
-                time_ns: 0,
-                vcpu: 0,
-                task: s.task,
-                ip: s.rip,
-                period,
-                callchain: Vec::new(),
-            };
-            report.agent.samples.iter().map(to_sample).collect()
-        },
-        callgraph: false,
+        callgraph: callgraph && how == How::Vcpus,
+        sample_list,
         event_count: report.agent.counts.iter().find(|c| c.task == 0 && c.event == event.raw).map(|c| c.value),
         notifications: pmu.map(|p| p.notifications).unwrap_or_default(),
         partial: matches!(report.end, vmm::VmEnd::Signal { .. } | vmm::VmEnd::Timeout { .. }),
@@ -276,14 +327,28 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
     if args.reference && args.vm.pmu.backend != BackendArg::Exact {
         return Err(Failure::usage("--reference needs --backend exact"));
     }
-    crate::run::check_agent_vendor(&args.vm)?;
+    let how = match (args.reference, args.all_cpus) {
+        (true, true) => return Err(Failure::usage("--reference and -a exclude each other")),
+        (true, false) => How::Reference,
+        (false, true) => How::Vcpus,
+        (false, false) => How::Agent,
+    };
+    if how == How::Vcpus && !matches!(event.raw, 0x003c | 0x013c) {
+        return Err(Failure::usage(format!(
+            "-a samples cycles (the vCPU threads' time); {} needs the guest's perf agent (drop -a)",
+            event.name
+        )));
+    }
+    if how != How::Vcpus {
+        crate::run::check_agent_vendor(&args.vm)?;
+    }
     let config = vm_config(&args.vm, false)?;
     let native = crate::bench::runs_natively(&config, config.native);
-    let period = if args.reference { 1 } else { period(&args, event, native)? };
+    let period = if args.reference { 1 } else { period(&args, event, native, how)? };
     let folded = format!("{}.folded", args.output);
     check_writable(&args.output)?;
     check_writable(&folded)?;
-    let (file, code) = record(config, &args.vm.guest, &args.args, event, period, args.reference, started)?;
+    let (file, code) = record(config, &args.vm.guest, &args.args, event, period, how, args.call_graph, started)?;
     let json = serde_json::to_string(&file).expect("JSON");
     std::fs::write(&args.output, &json).map_err(|e| Failure::usage(format!("cannot write {}: {e}", args.output)))?;
     std::fs::write(&folded, file.profile.folded())

@@ -120,6 +120,8 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
 
     let console = if config.capture_console { Console::capture() } else { Console::stdout() };
     let mut bus = PioBus::new(SerialPort::new(console.clone()), FwCfg::new(config.vcpus as u16, mem_size));
+    // Sample times and the agent's marks count from here.
+    let epoch = std::time::Instant::now();
     let agent = AgentPort::new(mem.clone(), config.max_samples);
     let in_workload = agent.in_workload.clone();
     bus.agent = Some(agent);
@@ -146,6 +148,8 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
             nmi_due: None,
             native: execution.native,
             in_workload: in_workload.clone(),
+            sampling: config.sampling,
+            epoch,
         })
         .collect();
     Ok(Vm {

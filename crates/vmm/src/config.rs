@@ -40,6 +40,8 @@ pub struct VmConfig {
     pub native: NativeMode,
     /// The CPU the guest is told it runs on (`identity.rs`).
     pub cpu_vendor: crate::identity::CpuVendor,
+    /// Sample every vCPU from the VMM (`record -a`).
+    pub sampling: Option<crate::sampler::SamplingConfig>,
 }
 
 /// Which backend counts for the virtual counters.
@@ -109,6 +111,7 @@ impl Default for VmConfig {
             count_syscalls: false,
             native: NativeMode::default(),
             cpu_vendor: Default::default(),
+            sampling: None,
         }
     }
 }

@@ -45,6 +45,7 @@ pub fn termination() -> Option<i32> {
 thread_local! {
     static KVM_RUN: Cell<*mut kvm_run> = const { Cell::new(std::ptr::null_mut()) };
     static PMU_SIGNALED: Cell<bool> = const { Cell::new(false) };
+    static SAMPLE_SIGNALED: Cell<Option<bool>> = const { Cell::new(None) };
 }
 
 /// The signal host perf events raise on overflow (F_SETSIG).
@@ -57,6 +58,17 @@ pub fn take_pmu_signal() -> bool {
     PMU_SIGNALED.with(|c| c.replace(false))
 }
 
+/// The signal the VMM's own sampling clock raises (`sampler.rs`).
+pub fn sample_signal() -> libc::c_int {
+    libc::SIGPROF
+}
+
+/// Whether the sampling clock signaled this thread since the last call: Some(true) for its
+/// own signal, Some(false) for SIGIO, the kernel's fallback, which does not say whose.
+pub fn take_sample_signal() -> Option<bool> {
+    SAMPLE_SIGNALED.with(|c| c.replace(None))
+}
+
 /// The signal used to kick vCPU threads.
 pub fn kick_signal() -> libc::c_int {
     libc::SIGUSR1
@@ -66,6 +78,11 @@ extern "C" fn on_kick(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc
     // Only async-signal-safe work: const-initialised thread-locals and a byte store.
     if signal == pmu_signal() || signal == libc::SIGIO {
         PMU_SIGNALED.with(|c| c.set(true));
+    }
+    if signal == sample_signal() {
+        SAMPLE_SIGNALED.with(|c| c.set(Some(true)));
+    } else if signal == libc::SIGIO {
+        SAMPLE_SIGNALED.with(|c| c.set(Some(c.get().unwrap_or(false))));
     }
     let run = KVM_RUN.with(Cell::get);
     if !run.is_null() {
@@ -79,7 +96,7 @@ extern "C" fn on_kick(signal: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc
 pub fn install_handler() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        for signal in [kick_signal(), pmu_signal(), libc::SIGIO] {
+        for signal in [kick_signal(), pmu_signal(), sample_signal(), libc::SIGIO] {
             // SAFETY: a zeroed sigaction with a valid handler and an empty mask is well formed.
             unsafe {
                 let mut sa: libc::sigaction = std::mem::zeroed();

@@ -23,6 +23,7 @@ pub mod pmu_report;
 pub mod pv;
 pub mod pv_sampling;
 pub mod requests;
+pub mod sampler;
 pub mod softint;
 pub mod stats;
 pub mod stepping;

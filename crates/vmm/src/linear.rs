@@ -89,6 +89,59 @@ impl LinearMemory for VcpuLinear<'_> {
     }
 }
 
+/// Guest linear memory through 4-level long-mode page tables at `cr3`, walked in guest
+/// memory by the VMM (no vCPU ioctl): for reading a stopped vCPU's stack.
+#[derive(Debug)]
+pub struct PageWalk<'a> {
+    mem: &'a GuestMemoryMmap,
+    cr3: u64,
+}
+
+/// Physical address bits of a page-table entry.
+const ENTRY_ADDR: u64 = 0x000f_ffff_ffff_f000;
+
+impl<'a> PageWalk<'a> {
+    /// The address space whose top table CR3 names.
+    pub fn new(mem: &'a GuestMemoryMmap, cr3: u64) -> Self {
+        PageWalk { mem, cr3 }
+    }
+
+    /// The physical address of `va`, if mapped (4 KiB, 2 MiB and 1 GiB pages).
+    fn phys(&self, va: u64) -> Option<u64> {
+        let mut table = self.cr3 & ENTRY_ADDR;
+        for level in (0..4u32).rev() {
+            let shift = 12 + 9 * level;
+            let entry: u64 = self.mem.read_obj(GuestAddress(table + ((va >> shift) & 0x1ff) * 8)).ok()?;
+            if entry & 1 == 0 {
+                return None;
+            }
+            // PS: a 1 GiB (PDPT) or 2 MiB (PD) page ends the walk.
+            if level == 0 || (level <= 2 && entry & (1 << 7) != 0) {
+                let offset = (1u64 << shift) - 1;
+                return Some((entry & ENTRY_ADDR & !offset) | (va & offset));
+            }
+            table = entry & ENTRY_ADDR;
+        }
+        None
+    }
+}
+
+impl LinearMemory for PageWalk<'_> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Option<()> {
+        for (va, off, n) in pages(addr, buf.len()) {
+            self.mem.read_slice(&mut buf[off..off + n], GuestAddress(self.phys(va)?)).ok()?;
+        }
+        Some(())
+    }
+
+    fn write(&mut self, addr: u64, buf: &[u8]) -> Option<()> {
+        for (va, off, n) in pages(addr, buf.len()) {
+            self.mem.write_slice(&buf[off..off + n], GuestAddress(self.phys(va)?)).ok()?;
+        }
+        Some(())
+    }
+}
+
 /// Guest memory with linear == physical (the identity map every perfvm guest sets up).
 #[derive(Debug)]
 pub struct Identity<'a>(pub &'a GuestMemoryMmap);
@@ -106,6 +159,25 @@ impl LinearMemory for Identity<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_walk_follows_four_levels_and_large_pages() {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x40_0000)]).unwrap();
+        let entry = |table: u64, index: u64, value: u64| mem.write_obj(value, GuestAddress(table + index * 8)).unwrap();
+        // va 0x7f80_8020_2123 = PML4[255] PDPT[2] PD[1] PT[2] + 0x123
+        entry(0x1000, 255, 0x2000 | 1);
+        entry(0x2000, 2, 0x3000 | 1);
+        entry(0x3000, 1, 0x4000 | 1);
+        entry(0x4000, 2, 0x9000 | 1);
+        entry(0x3000, 3, 0x20_0000 | 1 | 1 << 7); // a 2 MiB page
+        mem.write_obj(0xfeed_u64, GuestAddress(0x9123)).unwrap();
+        mem.write_obj(0xbeef_u64, GuestAddress(0x20_0010)).unwrap();
+        let mut walk = PageWalk::new(&mem, 0x1000);
+        assert_eq!(walk.read_u64(0x7f80_8020_2123), Some(0xfeed));
+        assert_eq!(walk.read_u64(0x7f80_8060_0010), Some(0xbeef));
+        assert_eq!(walk.read_u64(0x7f80_8020_3000), None, "PT entry not present");
+        assert_eq!(walk.read_u64(0x1000), None, "PML4 entry not present");
+    }
 
     #[test]
     fn page_split() {

@@ -80,6 +80,10 @@ pub struct Vcpu {
     pub native: bool,
     /// The guest agent's workload runs (its exits are counted apart).
     pub in_workload: Arc<AtomicBool>,
+    /// Sample this vCPU from the VMM (`record -a`), times counted from `epoch`.
+    pub sampling: Option<crate::sampler::SamplingConfig>,
+    /// When the VM was built.
+    pub epoch: Instant,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -89,6 +93,8 @@ pub struct VcpuResult {
     pub stats: VcpuStats,
     /// Its virtual PMU (telemetry, RIP profile), when it had one.
     pub pmu: Option<VcpuPmu>,
+    /// What the VMM's sampler took.
+    pub samples: crate::sampler::Samples,
 }
 
 impl Vcpu {
@@ -97,6 +103,7 @@ impl Vcpu {
         kick::register(self.fd.get_kvm_run());
         let syscalls = if self.count_syscalls { crate::syscount::SyscallCounter::start().ok() } else { None };
         let kvm_stats = crate::kvm_stats::KvmStatsFile::open(&self.fd);
+        let mut sampler = self.start_sampler();
         // Thread CPU time when KVM_RUN last returned for a signal (an overflow notification
         // is one): what handling it costs the VMM, in the same time the software clock counts.
         let mut signal_exit_cpu_ns = None;
@@ -129,6 +136,10 @@ impl Vcpu {
                 Err(e) if e.errno() == libc::EAGAIN => ("again", Next::Continue),
                 Err(e) => ("error", Next::End(self.failed(format!("KVM_RUN: {e}")))),
             };
+            // The registers KVM synced out at this exit are there until the next entry.
+            if let Some(s) = &mut sampler {
+                s.after_exit(&self.fd, &self.mem);
+            }
             // A write retires with the counters as they were before it (a doorbell's OUT).
             if let (true, Some(pmu)) = (wrote, &mut self.pmu) {
                 pmu.on_write_exit(&self.fd, &self.mem);
@@ -149,7 +160,20 @@ impl Vcpu {
         if let Some(pmu) = &mut self.pmu {
             pmu.finish();
         }
-        VcpuResult { stats: self.stats, pmu: self.pmu }
+        VcpuResult { stats: self.stats, pmu: self.pmu, samples: sampler.map(|s| s.finish()).unwrap_or_default() }
+    }
+
+    /// The VMM's sampler on this thread, if the VM samples (a failure to start it is said
+    /// once and the run goes on unsampled).
+    fn start_sampler(&mut self) -> Option<crate::sampler::Sampler> {
+        let config = self.sampling?;
+        match crate::sampler::Sampler::start(config, self.index, &mut self.fd, self.epoch) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("perfvm: vCPU {}: cannot sample from the VMM: {e}", self.index);
+                None
+            }
+        }
     }
 
     /// Work an exit leaves for after the kvm_run borrow: PV page, NMI requests, single-steps,

@@ -32,6 +32,8 @@ pub struct RunReport {
     pub agent: AgentData,
     /// Exact backend with `trace_rips`: retired instructions per RIP, all vCPUs.
     pub rip_profile: std::collections::HashMap<u64, u64>,
+    /// What the VMM's samplers took (`VmConfig::sampling`), every vCPU.
+    pub samples: crate::sampler::Samples,
 }
 
 /// A built VM, ready to run.
@@ -127,8 +129,11 @@ impl Vm {
         let mut stats = VmStats::default();
         let mut pmu_report = self.pmu_report.take();
         let mut rip_profile = std::collections::HashMap::new();
+        let mut samples = crate::sampler::Samples::default();
         for t in threads {
             let mut result = t.join().expect("vCPU thread panicked");
+            samples.taken.append(&mut result.samples.taken);
+            samples.dropped += result.samples.dropped;
             stats.merge_vcpu(&result.stats);
             for (rip, n) in result.pmu.as_mut().and_then(|p| p.rip_profile.take()).unwrap_or_default() {
                 *rip_profile.entry(rip).or_default() += n;
@@ -155,6 +160,7 @@ impl Vm {
         }
         let agent = bus.agent.as_mut().map(|a| std::mem::take(&mut a.data)).unwrap_or_default();
         drop(bus);
-        RunReport { end, stats, console: self.console, agent, rip_profile }
+        samples.taken.sort_by_key(|s| s.time_ns);
+        RunReport { end, stats, console: self.console, agent, rip_profile, samples }
     }
 }

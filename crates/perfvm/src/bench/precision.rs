@@ -8,7 +8,7 @@ use super::{config, in_mode, mode_name, pmu, runs_natively, tsc_khz, Bench, NATI
 use crate::cli::default_record_freq;
 use crate::events;
 use crate::profile::tvd;
-use crate::record::{record, RecordFile};
+use crate::record::{record, How, RecordFile};
 use crate::Failure;
 use pmu::Policy;
 use serde_json::{json, Value};
@@ -33,8 +33,9 @@ fn profile(
     let how = if reference { "--reference".to_owned() } else { format!("-e {event} -c {period}") };
     let what = format!("record {how} --backend {backend_name} --policy {policy_name} ftest {}", args.join(" "));
     b.attempt(mode, &what, || {
+        let how = if reference { How::Reference } else { How::Agent };
         let (file, code) =
-            record(cfg, "ftest", &args, events::parse(event).unwrap(), period, reference, Instant::now())?;
+            record(cfg, "ftest", &args, events::parse(event).unwrap(), period, how, false, Instant::now())?;
         match code {
             0 if file.samples == 0 => Err(Failure { code: 1, message: "no samples".into() }),
             0 => Ok(file),
@@ -126,19 +127,31 @@ fn run_mode(b: &Bench, mode: NativeMode, khz: u64) -> Result<ModeResult, Failure
         }
         per_policy.push(Summary::of(&rate));
     }
-    let (mut plain, mut sampled_ns) = (Vec::new(), Vec::new());
+    let (mut plain, mut sampled_ns, mut vmm_ns) = (Vec::new(), Vec::new(), Vec::new());
     let runs = if b.quick { 3 } else { b.reps.max(5) };
     let mut cfg = config("ftest", "", pmu(BackendKind::Perf, Policy::default()));
     cfg.cmdline = format!("stat -e 0x003c -- {}", work(&cfg, mode, BackendKind::Perf).join(" "));
+    // `record -a -g` at the default rate: the VMM samples and walks the chain (the agent
+    // only marks the workload's start and end).
+    let mut vmm_cfg = cfg.clone();
+    vmm_cfg.sampling = Some(vmm::sampler::SamplingConfig {
+        period_ns: 1_000_000_000 / default_freq,
+        callchain: true,
+        max_samples: vmm_cfg.max_samples,
+    });
+    let workload_ns = |r: &vmm::RunReport| r.agent.workload_ns().unwrap_or(r.stats.wall_ns) as f64;
     for _ in 0..runs {
         let (Some(r), Some(f)) = (b.run(&cfg, mode)?, profile(b, mode, perf, "cycles", default_period, false)?) else {
             break;
         };
-        plain.push(r.agent.workload_ns().unwrap_or(r.stats.wall_ns) as f64);
+        let Some(v) = b.run(&vmm_cfg, mode)? else { break };
+        plain.push(workload_ns(&r));
         sampled_ns.push(f.workload_ns.unwrap_or(f.wall_ns) as f64);
+        vmm_ns.push(workload_ns(&v));
     }
-    let (p, s) = (Summary::of(&plain), Summary::of(&sampled_ns));
+    let (p, s, v) = (Summary::of(&plain), Summary::of(&sampled_ns), Summary::of(&vmm_ns));
     let overhead = 100.0 * (s.median / p.median - 1.0);
+    let vmm_overhead = 100.0 * (v.median / p.median - 1.0);
     let mut summary = format!(
         "{}: samples per second of guest run time (record -e cycles -F 2000, perf): legacy {} | reuse {}\n",
         mode_name(mode),
@@ -154,9 +167,16 @@ fn run_mode(b: &Bench, mode: NativeMode, khz: u64) -> Result<ModeResult, Failure
             overhead,
             p.n
         ));
+        summary.push_str(&format!(
+            "{}: record -a -g overhead at the same rate (the VMM samples, no agent PMIs): ftest {:.3} s = {:+.2}%\n",
+            mode_name(mode),
+            v.median / 1e9,
+            vmm_overhead,
+        ));
     }
     let json = json!({"samples_per_second": {"legacy": per_policy[0], "reuse": per_policy[1]},
-                      "overhead_percent": overhead, "plain_ns": p, "sampled_ns": s});
+                      "overhead_percent": overhead, "plain_ns": p, "sampled_ns": s,
+                      "vmm_sampling_overhead_percent": vmm_overhead, "vmm_sampled_ns": v});
     Ok(ModeResult { lines, reference, exact: sampled, summary, json })
 }
 

@@ -1,0 +1,91 @@
+//! `record -a -g`: the VMM profiles a guest that never heard of perfvm's agent, with call
+//! chains walked through its page tables (tests/callgraph-guest: main -> cmain -> work ->
+//! heavy, 70% of the iterations, and light, 30%).
+
+mod common;
+use common::*;
+use std::path::PathBuf;
+
+/// Build the foreign guest into a fresh directory.
+fn build_guest(test: &str) -> PathBuf {
+    let out = std::env::temp_dir().join(format!("perfvm-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/callgraph-guest");
+    let make =
+        std::process::Command::new("make").args(["-C", dir, &format!("OUT={}", out.display())]).output().unwrap();
+    assert!(make.status.success(), "{}", String::from_utf8_lossy(&make.stderr));
+    out.join("callgraph.elf")
+}
+
+fn load(path: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn record_a_g_profiles_a_foreign_guest_with_call_chains_in_both_modes() {
+    require_kvm!();
+    let elf = build_guest("callgraph");
+    let elf = elf.to_str().unwrap();
+    for mode in modes("record_a_g_profiles_a_foreign_guest_with_call_chains_in_both_modes") {
+        // Millions of loop iterations: about a second of guest time in each mode.
+        let millions = if mode == "on" { "1000" } else { "1" };
+        let out = std::env::temp_dir().join(format!("perfvm-cg-{mode}-{}.json", std::process::id()));
+        let out = out.to_str().unwrap();
+        let o = perfvm(&["record", "-a", "-g", "--native", mode, "-o", out, elf, millions]);
+        assert_eq!(code(&o), 0, "--native {mode}: {}", stderr(&o));
+        let file = load(out);
+        assert_eq!(file["mode"], "vcpus");
+        assert_eq!(file["callgraph"], true);
+        let samples = file["sample_list"].as_array().unwrap();
+        assert!(samples.len() > 50, "--native {mode}: {} samples", samples.len());
+        let times: Vec<u64> = samples.iter().map(|s| s["time_ns"].as_u64().unwrap()).collect();
+        assert!(times.windows(2).all(|w| w[0] <= w[1]), "samples in time order");
+        let folded = std::fs::read_to_string(format!("{out}.folded")).unwrap();
+        let weight = |needle: &str| -> u64 {
+            folded
+                .lines()
+                .filter(|l| l.contains(needle))
+                .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+                .sum()
+        };
+        let share = weight(";heavy ") as f64 / samples.len() as f64;
+        assert!((0.55..=0.85).contains(&share), "--native {mode}: heavy {share:.3}\n{folded}");
+        assert!(weight("main;cmain;work;heavy ") > 0 && weight("cmain;work;light ") > 0, "{folded}");
+        // Without -g: the same profile, no chains.
+        let o = perfvm(&["record", "-a", "--native", mode, "-o", out, elf, millions]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let file = load(out);
+        assert_eq!(file["callgraph"], false);
+        assert!(file["sample_list"].as_array().unwrap().iter().all(|s| s.get("callchain").is_none()));
+        let _ = std::fs::remove_file(out);
+        let _ = std::fs::remove_file(format!("{out}.folded"));
+    }
+}
+
+/// Each vCPU's samples are its own: vCPU 1 only waits in _start's pause loop.
+#[test]
+fn record_a_attributes_samples_per_vcpu() {
+    require_native!();
+    let elf = build_guest("callgraph-vcpus");
+    let out = std::env::temp_dir().join(format!("perfvm-cg-vcpus-{}.json", std::process::id()));
+    let out = out.to_str().unwrap();
+    let o = perfvm(&["record", "-a", "--vcpus", "2", "--native", "on", "-o", out, elf.to_str().unwrap(), "500"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let file = load(out);
+    let samples = file["sample_list"].as_array().unwrap();
+    let on = |vcpu: u64| samples.iter().filter(move |s| s["vcpu"] == vcpu);
+    assert!(on(0).count() > 50 && on(1).count() > 50, "both vCPUs sampled");
+    let profile = file["profile"]["rows"].as_array().unwrap();
+    let weight_of =
+        |sym: &str| profile.iter().filter(|r| r["symbol"] == sym).map(|r| r["weight"].as_u64().unwrap()).sum::<u64>();
+    let vcpu1 = on(1).count() as u64;
+    assert!(weight_of("_start") >= vcpu1 * 9 / 10, "vCPU 1 spins in _start: {} of {vcpu1}", weight_of("_start"));
+    let _ = std::fs::remove_file(out);
+    let _ = std::fs::remove_file(format!("{out}.folded"));
+}
+
+#[test]
+fn record_a_refuses_what_it_cannot_sample() {
+    assert_usage_error(&perfvm(&["record", "-a", "-e", "instructions", "ftest"]), "-a samples cycles");
+    assert_usage_error(&perfvm(&["record", "-a", "--reference", "--backend", "exact", "ftest"]), "exclude each other");
+}

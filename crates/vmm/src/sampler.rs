@@ -1,0 +1,189 @@
+//! VMM-side sampling of a vCPU (`record -a`, in the spirit of `perf kvm --guest record`): a
+//! task-clock event on the vCPU thread fires every period of its CPU time; at the exit its
+//! signal causes, the VMM takes the guest's instruction pointer from the registers KVM
+//! copies out at every exit (KVM_CAP_SYNC_REGS: no ioctl per sample) and, for call graphs,
+//! walks the guest's frame pointers through its page tables. Any guest, no agent.
+
+use crate::backends::perf_sys::*;
+use crate::kick;
+use crate::linear::{LinearMemory, PageWalk};
+use kvm_ioctls::{SyncReg, VcpuFd};
+use serde::Serialize;
+use std::time::Instant;
+use vm_memory::GuestMemoryMmap;
+
+/// Deepest call chain walked.
+pub const MAX_DEPTH: usize = 64;
+/// A frame larger than this ends the walk: a frame pointer that far up is not one.
+const MAX_FRAME: u64 = 1 << 20;
+
+/// How the VMM samples every vCPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SamplingConfig {
+    /// A sample every this many ns of vCPU thread time.
+    pub period_ns: u64,
+    /// Walk frame pointers for a call chain.
+    pub callchain: bool,
+    /// Most samples kept per vCPU; more are counted as dropped.
+    pub max_samples: usize,
+}
+
+/// One sample of a vCPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VcpuSample {
+    /// Host ns since the VM was built.
+    pub time_ns: u64,
+    /// The vCPU.
+    pub vcpu: u32,
+    /// The guest's instruction pointer.
+    pub ip: u64,
+    /// Return addresses, innermost caller first (empty without call chains).
+    pub callchain: Vec<u64>,
+}
+
+/// What the samplers of a VM took.
+#[derive(Debug, Default, Clone)]
+pub struct Samples {
+    /// Every vCPU's samples, in time order per vCPU.
+    pub taken: Vec<VcpuSample>,
+    /// Samples not kept (the bound was reached).
+    pub dropped: u64,
+}
+
+/// The sampler of one vCPU thread.
+#[derive(Debug)]
+pub struct Sampler {
+    clock: PerfEvent,
+    config: SamplingConfig,
+    vcpu: u32,
+    epoch: Instant,
+    /// Thread ns at which the next sample is due, for the SIGIO fallback (which does not
+    /// say whose event fired).
+    due: u64,
+    samples: Samples,
+}
+
+impl Sampler {
+    /// Start sampling the calling thread, vCPU `vcpu` of `fd`; times count from `epoch`.
+    pub fn start(config: SamplingConfig, vcpu: u32, fd: &mut VcpuFd, epoch: Instant) -> std::io::Result<Sampler> {
+        let attr = PerfEventAttr {
+            type_: PERF_TYPE_SOFTWARE,
+            config: PERF_COUNT_SW_TASK_CLOCK,
+            sample_period: config.period_ns.max(10_000),
+            ..Default::default()
+        };
+        let clock = PerfEvent::open_untracked(&attr)?;
+        clock.signal_overflows_to(gettid(), kick::sample_signal())?;
+        fd.set_sync_valid_reg(SyncReg::Register);
+        if config.callchain {
+            fd.set_sync_valid_reg(SyncReg::SystemRegister);
+        }
+        Ok(Sampler { clock, config, vcpu, epoch, due: config.period_ns, samples: Samples::default() })
+    }
+
+    /// KVM_RUN returned: take a sample if the clock said so.
+    pub fn after_exit(&mut self, fd: &VcpuFd, mem: &GuestMemoryMmap) {
+        let Some(certain) = kick::take_sample_signal() else { return };
+        if !certain {
+            // SIGIO: this clock's or another event's.
+            let now = self.clock.read().unwrap_or(0);
+            if now < self.due {
+                return;
+            }
+            self.due = now;
+        }
+        self.due += self.config.period_ns;
+        if self.samples.taken.len() >= self.config.max_samples {
+            self.samples.dropped += 1;
+            return;
+        }
+        let sync = fd.sync_regs();
+        let callchain = if self.config.callchain { walk(&sync, mem) } else { Vec::new() };
+        self.samples.taken.push(VcpuSample {
+            time_ns: self.epoch.elapsed().as_nanos() as u64,
+            vcpu: self.vcpu,
+            ip: sync.regs.rip,
+            callchain,
+        });
+    }
+
+    /// What it took.
+    pub fn finish(self) -> Samples {
+        self.samples
+    }
+}
+
+/// The return addresses of the frame-pointer chain at the registers KVM synced out.
+fn walk(sync: &kvm_bindings::kvm_sync_regs, mem: &GuestMemoryMmap) -> Vec<u64> {
+    let s = &sync.sregs;
+    let long_mode = s.efer & (1 << 10) != 0;
+    let paging = s.cr0 & (1 << 31) != 0;
+    match (paging, long_mode) {
+        (false, _) => frames(&mut crate::linear::Identity(mem), sync.regs.rbp, sync.regs.rsp),
+        (true, true) => frames(&mut PageWalk::new(mem, s.cr3), sync.regs.rbp, sync.regs.rsp),
+        (true, false) => Vec::new(), // 32-bit paging: not walked
+    }
+}
+
+/// Follow saved frame pointers from `rbp`: each frame holds the caller's frame pointer and
+/// the return address above it. Stops at a null, misaligned, unmapped or non-increasing
+/// frame pointer, one below the stack pointer, or after MAX_DEPTH frames.
+pub fn frames(mem: &mut impl LinearMemory, rbp: u64, rsp: u64) -> Vec<u64> {
+    let mut chain = Vec::new();
+    let mut fp = rbp;
+    while chain.len() < MAX_DEPTH && fp != 0 && fp.is_multiple_of(8) && fp >= rsp {
+        let (Some(next), Some(ret)) = (mem.read_u64(fp), mem.read_u64(fp.wrapping_add(8))) else { break };
+        if ret == 0 {
+            break;
+        }
+        chain.push(ret);
+        if next <= fp || next - fp > MAX_FRAME {
+            break;
+        }
+        fp = next;
+    }
+    chain
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Linear memory as a map of u64 words.
+    struct Words(HashMap<u64, u64>);
+
+    impl LinearMemory for Words {
+        fn read(&mut self, addr: u64, buf: &mut [u8]) -> Option<()> {
+            buf.copy_from_slice(&self.0.get(&addr)?.to_le_bytes()[..buf.len()]);
+            Some(())
+        }
+        fn write(&mut self, _: u64, _: &[u8]) -> Option<()> {
+            None
+        }
+    }
+
+    #[test]
+    fn frames_follow_the_chain_and_stop_safely() {
+        // heavy's frame at 0x1000 -> work's at 0x1040 -> cmain's at 0x1080 -> 0 (the end).
+        let mut m = Words(HashMap::from([
+            (0x1000, 0x1040),
+            (0x1008, 0xaaa),
+            (0x1040, 0x1080),
+            (0x1048, 0xbbb),
+            (0x1080, 0),
+            (0x1088, 0xccc),
+        ]));
+        assert_eq!(frames(&mut m, 0x1000, 0xff0), [0xaaa, 0xbbb, 0xccc]);
+        assert_eq!(frames(&mut m, 0x1000, 0x1008), Vec::<u64>::new(), "below the stack pointer");
+        assert_eq!(frames(&mut m, 0x1001, 0), Vec::<u64>::new(), "misaligned");
+        assert_eq!(frames(&mut m, 0x9000, 0), Vec::<u64>::new(), "unmapped");
+        // A loop (a frame pointing at itself or below) ends the walk after one frame.
+        let mut looped = Words(HashMap::from([(0x2000, 0x2000), (0x2008, 0x1), (0x3000, 0x2fc0), (0x3008, 0x2)]));
+        assert_eq!(frames(&mut looped, 0x2000, 0), [0x1]);
+        assert_eq!(frames(&mut looped, 0x3000, 0), [0x2]);
+        // A chain longer than MAX_DEPTH is cut there.
+        let deep = (0..200u64).flat_map(|i| [(0x10_0000 + i * 16, 0x10_0000 + (i + 1) * 16), (0x10_0008 + i * 16, 7)]);
+        assert_eq!(frames(&mut Words(deep.collect()), 0x10_0000, 0).len(), MAX_DEPTH);
+    }
+}
