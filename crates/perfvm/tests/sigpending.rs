@@ -44,6 +44,18 @@ fn sampling_works_without_queued_signals() {
     assert!(starved * 2 >= normal, "{starved} samples without a signal queue, {normal} with one");
 }
 
+/// The VMM's own sampler (`record -a`) too.
+#[test]
+fn vmm_sampling_works_without_queued_signals() {
+    require_kvm!();
+    let out = temp_file("sigq-a.json", b"");
+    let args = ["record", "-a", "-g", "--native", "off", "-F", "200", "-o", &out, "ftest", "1"];
+    let normal = samples(&perfvm(&args));
+    let starved = samples(&perfvm_without_sigqueue(&args).output().unwrap());
+    assert!(normal > 20, "{normal} samples normally");
+    assert!(starved * 2 >= normal, "{starved} samples without a signal queue, {normal} with one");
+}
+
 #[test]
 fn timeout_and_sigterm_work_without_queued_signals() {
     require_kvm!();
