@@ -20,6 +20,8 @@ pub enum Command {
     Record(RecordArgs),
     /// Show a recorded profile, as `perf report` does.
     Report(ReportArgs),
+    /// Print every recorded sample, as `perf script` does, or export them for a viewer.
+    Script(ScriptArgs),
     /// Reproduce the seed documents' measurements, legacy vs ours in one run.
     Bench(BenchArgs),
     /// List the events the virtual PMU offers, as `perf list` does.
@@ -126,6 +128,42 @@ pub struct ReportArgs {
     /// --compare A B, or -i A --compare B.
     #[arg(long, num_args = 1..=2, value_names = ["A", "B"])]
     pub compare: Option<Vec<String>>,
+    /// Columns to group samples by, comma-separated: comm, dso, sym, srcline (file:line from
+    /// the guest ELF's DWARF). Default: comm,dso,sym.
+    #[arg(short = 's', long = "sort", value_name = "KEYS")]
+    pub sort: Option<String>,
+    /// Under each entry, its call graph (needs a record made with -g).
+    #[arg(short = 'g', long = "call-graph")]
+    pub call_graph: bool,
+    /// With call chains, show only where samples were taken (Self), not the Children column.
+    #[arg(long = "no-children")]
+    pub no_children: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ScriptArgs {
+    /// Record file to read.
+    #[arg(short = 'i', long = "input", default_value = "perfvm.data.json")]
+    pub input: String,
+    /// Output format: perf (perf script's text) or speedscope (JSON for
+    /// https://www.speedscope.app).
+    #[arg(long, value_enum, default_value_t = ScriptFormat::Perf)]
+    pub format: ScriptFormat,
+    /// Write to FILE instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<String>,
+    /// Print the source line (file:line, from the guest ELF's DWARF) under each address.
+    #[arg(long)]
+    pub srcline: bool,
+    /// Leave out the call chains.
+    #[arg(short = 'G', long = "hide-call-graph")]
+    pub hide_call_graph: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScriptFormat {
+    Perf,
+    Speedscope,
 }
 
 #[derive(Debug, Args)]

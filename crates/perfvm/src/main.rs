@@ -2,6 +2,7 @@
 
 mod agent_lines;
 mod bench;
+mod callgraph;
 mod cli;
 mod events;
 mod format;
@@ -10,10 +11,17 @@ mod list;
 mod profile;
 mod record;
 mod report;
+mod resolve;
 mod run;
+mod script;
+mod speedscope;
+mod srcline;
+mod stacks;
 mod stat;
 mod stats_text;
 mod symbols;
+#[cfg(test)]
+mod testdata;
 
 use clap::Parser;
 use std::time::Instant;
@@ -60,6 +68,7 @@ fn main() {
         cli::Command::Stat(args) => stat::run(args, started),
         cli::Command::Record(args) => record::run(args, started),
         cli::Command::Report(args) => report::run(args),
+        cli::Command::Script(args) => script::run(args),
         cli::Command::Bench(args) => bench::run(args),
         cli::Command::List => list::run(),
     };

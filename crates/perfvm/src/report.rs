@@ -1,9 +1,13 @@
-//! `perfvm report`: the overhead table of a record file, a flamegraph, or two profiles side
-//! by side with their total variation distance (and a differential flamegraph).
+//! `perfvm report`: the overhead table of a record file (with Children and Self columns and
+//! call graphs when it has call chains, grouped by `--sort` keys), a flamegraph, or two
+//! profiles side by side with their total variation distance (and a differential flamegraph).
 
+use crate::callgraph;
 use crate::cli::ReportArgs;
 use crate::profile::tvd;
 use crate::record::RecordFile;
+use crate::resolve::Resolver;
+use crate::stacks::{self, Key, DEFAULT_KEYS};
 use crate::Failure;
 use std::io::Write;
 use std::path::Path;
@@ -12,6 +16,13 @@ use std::path::Path;
 const DEFAULT_INPUT: &str = "perfvm.data.json";
 
 pub fn run(args: ReportArgs) -> Result<i32, Failure> {
+    let keys = match &args.sort {
+        Some(text) => stacks::parse_keys(text).map_err(Failure::usage)?,
+        None => DEFAULT_KEYS.to_vec(),
+    };
+    if args.compare.is_some() && (args.sort.is_some() || args.call_graph || args.no_children) {
+        return Err(Failure::usage("--compare compares symbols: it takes no --sort, -g or --no-children"));
+    }
     if let Some(files) = &args.compare {
         let (a, b) = match (args.input.as_deref(), files.as_slice()) {
             (Some(_), [_, _]) => {
@@ -31,8 +42,27 @@ pub fn run(args: ReportArgs) -> Result<i32, Failure> {
     }
     let input = args.input.as_deref().unwrap_or(DEFAULT_INPUT);
     let file = load(input)?;
+    let chains = file.callgraph || file.profile.rows.iter().any(|r| !r.callers.is_empty());
+    if args.call_graph && !chains {
+        return Err(Failure::usage(format!("-g: {input} has no call chains (record it with -g)")));
+    }
+    let table = if !chains && keys == DEFAULT_KEYS {
+        file.profile.render(&file.event, file.samples, file.sampled_event_count())
+    } else {
+        let stacks = if keys.contains(&Key::Srcline) {
+            let (resolver, warnings) = Resolver::new(&file, true);
+            for w in warnings {
+                eprintln!("perfvm: warning: {w}");
+            }
+            stacks::from_samples(&file, &resolver)
+        } else {
+            stacks::from_profile(&file.profile)
+        };
+        let mode = callgraph::Mode { children: chains && !args.no_children, graph: args.call_graph };
+        callgraph::render(&stacks, &keys, mode, &file.event, file.samples, file.sampled_event_count())
+    };
     print!("{}", header(&file));
-    print!("{}", file.profile.render(&file.event, file.samples, file.sampled_event_count()));
+    print!("{table}");
     if let Some(svg) = &args.flamegraph {
         let title = format!("perfvm: {} ({} samples of {})", command(&file), file.samples, file.event);
         write_flamegraph(svg, title, &file.profile.folded())?;

@@ -25,15 +25,33 @@ impl Symbols {
 
     /// The function containing `rip` (a zero-size symbol covers up to the next one).
     pub fn lookup(&self, rip: u64) -> Option<&str> {
+        self.lookup_offset(rip).map(|(name, _)| name)
+    }
+
+    /// The function containing `rip` and the offset of `rip` in it.
+    pub fn lookup_offset(&self, rip: u64) -> Option<(&str, u64)> {
         let i = self.funcs.partition_point(|f| f.0 <= rip).checked_sub(1)?;
         let (start, size, name) = &self.funcs[i];
         let end = if *size > 0 { start + size } else { self.funcs.get(i + 1).map_or(u64::MAX, |f| f.0) };
-        (rip < end).then_some(name.as_str())
+        (rip < end).then_some((name.as_str(), rip - start))
     }
 
     /// `lookup`, or `[unknown]`.
     pub fn name(&self, rip: u64) -> String {
         self.lookup(rip).map_or_else(|| "[unknown]".to_owned(), str::to_owned)
+    }
+
+    /// Symbols from (start, size, name) triples.
+    #[cfg(test)]
+    pub fn from_list(mut funcs: Vec<(u64, u64, String)>) -> Symbols {
+        funcs.sort();
+        Symbols { funcs }
+    }
+
+    /// The start of the function `name`.
+    #[cfg(test)]
+    pub fn address(&self, name: &str) -> Option<u64> {
+        self.funcs.iter().find(|f| f.2 == name).map(|f| f.0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -55,6 +73,9 @@ mod tests {
         assert_eq!(s.lookup(0x307), Some("c"));
         assert_eq!(s.lookup(0x308), None);
         assert_eq!(s.lookup(0x50), None);
+        assert_eq!(s.lookup_offset(0x10f), Some(("a", 0xf)));
+        assert_eq!(s.lookup_offset(0x2ff), Some(("b", 0xff)));
+        assert_eq!(s.lookup_offset(0x308), None);
     }
 
     #[test]

@@ -1,0 +1,133 @@
+//! `perfvm script` (perf script's text, the speedscope export) and `report`'s call-graph
+//! views and source lines through the command line: on synthetic record files, and on a
+//! real `record` of ftest.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+
+/// A record file whose samples run qux from main (two) and main itself (one), with call
+/// chains; the ELF named does not exist.
+fn chained_record(name: &str) -> String {
+    let sample = |t: u64, ip: u64, chain: &[u64]| json!({"time_ns": t, "vcpu": 1, "task": 0, "ip": ip, "period": 1000, "callchain": chain});
+    let rows = [
+        json!({"command": "ftest", "object": "ftest", "symbol": "qux", "weight": 2, "callers": ["main"]}),
+        json!({"command": "ftest", "object": "ftest", "symbol": "main", "weight": 1}),
+    ];
+    let doc = json!({"format": "perfvm-record-1", "guest": "ftest", "elf": "/nonexistent/ftest.elf", "args": [],
+                     "event": "cycles", "raw_event": 0x3c, "period": 1000, "backend": "test", "policy": "test",
+                     "mode": "sampled", "samples": 3, "samples_dropped": 0, "workload_ns": null, "wall_ns": 1,
+                     "profile": {"rows": rows}, "rips": [[0x110, 0, 2], [0x320, 0, 1]],
+                     "sample_list": [sample(1_500_000, 0x110, &[0x321]), sample(2_500_000, 0x110, &[0x321]),
+                                     sample(3_500_000, 0x320, &[])],
+                     "callgraph": true});
+    temp_file(name, doc.to_string().as_bytes())
+}
+
+/// The same without call chains.
+fn flat_record(name: &str) -> String {
+    let rows = [json!({"command": "ftest", "object": "ftest", "symbol": "qux", "weight": 1})];
+    let doc = json!({"format": "perfvm-record-1", "guest": "ftest", "elf": "/nonexistent/ftest.elf", "args": [],
+                     "event": "cycles", "raw_event": 0x3c, "period": 1000, "backend": "test", "policy": "test",
+                     "mode": "sampled", "samples": 1, "samples_dropped": 0, "workload_ns": null, "wall_ns": 1,
+                     "profile": {"rows": rows}, "rips": [[0x110, 0, 1]],
+                     "sample_list": [{"time_ns": 0, "vcpu": 0, "task": 0, "ip": 0x110, "period": 1000}]});
+    temp_file(name, doc.to_string().as_bytes())
+}
+
+#[test]
+fn bad_flags_and_files_are_one_line_errors() {
+    assert_usage_error(&perfvm(&["script", "-i", "/nonexistent.json"]), "cannot read /nonexistent.json");
+    let junk = temp_file("junk-script.json", b"[1, 2]");
+    assert_usage_error(&perfvm(&["script", "-i", &junk]), "not a perfvm record file");
+    assert_usage_error(
+        &perfvm(&["script", "--format", "pprof"]),
+        "invalid value 'pprof' for '--format <FORMAT>' [possible values: perf, speedscope]",
+    );
+    let flat = flat_record("flat.json");
+    let o = perfvm(&["script", "-i", &flat, "-o", "/nonexistent-dir/out.txt"]);
+    assert_usage_error(&o, "cannot write /nonexistent-dir/out.txt");
+    assert_usage_error(&perfvm(&["report", "-i", &flat, "-g"]), "has no call chains (record it with -g)");
+    assert_usage_error(
+        &perfvm(&["report", "-i", &flat, "--sort", "sym,pid"]),
+        "--sort: unknown key 'pid' (comm, dso, sym, srcline)",
+    );
+    assert_usage_error(&perfvm(&["report", "--compare", &flat, &flat, "-g"]), "--compare compares symbols");
+}
+
+#[test]
+fn script_prints_chains_and_warns_once_without_the_elf() {
+    let file = chained_record("chained.json");
+    let o = perfvm(&["script", "-i", &file]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("perfvm: warning: cannot read /nonexistent/ftest.elf"), "{err}");
+    let out = stdout(&o);
+    let first: Vec<&str> = out.split("\n\n").next().unwrap().lines().collect();
+    assert_eq!(first[0], "ftest       0 [001]     0.001500:       1000 cycles:");
+    assert_eq!(first[1], "\t             110 [unknown] (/nonexistent/ftest.elf)");
+    assert_eq!(first[2], "\t             321 [unknown] (/nonexistent/ftest.elf)");
+    assert_eq!(out.matches("cycles:").count(), 3, "{out}");
+    let hidden = stdout(&perfvm(&["script", "-i", &file, "-G"]));
+    assert_eq!(hidden.lines().count(), 3, "one line per sample: {hidden}");
+}
+
+#[test]
+fn report_shows_children_self_and_the_call_graph() {
+    let file = chained_record("graph.json");
+    let o = perfvm(&["report", "-i", &file]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("# Children      Self  Command          Shared Object    Symbol\n"), "{out}");
+    assert!(out.contains("   100.00%    33.33%  ftest            ftest            [.] main\n"), "{out}");
+    assert!(out.contains("    66.67%    66.67%  ftest            ftest            [.] qux\n"), "{out}");
+    let o = perfvm(&["report", "-i", &file, "-g"]);
+    let out = stdout(&o);
+    let graph = "[.] main\n            |\n            ---main\n               |\n                --66.67%--qux\n\n";
+    assert!(out.contains(graph), "{out}");
+    let o = perfvm(&["report", "-i", &file, "--no-children"]);
+    let out = stdout(&o);
+    assert!(
+        out.contains("# Overhead  Command") && out.contains("    66.67%  ftest            ftest            [.] qux\n"),
+        "{out}"
+    );
+    assert!(!out.contains("Children"), "{out}");
+}
+
+#[test]
+fn record_then_script_export_and_source_lines() {
+    require_kvm!();
+    let data = temp_file("e2e.json", b"");
+    let o = perfvm(&["record", "-c", "200000", "-o", &data, "ftest"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+
+    let o = perfvm(&["script", "-i", &data, "--srcline"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "the guest has DWARF: {}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines.len() >= 20, "{out}");
+    assert!(lines[0].contains(" cycles: ") && lines[0].contains("ftest.elf)"), "{out}");
+    assert!(out.contains(" qux+0x"), "qux sampled: {out}");
+    assert!(lines.iter().filter(|l| l.starts_with("  ftest.c:")).count() * 4 >= lines.len(), "srclines: {out}");
+
+    let export = temp_file("e2e.speedscope.json", b"");
+    let o = perfvm(&["script", "-i", &data, "--format", "speedscope", "-o", &export]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&export).unwrap()).expect("JSON");
+    assert_eq!(doc["$schema"], "https://www.speedscope.app/file-format-schema.json");
+    let frames = doc["shared"]["frames"].as_array().unwrap();
+    let qux = frames.iter().find(|f| f["name"] == "qux").expect("a qux frame");
+    assert!(qux["file"].as_str().unwrap().ends_with("ftest.c") && qux["line"].as_u64().unwrap() > 0, "{qux}");
+    let profile = &doc["profiles"][0];
+    assert_eq!(profile["type"], "sampled");
+    assert_eq!(profile["samples"].as_array().unwrap().len(), profile["weights"].as_array().unwrap().len());
+
+    let o = perfvm(&["report", "-i", &data, "--sort", "sym,srcline"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("# Overhead  Symbol") && out.contains("Source:Line"), "{out}");
+    let first = out.lines().find(|l| l.contains("[.] ")).unwrap();
+    assert!(first.contains("[.] qux") && first.contains("ftest.c:"), "qux's hottest line first: {out}");
+}
