@@ -33,5 +33,13 @@ const char *agent_task_name(uint32_t id);
  * save the outgoing context's counts and load the incoming one's; otherwise they return. */
 void agent_sched_out(uint32_t prev);
 void agent_sched_in(uint32_t next);
+/* The scheduler's timer tick (interrupts off): the agent rotates multiplexed events on it
+ * while sched_run has the LAPIC timer. Returns at once unless the agent multiplexes. */
+void agent_tick(void);
+
+struct trap_frame;
+/* Frame-pointer call chain of the interrupted context f (agent_chain.c): up to max return
+ * addresses, innermost caller first, read only inside the interrupted stack. */
+unsigned agent_callchain(const struct trap_frame *f, uint64_t *out, unsigned max);
 
 #endif

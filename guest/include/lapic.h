@@ -36,6 +36,13 @@ void lapic_enable(void); /* software-enable via SVR, spurious vector 0xff */
 void lapic_timer_start(int vector, uint32_t count, int periodic);
 void lapic_timer_stop(void);
 uint32_t lapic_timer_current(void);
+/* Timer counts per millisecond at divide by 1 (measured once, ~1 ms busy wait). */
+uint64_t lapic_timer_counts_per_ms(void);
+
+/* The timer's programming, to lend it and take it back (sched_run does). */
+struct lapic_timer_state { uint32_t lvtt, tdcr, tmict; };
+void lapic_timer_save(struct lapic_timer_state *s);
+void lapic_timer_restore(const struct lapic_timer_state *s);
 
 uint32_t lapic_get_lvtpc(void);
 void lapic_set_lvtpc(uint32_t v);

@@ -17,8 +17,8 @@
 int task_create(void (*fn)(void *), void *arg, const char *name);
 
 /* Run every created task until all have returned (round robin, time slices from the
- * LAPIC timer), then return to the caller with the timer stopped. Call with no task
- * running (from main). */
+ * LAPIC timer), then return to the caller with the LAPIC timer as it found it. Call with
+ * no task running (from main). */
 void sched_run(void);
 
 void sched_yield(void);          /* give up the CPU to the next runnable task */
@@ -41,5 +41,8 @@ struct sched_stats {
 	uint64_t timer_count;    /* LAPIC timer initial count used for the slice */
 };
 void sched_get_stats(struct sched_stats *s);
+
+/* The task stack holding `sp`: [*lo, *hi), returns 1; 0 if sp is on no task's stack. */
+int sched_task_stk_bounds(uintptr_t sp, uintptr_t *lo, uintptr_t *hi);
 
 #endif

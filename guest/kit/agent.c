@@ -13,6 +13,10 @@
  *   switch   (-p) out: GLOBAL_CTRL=0, RDMSR each counter, charge the delta to the outgoing
  *            context; in: write each counter (0, or -(period left) when sampling),
  *            GLOBAL_CTRL = mask.
+ *   rotate   (stat with more events than counters) on a periodic timer tick, as perf's
+ *            multiplexing: stop and charge, give the counters to the next events in
+ *            round-robin order, program them, start; each event's time enabled and time
+ *            running (TSC) go with its count so that the VMM can scale it.
  *
  * When the VMM accepts the paravirtual PMU page (agent_pv.c, perfvm_pv.h), the same writes
  * go through its batch and doorbell: setup in one exit, each start (the enable, a sched-in)
@@ -38,11 +42,15 @@
 
 #define AGENT_MAX_EVENTS 16
 #define AGENT_MAX_IDS (SCHED_MAX_TASKS + 1)
-#define SAMPLE_BUF_N 2048
 #define DEFAULT_PERIOD 10000
 #define MIN_PERIOD 64 /* below ~20 the PMI handler's own counted exit path would livelock */
 #define NO_COUNTER (-1)
 #define MAX_WORDS 64
+#define SAMPLE_BYTES (48 * 1024) /* the samples message's records; the VMM takes up to 64 KiB */
+#define SAMPLE_MAX_REC (sizeof(struct agent_sample2) + AGENT_CHAIN_MAX * sizeof(uint64_t))
+#define AGENT_TIMER_VECTOR 0xed
+#define MUX_US_FULL_SPEED 4000 /* perf's default multiplexing interval */
+#define MUX_US_EMULATED 20000  /* a rotation costs ~0.5 ms of emulated CPL0 code: keep it ~2% */
 
 struct agent_event {
 	uint16_t code;       /* EVENTSEL[15:0] */
@@ -57,12 +65,13 @@ struct agent_event {
 	uint64_t seen_reloads; /* paravirtual sampling: the VMM's reloads at prev */
 	uint64_t prev;       /* raw counter value at the last update */
 	uint64_t total;      /* everything counted: the task 0 entry */
+	uint64_t enabled, running; /* TSC ticks counting was on / the event was on a counter */
 };
 
 static struct pmu_caps caps;
 static struct agent_event evs[AGENT_MAX_EVENTS];
 static unsigned nev;
-static int recording, per_task;
+static int recording, per_task, call_graph;
 static uint64_t period = DEFAULT_PERIOD;
 static uint64_t enabled_mask, sampling_mask;
 static volatile int pmu_on;            /* GLOBAL_CTRL should hold enabled_mask */
@@ -72,15 +81,25 @@ static uint32_t ctx;                   /* context the counts are charged to (-p)
 static uint32_t max_id;
 static uint64_t task_count[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
 static uint64_t task_left[AGENT_MAX_IDS][AGENT_MAX_EVENTS]; /* sampling: period left */
+static uint64_t task_enabled[AGENT_MAX_IDS][AGENT_MAX_EVENTS], task_running[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
+static uint64_t t_on;                  /* TSC when the counters were last enabled */
 static uint8_t task_started[AGENT_MAX_IDS];
 static char *wargv[MAX_WORDS + 1];
 static uint32_t pv_flags;              /* what the VMM answered to the PV page */
 static uint32_t pv_start_n;            /* PV: batch = {GLOBAL_CTRL=0, counters, GLOBAL_CTRL=mask} */
 static int pv_sampling_used;           /* the run sampled with the VMM's reloads */
 
-/* Samples: the message is built in place and sent when full (from the PMI) or at the end. */
-static uint8_t sample_msg[sizeof(struct agent_msg_header) + sizeof(struct agent_samples) +
-			  SAMPLE_BUF_N * sizeof(struct agent_sample)] __attribute__((aligned(16)));
+/* Multiplexing (stat only): the countable events in -e order, scheduled from mux_first. */
+static int mux;
+static unsigned mux_order[AGENT_MAX_EVENTS], mux_n, mux_first, mux_counters;
+static uint64_t mux_rotations;
+static uint32_t mux_us;
+
+/* Samples (AGENT_MSG_SAMPLES2): the message is built in place and sent when it may not
+ * hold one more record (from the PMI) or at the end. */
+static uint8_t sample_msg[sizeof(struct agent_msg_header) + sizeof(struct agent_samples2) + SAMPLE_BYTES]
+	__attribute__((aligned(16)));
+static uint32_t sample_used; /* record bytes in sample_msg */
 static volatile int flushing;
 static uint64_t samples_total, late_drops, nr_pmis, sample_msgs, nr_deferred;
 
@@ -89,9 +108,9 @@ static uint8_t counts_msg[sizeof(struct agent_msg_header) + sizeof(struct agent_
 			  AGENT_MAX_IDS * AGENT_MAX_EVENTS * sizeof(struct agent_count)]
 	__attribute__((aligned(16)));
 
-static struct agent_samples *sample_buf(void)
+static struct agent_samples2 *sample_buf(void)
 {
-	return (struct agent_samples *)(sample_msg + sizeof(struct agent_msg_header));
+	return (struct agent_samples2 *)(sample_msg + sizeof(struct agent_msg_header));
 }
 
 static int is_gp(const struct agent_event *e) { return e->hw >= 0 && e->hw < 32; }
@@ -191,8 +210,28 @@ static void end_critical(void)
 	}
 }
 
+/* The time since the counters were enabled: to every countable event's time enabled, and
+ * to the time running of those on a counter (the whole run and the current context). */
+static void account_time(void)
+{
+	uint64_t d = rdtsc() - t_on;
+	for (unsigned i = 0; i < nev; i++) {
+		struct agent_event *e = &evs[i];
+		if (e->flags & AGENT_COUNT_UNSUPPORTED)
+			continue;
+		uint64_t r = e->hw >= 0 ? d : 0;
+		e->enabled += d;
+		e->running += r;
+		if (per_task) {
+			task_enabled[ctx][i] += d;
+			task_running[ctx][i] += r;
+		}
+	}
+}
+
 /*
- * GLOBAL_CTRL = 0 and charge every counter's advance (a sched-out, the final read).
+ * GLOBAL_CTRL = 0 and charge every counter's advance (a sched-out, a rotation, the final
+ * read), and the time since the start.
  * MSRs: WRMSR, then one RDMSR per counter. PV page: the start batch's first entry alone
  * {GLOBAL_CTRL = 0}, one doorbell, after which the VMM has republished every counter
  * stopped: the page holds exactly what RDMSR would return, read without exits (a counter
@@ -218,6 +257,7 @@ static void stop_and_update(void)
 					v = rdmsr(evs[i].rd_msr);
 				charge(i, v);
 			}
+			account_time();
 			return;
 		}
 	} else {
@@ -226,6 +266,7 @@ static void stop_and_update(void)
 	for (unsigned i = 0; i < nev; i++)
 		if (evs[i].hw >= 0)
 			update(i);
+	account_time();
 }
 
 /*
@@ -239,6 +280,7 @@ static void stop_and_update(void)
 static void pmu_start(void)
 {
 	pmu_on = 1;
+	t_on = rdtsc();
 	barrier();
 	if (agent_pv_mode)
 		agent_pv_ring(pv_start_n);
@@ -248,25 +290,28 @@ static void pmu_start(void)
 
 /* ---- samples and the PMI ------------------------------------------------------------- */
 
-static void add_sample(uint64_t rip, uint32_t task, uint16_t code)
+static void add_sample(const struct trap_frame *f, uint64_t tsc, uint32_t task, uint16_t code)
 {
-	struct agent_samples *s = sample_buf();
+	struct agent_samples2 *s = sample_buf();
 	if (flushing) { /* the final flush is using the buffer */
 		late_drops++;
 		return;
 	}
-	struct agent_sample *x = &s->s[s->n++];
-	x->rip = rip;
+	struct agent_sample2 *x = (struct agent_sample2 *)((uint8_t *)(s + 1) + sample_used);
+	x->rip = f->rip;
+	x->tsc = tsc;
 	x->task = task;
 	x->event = code;
-	x->reserved = 0;
+	x->nr = (uint16_t)(call_graph ? agent_callchain(f, x->chain, AGENT_CHAIN_MAX) : 0);
+	sample_used += sizeof(*x) + x->nr * sizeof(uint64_t);
+	s->n++;
 	samples_total++;
-	if (s->n == SAMPLE_BUF_N) { /* full: send from NMI context and reuse */
-		agent_send_msg(sample_msg, AGENT_MSG_SAMPLES,
-			       sizeof(*s) + s->n * sizeof(struct agent_sample));
+	if (sample_used + SAMPLE_MAX_REC > SAMPLE_BYTES) { /* full: send from NMI context and reuse */
+		agent_send_msg(sample_msg, AGENT_MSG_SAMPLES2, sizeof(*s) + sample_used);
 		sample_msgs++;
 		s->n = 0;
 		s->dropped = 0;
+		sample_used = 0;
 	}
 }
 
@@ -277,11 +322,12 @@ static int pv_pmi(struct trap_frame *f)
 	uint64_t mine = __atomic_exchange_n(&agent_pv_page3.sampling.status, 0, __ATOMIC_RELAXED) & sampling_mask;
 	if (!mine)
 		return 0;
+	uint64_t tsc = rdtsc();
 	uint32_t task = current_task_id();
 	nr_pmis++;
 	for (unsigned i = 0; i < nev; i++)
 		if (evs[i].hw >= 0 && (mine & (1ull << evs[i].hw)))
-			add_sample(f->rip, task, evs[i].code);
+			add_sample(f, tsc, task, evs[i].code);
 	return 1;
 }
 
@@ -293,6 +339,7 @@ static int agent_nmi(struct trap_frame *f)
 	if (agent_pv_sampling)
 		return pv_pmi(f);
 	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	uint64_t tsc = rdtsc();
 	uint64_t status = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
 	uint64_t mine = status & sampling_mask;
 	if (mine) {
@@ -301,7 +348,7 @@ static int agent_nmi(struct trap_frame *f)
 		for (unsigned i = 0; i < nev; i++) {
 			if (evs[i].hw < 0 || !(mine & (1ull << evs[i].hw)))
 				continue;
-			add_sample(f->rip, task, evs[i].code);
+			add_sample(f, tsc, task, evs[i].code);
 			if (busy) {
 				deferred |= 1ull << evs[i].hw;
 				nr_deferred++;
@@ -368,7 +415,7 @@ void agent_sched_in(uint32_t next)
 static void usage(void)
 {
 	printf("agent: usage: <guest> stat -e <ev>[,<ev>...] [-p] -- <args>\n"
-	       "agent:        <guest> record -e <ev>[,<ev>...] -c <period> [-p] -- <args>\n"
+	       "agent:        <guest> record -e <ev>[,<ev>...] -c <period> [-p] [-g] -- <args>\n"
 	       "agent:   <ev> = 0xUUEE (umask, event select) or an architectural event name\n");
 }
 
@@ -422,6 +469,8 @@ static int parse_options(int argc, char **argv)
 			return i + 1;
 		if (!strcmp(a, "-p")) {
 			per_task = 1;
+		} else if (!strcmp(a, "-g") && recording) {
+			call_graph = 1;
 		} else if (!strcmp(a, "-e") && i + 1 < argc) {
 			if (parse_events(argv[++i]) < 0)
 				return -1;
@@ -461,18 +510,40 @@ static int fixed_index(uint16_t code)
 	}
 }
 
-static void assign_counters(void)
+/* Events the PMU cannot count at all are unsupported for good; the others go in mux_order. */
+static void classify_events(void)
 {
-	uint32_t gp_used = 0, fixed_used = 0;
+	mux_n = 0;
 	for (unsigned i = 0; i < nev; i++) {
 		struct agent_event *e = &evs[i];
-		int a = arch_index(e->code), j = fixed_index(e->code);
+		int a = arch_index(e->code);
 		e->hw = NO_COUNTER;
-		if (caps.version < 2) {
+		if (caps.version < 2)
 			e->why = "no architectural PMU";
-		} else if (a >= 0 && !pmu_event_available(&caps, a)) {
+		else if (a >= 0 && !pmu_event_available(&caps, a))
 			e->why = "not supported";
-		} else if (j >= 0 && (unsigned)j < caps.fixed_counters && !(fixed_used & (1u << j))) {
+		else
+			mux_order[mux_n++] = i;
+		if (e->why)
+			e->flags |= AGENT_COUNT_UNSUPPORTED;
+	}
+}
+
+/* Counters for the countable events, perf's way, taken in round-robin order from mux_first
+ * (perf's rotation of its flexible events): the event's fixed counter when it has one and
+ * it is free, else the first free GP counter. Returns how many events got none. */
+static unsigned assign_counters(void)
+{
+	uint32_t gp_used = 0, fixed_used = 0;
+	unsigned left = 0;
+	mux_counters = 0;
+	for (unsigned k = 0; k < mux_n; k++) {
+		struct agent_event *e = &evs[mux_order[(mux_first + k) % mux_n]];
+		int j = fixed_index(e->code);
+		e->hw = NO_COUNTER;
+		if (e->flags & AGENT_COUNT_UNSUPPORTED)
+			continue; /* its EVENTSEL write was refused */
+		if (j >= 0 && (unsigned)j < caps.fixed_counters && !(fixed_used & (1u << j))) {
 			fixed_used |= 1u << j;
 			e->hw = 32 + j;
 			e->flags |= AGENT_COUNT_FIXED;
@@ -482,25 +553,41 @@ static void assign_counters(void)
 			unsigned g = 0;
 			while (g < caps.gp_counters && (gp_used & (1u << g)))
 				g++;
-			if (g < caps.gp_counters) {
-				gp_used |= 1u << g;
-				e->hw = (int)g;
-				e->rd_msr = MSR_IA32_PMC0 + g;
-				e->wr_msr = (caps.perf_capabilities & PERF_CAP_FW_WRITE) ? MSR_IA32_A_PMC0 + g
-											 : MSR_IA32_PMC0 + g;
-				e->width_mask = (1ull << caps.gp_width) - 1;
-			} else {
-				e->why = "no free counter (no multiplexing)";
+			if (g >= caps.gp_counters) {
+				left++;
+				continue;
 			}
+			gp_used |= 1u << g;
+			e->hw = (int)g;
+			e->rd_msr = MSR_IA32_PMC0 + g;
+			e->wr_msr = (caps.perf_capabilities & PERF_CAP_FW_WRITE) ? MSR_IA32_A_PMC0 + g
+										 : MSR_IA32_PMC0 + g;
+			e->width_mask = (1ull << caps.gp_width) - 1;
 		}
-		if (e->hw < 0) {
-			e->flags |= AGENT_COUNT_UNSUPPORTED;
-		} else {
-			e->top_bit = (e->width_mask >> 1) + 1;
-			e->pv_slot = (uint8_t)(is_gp(e) ? e->hw : 8 + (e->hw - 32));
-			e->pv_counter = &agent_pv_page.counters[e->pv_slot];
-		}
+		e->top_bit = (e->width_mask >> 1) + 1;
+		e->pv_slot = (uint8_t)(is_gp(e) ? e->hw : 8 + (e->hw - 32));
+		e->pv_counter = &agent_pv_page.counters[e->pv_slot];
+		mux_counters++;
 	}
+	return left;
+}
+
+/* First assignment. Events left without a counter are multiplexed when counting; when
+ * sampling they are not counted (no multiplexing in record). */
+static void assign_first(void)
+{
+	classify_events();
+	if (!assign_counters())
+		return;
+	if (!recording) {
+		mux = 1;
+		return;
+	}
+	for (unsigned i = 0; i < nev; i++)
+		if (evs[i].hw < 0 && !evs[i].why) {
+			evs[i].why = "no free counter (no multiplexing in record)";
+			evs[i].flags |= AGENT_COUNT_UNSUPPORTED;
+		}
 }
 
 static int check_period(void)
@@ -648,6 +735,49 @@ static void program(void)
 	sampling_mask = recording ? enabled_mask : 0;
 }
 
+/* ---- multiplexing ------------------------------------------------------------------------ */
+
+/* One rotation: stop and charge (and the time), hand the counters to the events after the
+ * first one that had one, program them stopped, start. Interrupts off. */
+static void mux_rotate(void)
+{
+	begin_critical();
+	stop_and_update();
+	mux_first = (mux_first + 1) % mux_n;
+	assign_counters();
+	program();
+	pmu_start();
+	mux_rotations++;
+	end_critical();
+}
+
+/* The multiplexing tick: the agent's own timer, or the scheduler's while it owns the LAPIC
+ * timer (sched_tick). Counting stopped (between a sched-out and a sched-in): nothing to do. */
+void agent_tick(void)
+{
+	if (mux && pmu_on)
+		mux_rotate();
+}
+
+static void agent_timer_irq(struct trap_frame *f)
+{
+	(void)f;
+	agent_tick();
+}
+
+/* The periodic rotation timer (vector AGENT_TIMER_VECTOR). sched_run puts it back when it
+ * has used the LAPIC timer for its own slices. */
+static void mux_timer_start(void)
+{
+	mux_us = kit_full_speed ? MUX_US_FULL_SPEED : MUX_US_EMULATED;
+	uint64_t count = lapic_timer_counts_per_ms() * mux_us / 1000;
+	if (count > 0xffffffffu)
+		count = 0xffffffffu;
+	lapic_enable();
+	set_irq_handler(AGENT_TIMER_VECTOR, agent_timer_irq);
+	lapic_timer_start(AGENT_TIMER_VECTOR, count ? (uint32_t)count : 1, 1);
+}
+
 /* ---- the end ----------------------------------------------------------------------------- */
 
 static void send_counts(void)
@@ -655,25 +785,28 @@ static void send_counts(void)
 	struct agent_counts *c = (struct agent_counts *)(counts_msg + sizeof(struct agent_msg_header));
 	unsigned n = 0;
 	for (unsigned i = 0; i < nev; i++)
-		c->c[n++] = (struct agent_count){ evs[i].code, evs[i].flags, 0, evs[i].total };
+		c->c[n++] = (struct agent_count){ evs[i].code, evs[i].flags, 0, evs[i].total, evs[i].enabled,
+						  evs[i].running };
 	if (per_task)
 		for (uint32_t id = 1; id <= max_id; id++)
 			for (unsigned i = 0; i < nev; i++)
-				c->c[n++] = (struct agent_count){ evs[i].code, evs[i].flags, id, task_count[id][i] };
+				c->c[n++] = (struct agent_count){ evs[i].code, evs[i].flags, id, task_count[id][i],
+								  task_enabled[id][i], task_running[id][i] };
 	c->n = n;
-	c->reserved = 0;
+	c->entry_size = sizeof(struct agent_count);
 	agent_send_msg(counts_msg, AGENT_MSG_COUNTS, sizeof(*c) + n * sizeof(struct agent_count));
 }
 
 static void flush_samples(void)
 {
-	struct agent_samples *s = sample_buf();
+	struct agent_samples2 *s = sample_buf();
 	flushing = 1;
 	barrier();
-	agent_send_msg(sample_msg, AGENT_MSG_SAMPLES, sizeof(*s) + s->n * sizeof(struct agent_sample));
+	agent_send_msg(sample_msg, AGENT_MSG_SAMPLES2, sizeof(*s) + sample_used);
 	sample_msgs++;
 	s->n = 0;
 	s->dropped = 0;
+	sample_used = 0;
 	barrier();
 	flushing = 0;
 }
@@ -696,10 +829,17 @@ static void print_summary(int pv_kept)
 		printf("agent: pv page v%u (%s%s)\n", agent_pv_page.v1.guest_version,
 		       pv_flags & PV_F_EXITLESS_READS ? "exitless reads" : "batched writes, reads by RDMSR",
 		       pv_sampling_used ? ", paravirtual sampling" : "");
+	if (mux)
+		printf("agent: multiplexing %u events on %u counters, %lu rotations (every %u us)\n", mux_n,
+		       mux_counters, (unsigned long)mux_rotations, mux_us);
 	for (unsigned i = 0; i < nev; i++) {
 		const struct agent_event *e = &evs[i];
-		if (e->hw < 0)
+		if (e->flags & AGENT_COUNT_UNSUPPORTED)
 			printf("agent: 0x%04x %s <not supported> (%s)\n", e->code, event_name(e->code), e->why);
+		else if (mux)
+			printf("agent: 0x%04x %s %lu (running %lu%% of %lu ticks)\n", e->code, event_name(e->code),
+			       (unsigned long)e->total,
+			       (unsigned long)(e->enabled ? e->running * 100 / e->enabled : 0), (unsigned long)e->enabled);
 		else
 			printf("agent: 0x%04x %s %lu (%s %d)\n", e->code, event_name(e->code),
 			       (unsigned long)e->total, is_gp(e) ? "pmc" : "fixed", is_gp(e) ? e->hw : e->hw - 32);
@@ -707,11 +847,11 @@ static void print_summary(int pv_kept)
 	if (per_task) {
 		for (uint32_t id = 1; id <= max_id; id++)
 			for (unsigned i = 0; i < nev; i++)
-				if (evs[i].hw >= 0)
+				if (!(evs[i].flags & AGENT_COUNT_UNSUPPORTED))
 					printf("agent: task %u %s 0x%04x %lu\n", id, agent_task_name(id), evs[i].code,
 					       (unsigned long)task_count[id][i]);
 		for (unsigned i = 0; i < nev; i++)
-			if (evs[i].hw >= 0)
+			if (!(evs[i].flags & AGENT_COUNT_UNSUPPORTED))
 				printf("agent: outside tasks 0x%04x %lu\n", evs[i].code, (unsigned long)task_count[0][i]);
 	}
 	if (recording)
@@ -746,14 +886,14 @@ int agent_run(int argc, char **argv, int (*main_fn)(int, char **))
 
 	begin_critical();
 	pmu_probe(&caps);
-	assign_counters();
+	assign_first();
 	if (check_period() < 0)
 		return 2;
 	pv_flags = agent_pv_register();
 	if (caps.version >= 2)
 		program();
 	if (sampling_mask) {
-		struct agent_buffer b = { (uint64_t)(uintptr_t)sample_msg };
+		struct agent_buffer b = { (uint64_t)(uintptr_t)sample_msg, AGENT_MSG_SAMPLES2, 0 };
 		agent_send(AGENT_MSG_BUFFER, &b, sizeof(b));
 		lapic_enable();
 		set_exception_hook(NMI_VECTOR, agent_nmi);
@@ -765,11 +905,19 @@ int agent_run(int argc, char **argv, int (*main_fn)(int, char **))
 	ctx = 0;
 	end_critical();
 
+	if (mux && enabled_mask)
+		mux_timer_start(); /* calibrates the timer (1 ms): before the START mark */
 	agent_send_value("agent.pv", agent_pv_mode != AGENT_PV_OFF);
 	agent_mark(AGENT_MARK_START);
 	if (enabled_mask)
 		pmu_start();
+	if (mux && enabled_mask)
+		irq_enable(); /* the rotation tick is an interrupt: main runs with them on */
 	int rc = main_fn(wargc, wargv);
+	if (mux && enabled_mask) {
+		irq_disable();
+		lapic_timer_stop();
+	}
 	begin_critical();
 	if (enabled_mask)
 		stop_and_update();

@@ -70,10 +70,13 @@ void agent_mark(uint32_t kind)
 
 /* The layouts perfvm_agent.h promises the VMM (crates/vmm/src/devices/agent.rs). */
 _Static_assert(sizeof(struct agent_msg_header) == 16, "agent header");
-_Static_assert(sizeof(struct agent_count) == 16, "agent_count");
+_Static_assert(sizeof(struct agent_count) == 32, "agent_count");
 _Static_assert(sizeof(struct agent_counts) == 8, "agent_counts");
 _Static_assert(sizeof(struct agent_sample) == 16, "agent_sample");
 _Static_assert(sizeof(struct agent_samples) == 8, "agent_samples");
+_Static_assert(sizeof(struct agent_sample2) == 24, "agent_sample2");
+_Static_assert(sizeof(struct agent_samples2) == 8, "agent_samples2");
+_Static_assert(sizeof(struct agent_buffer) == 16, "agent_buffer");
 _Static_assert(sizeof(struct agent_mark) == 16, "agent_mark");
 _Static_assert(sizeof(struct agent_value) == 56, "agent_value");
 _Static_assert(sizeof(struct agent_task) == 32, "agent_task");

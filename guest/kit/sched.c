@@ -136,6 +136,7 @@ static void sched_tick(struct trap_frame *f)
 {
 	(void)f;
 	st.ticks++;
+	agent_tick(); /* the agent's multiplexing rotation rides on the slices meanwhile */
 	if (cur == &tasks[0])
 		return; /* idle: sched_run's loop looks for work itself */
 	lapic_eoi();
@@ -209,28 +210,14 @@ void sched_set_slice_us(uint32_t us) { slice_us = us; }
 
 void sched_get_stats(struct sched_stats *s) { *s = st; }
 
-/* LAPIC timer counts per millisecond: 1 ms of TSC against the timer's current count (KVM's
- * APIC bus runs at 1 GHz, the fallback without a TSC frequency). */
-static uint64_t timer_counts_per_ms(void)
+int sched_task_stk_bounds(uintptr_t sp, uintptr_t *lo, uintptr_t *hi)
 {
-	static uint64_t cached;
-	if (cached)
-		return cached;
-	if (!tsc_khz)
-		return cached = 1000000;
-	lapic_write(APIC_TDCR, 0xb); /* divide by 1, as lapic_timer_start */
-	lapic_write(APIC_LVTT, APIC_LVT_MASKED);
-	lapic_write(APIC_TMICT, 0xffffffffu);
-	uint32_t c0 = lapic_timer_current();
-	uint64_t t0 = rdtsc(), t1;
-	while ((t1 = rdtsc()) - t0 < tsc_khz)
-		pause();
-	uint32_t c1 = lapic_timer_current();
-	lapic_write(APIC_TMICT, 0);
-	cached = (uint64_t)(c0 - c1) * tsc_khz / (t1 - t0);
-	if (!cached)
-		cached = 1000000;
-	return cached;
+	uintptr_t base = (uintptr_t)task_stk;
+	if (sp < base || sp >= base + sizeof(task_stk))
+		return 0;
+	*lo = base + (sp - base) / SCHED_STACK_SIZE * SCHED_STACK_SIZE;
+	*hi = *lo + SCHED_STACK_SIZE;
+	return 1;
 }
 
 void sched_run(void)
@@ -242,8 +229,10 @@ void sched_run(void)
 		return;
 	}
 	uint64_t count = 0;
+	struct lapic_timer_state saved;
 	if (slice_us) {
-		count = timer_counts_per_ms() * slice_us / 1000;
+		lapic_timer_save(&saved); /* e.g. the agent's multiplexing tick: put back at the end */
+		count = lapic_timer_counts_per_ms() * slice_us / 1000;
 		if (count > 0xffffffffu)
 			count = 0xffffffffu;
 		if (!count)
@@ -262,6 +251,6 @@ void sched_run(void)
 		}
 	}
 	if (slice_us)
-		lapic_timer_stop();
+		lapic_timer_restore(&saved);
 	irq_restore(fl);
 }

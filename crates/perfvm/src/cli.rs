@@ -55,10 +55,11 @@ pub const DEFAULT_EXACT_PERIOD: u64 = 10_007;
 
 #[derive(Debug, Args)]
 pub struct StatArgs {
-    /// Events to count, comma-separated (cycles, instructions, ref-cycles, cache-references,
-    /// cache-misses, branches, branch-misses, or rUUEE).
+    /// Events to count, comma-separated or -e repeated (cycles, instructions, ref-cycles,
+    /// cache-references, cache-misses, branches, branch-misses, or rUUEE). More than the vPMU
+    /// has counters for are multiplexed and scaled, as perf does.
     #[arg(short = 'e', long = "event", default_value = "cycles,instructions,branches,branch-misses")]
-    pub events: String,
+    pub events: Vec<String>,
     /// Count per guest task too (counters saved and restored on every guest context switch),
     /// with a row for what ran outside the tasks.
     #[arg(long = "per-task")]

@@ -1,5 +1,6 @@
 //! `perfvm stat`: boot a guest whose perf agent counts the workload (`-r N`: N times), then
-//! print what `perf stat` prints.
+//! print what `perf stat` prints. Events the agent multiplexed (more events than counters)
+//! are scaled by their time enabled over time running, with perf's `(xx.xx%)` column.
 
 use crate::cli::StatArgs;
 use crate::events::{self, Event};
@@ -39,7 +40,8 @@ pub fn raw_list(events: &[Event]) -> String {
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Counted,
-    /// The vPMU offers the event but the agent found no counter for it (no multiplexing).
+    /// The vPMU offers the event but it never ran on a counter (record does not multiplex;
+    /// stat multiplexes, but a workload shorter than a rotation may not reach an event).
     NotCounted,
     /// The vPMU does not offer the event: CPUID.0AH:EBX says so, or it is not architectural
     /// (no backend counts those).
@@ -50,7 +52,7 @@ impl Status {
     fn of(c: &CountRecord, cpuid_0xa: Option<[u32; 4]>) -> Status {
         if !advertised(c.event, cpuid_0xa) {
             Status::NotSupported
-        } else if c.flags & COUNT_UNSUPPORTED != 0 {
+        } else if c.flags & COUNT_UNSUPPORTED != 0 || (c.time_enabled > 0 && c.time_running == 0) {
             Status::NotCounted
         } else {
             Status::Counted
@@ -99,13 +101,34 @@ pub struct Line {
     pub slot: usize,
     pub scope: Scope,
     pub status: Status,
-    /// One count per run (counted lines only).
+    /// One count per run (counted lines only), scaled as perf does when multiplexed.
     pub values: Vec<u64>,
+    /// Guest TSC ticks the event was enabled and running, summed over the runs (0 and 0 from
+    /// an agent that sends no times: it ran the whole time).
+    pub enabled: u64,
+    pub running: u64,
+}
+
+/// perf's estimate of what a multiplexed event would have counted on a counter of its own:
+/// `value * enabled / running` (the value as it is when it ran all the time or has no times).
+pub fn scaled(value: u64, enabled: u64, running: u64) -> u64 {
+    if running == 0 || running >= enabled {
+        value
+    } else {
+        (value as f64 * enabled as f64 / running as f64).round() as u64
+    }
 }
 
 impl Line {
     pub fn mean(&self) -> f64 {
         self.values.iter().sum::<u64>() as f64 / self.values.len().max(1) as f64
+    }
+
+    /// perf's running-time column: the share of its enabled time the event was on a
+    /// counter, only when it was not there all the time.
+    pub fn running_percent(&self) -> Option<f64> {
+        (self.status == Status::Counted && self.running < self.enabled)
+            .then(|| 100.0 * self.running as f64 / self.enabled as f64)
     }
 
     /// perf's `+- x.xx%`: the standard error of the mean, in percent of the mean (None for
@@ -140,14 +163,18 @@ pub fn fold(runs: &[&AgentData], cpuid_0xa: Option<[u32; 4]>) -> Vec<Line> {
             let i = match lines.iter().position(|l| l.slot == *slot && l.scope == scope) {
                 Some(i) => i,
                 None => {
-                    lines.push(Line { event: c.event, slot: *slot, scope, status, values: Vec::new() });
+                    let line =
+                        Line { event: c.event, slot: *slot, scope, status, values: Vec::new(), enabled: 0, running: 0 };
+                    lines.push(line);
                     lines.len() - 1
                 }
             };
             *slot += 1;
             let line = &mut lines[i];
             line.status = line.status.max(status);
-            line.values.push(c.value);
+            line.values.push(scaled(c.value, c.time_enabled, c.time_running));
+            line.enabled += c.time_enabled;
+            line.running += c.time_running;
         }
     }
     for line in lines.iter_mut().filter(|l| l.status != Status::Counted) {
@@ -161,7 +188,15 @@ pub fn fold(runs: &[&AgentData], cpuid_0xa: Option<[u32; 4]>) -> Vec<Line> {
                 lines.iter().filter(|l| l.slot == whole.slot && matches!(l.scope, Scope::Task(_))).collect();
             let in_tasks = |run: usize| tasks.iter().filter_map(|t| t.values.get(run)).sum::<u64>();
             let values = whole.values.iter().enumerate().map(|(run, v)| v.saturating_sub(in_tasks(run))).collect();
-            (!tasks.is_empty()).then_some(Line { values, scope: Scope::OutsideTasks, ..whole.clone() })
+            let enabled = whole.enabled.saturating_sub(tasks.iter().map(|t| t.enabled).sum());
+            let running = whole.running.saturating_sub(tasks.iter().map(|t| t.running).sum());
+            (!tasks.is_empty()).then_some(Line {
+                values,
+                enabled,
+                running,
+                scope: Scope::OutsideTasks,
+                ..whole.clone()
+            })
         })
         .collect();
     lines.extend(outside);
@@ -210,7 +245,8 @@ impl Table<'_> {
         .unwrap_or_default()
     }
 
-    /// A count (or perf's placeholder), the event, the ratio, and the spread over runs.
+    /// A count (or perf's placeholder), the event, the ratio, the spread over runs, and the
+    /// share of the time it ran when multiplexed.
     fn row(&self, prefix: &str, line: &Line, note: &str) -> String {
         let name = events::by_raw(line.event).name;
         let value = match line.status {
@@ -220,6 +256,9 @@ impl Table<'_> {
         let mut row = format!("{prefix}{value:>20}      {name:<24}  {note:<28}");
         if let Some(spread) = line.spread_percent() {
             row.push_str(&format!("( +- {spread:>5.2}% )"));
+        }
+        if let Some(running) = line.running_percent() {
+            row.push_str(&format!("  ({running:.2}%)"));
         }
         format!("{}\n", row.trim_end())
     }
@@ -280,8 +319,9 @@ impl Table<'_> {
     }
 }
 
-/// One line as JSON: the mean count (rounded; null where nothing was counted), each run's
-/// count, and perf's spread.
+/// One line as JSON: the mean count (rounded, scaled when multiplexed; null where nothing
+/// was counted), each run's count, perf's spread, and the times enabled and running (guest
+/// TSC ticks over the runs) with perf's running percentage (null when it ran all the time).
 fn line_json(line: &Line, table: &Table) -> serde_json::Value {
     let task = match line.scope {
         Scope::Whole => json!(0),
@@ -292,11 +332,12 @@ fn line_json(line: &Line, table: &Table) -> serde_json::Value {
     json!({"event": events::by_raw(line.event).name, "raw": line.event, "task": task, "task_name": name,
            "status": line.status, "supported": line.status == Status::Counted,
            "value": (line.status == Status::Counted).then(|| line.mean().round() as u64), "values": line.values,
-           "spread_percent": line.spread_percent()})
+           "spread_percent": line.spread_percent(), "time_enabled": line.enabled, "time_running": line.running,
+           "running_percent": line.running_percent()})
 }
 
 pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
-    let events = events::parse_list(&args.events).map_err(Failure::usage)?;
+    let events = events::parse_list(&args.events.join(",")).map_err(Failure::usage)?;
     if args.repeat == 0 {
         return Err(Failure::usage("-r N must be at least 1"));
     }
@@ -368,7 +409,7 @@ mod tests {
     fn agent(records: &[(u16, u16, u32, u64)], tasks: &[(u32, &str)]) -> AgentData {
         let mut agent = AgentData::default();
         for &(event, flags, task, value) in records {
-            agent.counts.push(CountRecord { event, flags, task, value });
+            agent.counts.push(CountRecord { event, flags, task, value, time_enabled: 0, time_running: 0 });
         }
         agent.tasks = tasks.iter().map(|(id, name)| (*id, name.to_string())).collect();
         agent
@@ -453,6 +494,67 @@ mod tests {
         assert!(out.contains("  task-b                           300      instructions\n"), "{out}");
         assert!(out.contains("  [outside tasks]                  100      instructions\n"), "{out}");
         assert_eq!(out.matches("branch-misses").count(), 1, "not counted: once, in the main table: {out}");
+    }
+
+    fn timed(records: &[(u16, u32, u64, u64, u64)]) -> AgentData {
+        let mut agent = AgentData::default();
+        for &(event, task, value, time_enabled, time_running) in records {
+            agent.counts.push(CountRecord { event, flags: 0, task, value, time_enabled, time_running });
+        }
+        agent
+    }
+
+    #[test]
+    fn multiplexed_counts_are_scaled_with_perfs_running_column() {
+        // cycles ran all the time; ref-cycles and r003c shared one counter, a third and two
+        // thirds of the time; branches never got a counter before the workload ended.
+        let a = timed(&[
+            (0x003c, 0, 3_000, 9_000, 9_000),
+            (0x013c, 0, 1_000, 9_000, 3_000),
+            (0x003c, 0, 2_000, 9_000, 6_000),
+            (0x00c4, 0, 0, 9_000, 0),
+        ]);
+        let out = render(&[&a], cpuid(0), false);
+        let line = |n: usize| out.lines().filter(|l| l.contains("cycles") || l.contains("branches")).nth(n).unwrap();
+        assert_eq!(line(0).trim_end(), "               3,000      cycles", "ran all the time: no column: {out}");
+        assert!(
+            line(1).starts_with("               3,000      ref-cycles") && line(1).ends_with("  (33.33%)"),
+            "{out}"
+        );
+        assert!(line(2).starts_with("               3,000      cycles") && line(2).ends_with("  (66.67%)"), "{out}");
+        assert_eq!(line(3).trim_end(), "       <not counted>      branches", "{out}");
+        let lines = fold(&[&a], cpuid(0));
+        let table = Table {
+            command: "ftest",
+            lines: &lines,
+            tasks: &a.tasks,
+            seconds: &[1.0],
+            model_clock: false,
+            perf_backend: false,
+        };
+        let json: Vec<_> = lines.iter().map(|l| line_json(l, &table)).collect();
+        assert_eq!((json[0]["value"].clone(), json[0]["running_percent"].clone()), (json!(3000), json!(null)));
+        assert_eq!((json[1]["value"].clone(), json[1]["time_running"].clone()), (json!(3000), json!(3000)));
+        assert!((json[1]["running_percent"].as_f64().unwrap() - 100.0 / 3.0).abs() < 1e-9, "{}", json[1]);
+        assert_eq!((json[3]["status"].clone(), json[3]["value"].clone()), (json!("not_counted"), json!(null)));
+    }
+
+    #[test]
+    fn multiplexed_runs_and_tasks_scale_before_adding_up() {
+        // Two runs: each scaled on its own, the column from the summed times.
+        let (a, b) = (timed(&[(0x013c, 0, 500, 1_000, 500)]), timed(&[(0x013c, 0, 300, 1_000, 250)]));
+        let out = render(&[&a, &b], cpuid(0), false);
+        let line = out.lines().find(|l| l.contains("ref-cycles")).unwrap();
+        assert!(line.starts_with("               1,100      ref-cycles"), "mean of 1000 and 1200: {line}");
+        assert!(line.ends_with("( +-  9.09% )  (37.50%)"), "spread, then the running column: {line}");
+        // Per task: the outside row is the scaled whole minus the scaled tasks.
+        let t = timed(&[(0x013c, 0, 400, 1_000, 500), (0x013c, 1, 100, 400, 200), (0x013c, 2, 50, 200, 100)]);
+        let lines = fold(&[&t], cpuid(0));
+        let outside = lines.iter().find(|l| l.scope == Scope::OutsideTasks).unwrap();
+        assert_eq!((outside.values.clone(), outside.enabled, outside.running), (vec![800 - 200 - 100], 400, 200));
+        // An agent that sends no times ran everything the whole time.
+        assert_eq!(scaled(7, 0, 0), 7);
+        assert_eq!(fold(&[&timed(&[(0x003c, 0, 7, 0, 0)])], cpuid(0))[0].running_percent(), None);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The perf agent channel (guest/include/perfvm_agent.h): the guest writes the physical
 //! address of a message with one 32-bit OUT to port 0x500; we copy the message out of guest
-//! memory at once. Samples are kept up to a bound; past it they are dropped and counted,
-//! so a guest cannot make the VMM grow without limit.
+//! memory at once. Samples are kept up to a bound (a sample's call chain counts towards it
+//! too); past it they are dropped and counted, so a guest cannot make the VMM grow without
+//! limit.
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -13,8 +14,11 @@ pub const AGENT_PORT: u16 = 0x500;
 const MAGIC: u32 = 0x5447_4150;
 const HEADER_LEN: usize = 16;
 const MAX_MSG: usize = 64 * 1024;
-/// Default bound on stored samples (16 bytes each: 64 MiB).
+/// Default bound on stored sample slots: a sample takes one, plus one per call-chain entry
+/// (48 bytes a sample, 8 an entry: at most ~200 MiB).
 pub const DEFAULT_MAX_SAMPLES: usize = 4 << 20;
+/// Longest call chain kept (`AGENT_CHAIN_MAX`); longer ones are cut.
+pub const MAX_CALLCHAIN: usize = 32;
 
 const MSG_COUNTS: u16 = 1;
 const MSG_SAMPLES: u16 = 2;
@@ -22,6 +26,11 @@ const MSG_MARK: u16 = 3;
 const MSG_VALUE: u16 = 4;
 const MSG_TASK: u16 = 5;
 const MSG_BUFFER: u16 = 6;
+const MSG_SAMPLES2: u16 = 7;
+/// `struct agent_count` as first defined (no times).
+const COUNT_V1_LEN: usize = 16;
+/// `struct agent_sample2` without its call chain.
+const SAMPLE2_LEN: usize = 24;
 
 /// Counted on a fixed counter.
 pub const COUNT_FIXED: u16 = 1 << 0;
@@ -37,12 +46,18 @@ pub struct CountRecord {
     pub flags: u16,
     /// 0: the whole run; else a task id.
     pub task: u32,
-    /// The count.
+    /// The count: what the event counted while it was on a counter.
     pub value: u64,
+    /// Guest TSC ticks counting was on (for this task); 0 from an agent that sends no
+    /// times (its events counted the whole time) or for an event never enabled.
+    pub time_enabled: u64,
+    /// Of them, the ticks the event was on a counter (less when multiplexed): perf scales
+    /// `value * time_enabled / time_running`.
+    pub time_running: u64,
 }
 
-/// One sample (`struct agent_sample`).
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+/// One sample (`struct agent_sample` or `struct agent_sample2`).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct SampleRecord {
     /// The interrupted instruction pointer.
     pub rip: u64,
@@ -50,6 +65,11 @@ pub struct SampleRecord {
     pub task: u32,
     /// The sampling counter's EVENTSEL\[15:0\].
     pub event: u16,
+    /// Guest TSC in the PMI handler (0 from an agent that sends the original samples); ns
+    /// since the guest TSC's 0 are `tsc * 1_000_000 / guest_tsc_khz`.
+    pub tsc: u64,
+    /// Return addresses from frame pointers, innermost caller first (empty without `-g`).
+    pub callchain: Vec<u64>,
 }
 
 /// A workload phase mark: guest TSC and host time since the VM started.
@@ -89,6 +109,9 @@ pub struct AgentData {
     pub bad_messages: u64,
     /// Samples read from the guest's buffer after the run was stopped from outside.
     pub samples_drained: u64,
+    /// Slots the kept samples take (one each plus their call-chain entries).
+    #[serde(skip)]
+    sample_slots: usize,
 }
 
 impl AgentData {
@@ -110,12 +133,13 @@ pub struct AgentPort {
     pub data: AgentData,
     /// True between the workload's START and END marks (the host NMI source fires only then).
     pub in_workload: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// Where the guest accumulates unsent samples (AGENT_MSG_BUFFER).
-    sample_buffer: Option<u64>,
+    /// Where the guest accumulates unsent samples (AGENT_MSG_BUFFER) and their message type.
+    sample_buffer: Option<(u64, u16)>,
 }
 
 impl AgentPort {
-    /// A port reading messages from `mem`, keeping at most `max_samples` samples.
+    /// A port reading messages from `mem`, keeping at most `max_samples` sample slots (one
+    /// per sample, plus one per call-chain entry).
     pub fn new(mem: GuestMemoryMmap, max_samples: usize) -> Self {
         AgentPort {
             mem,
@@ -139,12 +163,13 @@ impl AgentPort {
 
     /// The run was stopped from outside: take the samples the guest had not sent yet.
     pub fn drain_unsent_samples(&mut self) {
-        let Some(addr) = self.sample_buffer.take() else { return };
+        let Some((addr, kind)) = self.sample_buffer.take() else { return };
         let payload = addr + HEADER_LEN as u64;
         let Ok(n) = self.mem.read_obj::<u32>(GuestAddress(payload)) else { return };
-        let len = (8 + n as usize * 16).min(MAX_MSG);
+        // Variable-length records: read what the largest message could hold.
+        let len = if kind == MSG_SAMPLES2 { MAX_MSG } else { (8 + n as usize * 16).min(MAX_MSG) };
         let mut bytes = vec![0u8; len];
-        if self.mem.read_slice(&mut bytes, GuestAddress(payload)).is_ok() && self.parse(MSG_SAMPLES, &bytes).is_some() {
+        if self.mem.read_slice(&mut bytes, GuestAddress(payload)).is_ok() && self.parse(kind, &bytes).is_some() {
             self.data.samples_drained = u64::from(n);
         }
     }
@@ -173,13 +198,24 @@ impl AgentPort {
         match kind {
             MSG_COUNTS => {
                 let n = u32_at(0)? as usize;
+                // entry_size: 0 from agents that predate it (16-byte entries, no times).
+                let stride = match u32_at(4)? as usize {
+                    0 => COUNT_V1_LEN,
+                    s if (COUNT_V1_LEN..=1024).contains(&s) && s % 8 == 0 => s,
+                    _ => return None,
+                };
+                let timed = stride >= COUNT_V1_LEN + 16;
                 for i in 0..n {
-                    let o = 8 + i * 16;
+                    let o = 8 + i.checked_mul(stride)?;
+                    let value = u64_at(o + 8)?;
+                    let (time_enabled, time_running) = if timed { (u64_at(o + 16)?, u64_at(o + 24)?) } else { (0, 0) };
                     let record = CountRecord {
                         event: u16_at(o)?,
                         flags: u16_at(o + 2)?,
                         task: u32_at(o + 4)?,
-                        value: u64_at(o + 8)?,
+                        value,
+                        time_enabled,
+                        time_running,
                     };
                     self.data.counts.push(record);
                 }
@@ -189,13 +225,33 @@ impl AgentPort {
                 self.data.samples_dropped_guest += u64::from(u32_at(4)?);
                 for i in 0..n {
                     let o = 8 + i * 16;
-                    let sample = SampleRecord { rip: u64_at(o)?, task: u32_at(o + 8)?, event: u16_at(o + 12)? };
-                    self.data.samples_received += 1;
-                    if self.data.samples.len() < self.max_samples {
-                        self.data.samples.push(sample);
-                    } else {
-                        self.data.samples_dropped_vmm += 1;
-                    }
+                    let sample = SampleRecord {
+                        rip: u64_at(o)?,
+                        task: u32_at(o + 8)?,
+                        event: u16_at(o + 12)?,
+                        tsc: 0,
+                        callchain: Vec::new(),
+                    };
+                    self.keep(sample);
+                }
+            }
+            MSG_SAMPLES2 => {
+                let n = u32_at(0)? as usize;
+                self.data.samples_dropped_guest += u64::from(u32_at(4)?);
+                let mut o = 8;
+                for _ in 0..n {
+                    let nr = usize::from(u16_at(o + 22)?);
+                    let chain = o + SAMPLE2_LEN;
+                    let words = (0..nr.min(MAX_CALLCHAIN)).map(|k| u64_at(chain + 8 * k)).collect::<Option<_>>()?;
+                    let sample = SampleRecord {
+                        rip: u64_at(o)?,
+                        tsc: u64_at(o + 8)?,
+                        task: u32_at(o + 16)?,
+                        event: u16_at(o + 20)?,
+                        callchain: words,
+                    };
+                    o = chain + 8 * nr;
+                    self.keep(sample);
                 }
             }
             MSG_MARK => {
@@ -208,7 +264,14 @@ impl AgentPort {
                 let key = text(p.get(0..48)?);
                 self.data.values.insert(key, u64_at(48)?);
             }
-            MSG_BUFFER => self.sample_buffer = Some(u64_at(0)?),
+            MSG_BUFFER => {
+                // The message type of the buffer's samples; an 8-byte payload predates it.
+                let kind = if p.len() >= 12 { u16::try_from(u32_at(8)?).ok()? } else { MSG_SAMPLES };
+                if kind != MSG_SAMPLES && kind != MSG_SAMPLES2 {
+                    return None;
+                }
+                self.sample_buffer = Some((u64_at(0)?, kind));
+            }
             MSG_TASK => {
                 let id = u32_at(0)?;
                 self.data.tasks.insert(id, text(p.get(4..32)?));
@@ -216,6 +279,18 @@ impl AgentPort {
             _ => return None,
         }
         Some(())
+    }
+
+    /// Keep a received sample if the bound allows: one slot, plus one per chain entry.
+    fn keep(&mut self, sample: SampleRecord) {
+        self.data.samples_received += 1;
+        let slots = 1 + sample.callchain.len();
+        if self.data.sample_slots + slots <= self.max_samples {
+            self.data.sample_slots += slots;
+            self.data.samples.push(sample);
+        } else {
+            self.data.samples_dropped_vmm += 1;
+        }
     }
 }
 
@@ -255,7 +330,17 @@ mod tests {
         counts.extend_from_slice(&0u32.to_le_bytes());
         counts.extend_from_slice(&12345u64.to_le_bytes());
         send(&mut p, 0x1000, &message(MSG_COUNTS, &counts));
-        assert_eq!(p.data.counts, vec![CountRecord { event: 0xc0, flags: COUNT_FIXED, task: 0, value: 12345 }]);
+        assert_eq!(
+            p.data.counts,
+            vec![CountRecord {
+                event: 0xc0,
+                flags: COUNT_FIXED,
+                task: 0,
+                value: 12345,
+                time_enabled: 0,
+                time_running: 0
+            }]
+        );
 
         let mut samples = vec![];
         samples.extend_from_slice(&2u32.to_le_bytes());
@@ -268,7 +353,7 @@ mod tests {
         }
         send(&mut p, 0x2000, &message(MSG_SAMPLES, &samples));
         assert_eq!(p.data.samples.len(), 2);
-        assert_eq!(p.data.samples[1], SampleRecord { rip: 0x100010, task: 7, event: 0x3c });
+        assert_eq!(p.data.samples[1], SampleRecord { rip: 0x100010, task: 7, event: 0x3c, tsc: 0, callchain: vec![] });
         assert_eq!(p.data.samples_dropped_guest, 3);
 
         let mut value = vec![0u8; 56];
@@ -283,6 +368,110 @@ mod tests {
         send(&mut p, 0x4000, &message(MSG_TASK, &task));
         assert_eq!(p.data.tasks.get(&2).map(String::as_str), Some("task-b"));
         assert_eq!((p.data.messages, p.data.bad_messages), (4, 0));
+    }
+
+    /// A `struct agent_sample2` record with its chain.
+    fn sample2(rip: u64, tsc: u64, task: u32, event: u16, chain: &[u64]) -> Vec<u8> {
+        let mut r = vec![];
+        r.extend_from_slice(&rip.to_le_bytes());
+        r.extend_from_slice(&tsc.to_le_bytes());
+        r.extend_from_slice(&task.to_le_bytes());
+        r.extend_from_slice(&event.to_le_bytes());
+        r.extend_from_slice(&(chain.len() as u16).to_le_bytes());
+        chain.iter().for_each(|w| r.extend_from_slice(&w.to_le_bytes()));
+        r
+    }
+
+    fn samples2(records: &[Vec<u8>], dropped: u32) -> Vec<u8> {
+        let mut p = vec![];
+        p.extend_from_slice(&(records.len() as u32).to_le_bytes());
+        p.extend_from_slice(&dropped.to_le_bytes());
+        records.iter().for_each(|r| p.extend_from_slice(r));
+        p
+    }
+
+    #[test]
+    fn counts_with_times_and_larger_entries() {
+        let mut p = port(10);
+        let mut counts = vec![];
+        counts.extend_from_slice(&2u32.to_le_bytes());
+        counts.extend_from_slice(&40u32.to_le_bytes()); // a future entry: 8 bytes we do not know
+        for (event, value, enabled, running) in [(0x3cu16, 500u64, 1000u64, 250u64), (0x13c, 700, 1000, 1000)] {
+            counts.extend_from_slice(&event.to_le_bytes());
+            counts.extend_from_slice(&0u16.to_le_bytes());
+            counts.extend_from_slice(&0u32.to_le_bytes());
+            for v in [value, enabled, running, 0xdead] {
+                counts.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        send(&mut p, 0x1000, &message(MSG_COUNTS, &counts));
+        let c = &p.data.counts;
+        assert_eq!((c.len(), c[0].value, c[0].time_enabled, c[0].time_running), (2, 500, 1000, 250));
+        assert_eq!((c[1].event, c[1].time_running), (0x13c, 1000));
+        // An entry size that cannot be: rejected, not misread.
+        let mut bad = counts.clone();
+        bad[4..8].copy_from_slice(&12u32.to_le_bytes());
+        send(&mut p, 0x2000, &message(MSG_COUNTS, &bad));
+        assert_eq!((p.data.counts.len(), p.data.bad_messages), (2, 1));
+    }
+
+    #[test]
+    fn samples_with_time_and_call_chains() {
+        let mut p = port(100);
+        let records = [sample2(0x100000, 777, 3, 0x3c, &[0x100100, 0x100200]), sample2(0x100010, 778, 0, 0x3c, &[])];
+        send(&mut p, 0x1000, &message(MSG_SAMPLES2, &samples2(&records, 1)));
+        assert_eq!(
+            p.data.samples,
+            vec![
+                SampleRecord { rip: 0x100000, task: 3, event: 0x3c, tsc: 777, callchain: vec![0x100100, 0x100200] },
+                SampleRecord { rip: 0x100010, task: 0, event: 0x3c, tsc: 778, callchain: vec![] },
+            ]
+        );
+        assert_eq!((p.data.samples_dropped_guest, p.data.bad_messages), (1, 0));
+        // A chain longer than the agent's bound is cut; the next record is still found.
+        let long: Vec<u64> = (1..=40).collect();
+        let records = [sample2(1, 2, 0, 0x3c, &long), sample2(3, 4, 0, 0x3c, &[9])];
+        send(&mut p, 0x2000, &message(MSG_SAMPLES2, &samples2(&records, 0)));
+        assert_eq!(p.data.samples[2].callchain.len(), MAX_CALLCHAIN);
+        assert_eq!((p.data.samples[3].rip, &p.data.samples[3].callchain), (3, &vec![9]));
+        // A record claiming a chain past the message's end: the message is bad.
+        let mut truncated = samples2(&[sample2(5, 6, 0, 0x3c, &[1, 2])], 0);
+        truncated.truncate(truncated.len() - 8);
+        send(&mut p, 0x3000, &message(MSG_SAMPLES2, &truncated));
+        assert_eq!((p.data.samples.len(), p.data.bad_messages), (4, 1));
+    }
+
+    #[test]
+    fn call_chains_count_towards_the_sample_bound() {
+        let mut p = port(6);
+        let records =
+            [sample2(1, 0, 0, 0x3c, &[1, 2, 3]), sample2(2, 0, 0, 0x3c, &[1, 2]), sample2(3, 0, 0, 0x3c, &[1])];
+        send(&mut p, 0x1000, &message(MSG_SAMPLES2, &samples2(&records, 0)));
+        // 4 slots, then 3 would make 7 > 6: dropped; then 2 fit.
+        assert_eq!(p.data.samples.iter().map(|s| s.rip).collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!((p.data.samples_received, p.data.samples_dropped_vmm), (3, 1));
+    }
+
+    #[test]
+    fn unsent_samples2_are_drained_by_the_buffer_type() {
+        let mut p = port(10);
+        let mut buffer = vec![0u8; HEADER_LEN];
+        buffer.extend_from_slice(&samples2(&[sample2(0x4321, 55, 1, 0x3c, &[0x100100])], 0));
+        p.mem.write_slice(&buffer, GuestAddress(0x8000)).unwrap();
+        let mut announce = 0x8000u64.to_le_bytes().to_vec();
+        announce.extend_from_slice(&u32::from(MSG_SAMPLES2).to_le_bytes());
+        announce.extend_from_slice(&0u32.to_le_bytes());
+        send(&mut p, 0x1000, &message(MSG_BUFFER, &announce));
+        p.drain_unsent_samples();
+        assert_eq!(p.data.samples.len(), 1);
+        assert_eq!(
+            (p.data.samples[0].rip, p.data.samples[0].tsc, &p.data.samples[0].callchain),
+            (0x4321, 55, &vec![0x100100])
+        );
+        // An unknown buffer type is refused.
+        announce[8] = 9;
+        send(&mut p, 0x2000, &message(MSG_BUFFER, &announce));
+        assert_eq!(p.data.bad_messages, 1);
     }
 
     #[test]

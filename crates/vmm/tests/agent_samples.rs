@@ -1,0 +1,71 @@
+//! The guest agent's samples carry the guest TSC at the PMI and, with `record -g`, a
+//! frame-pointer call chain: checked end to end on ftest, emulated and native.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+use vmm::native::NativeMode;
+use vmm::vm::PmuSettings;
+use vmm::{Vm, VmConfig};
+
+fn skip(reason: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIP agent_samples: {reason}");
+}
+
+fn run(kernel: &PathBuf, native: NativeMode, orders: &str) -> vmm::RunReport {
+    let config = VmConfig {
+        kernel: kernel.clone(),
+        kernel_arg0: "ftest".into(),
+        cmdline: format!("{orders} --"),
+        capture_console: true,
+        native,
+        pmu: Some(PmuSettings::default()),
+        ..Default::default()
+    };
+    let report = Vm::build(&config).unwrap().run(Instant::now());
+    assert_eq!(report.end.exit_code(), 0, "{}", String::from_utf8_lossy(&report.console.captured()));
+    report
+}
+
+#[test]
+fn samples_have_time_and_frame_pointer_call_chains() {
+    if let Some(reason) = vmm::kvm::unavailable_reason() {
+        return skip(&format!("needs /dev/kvm: {reason}"));
+    }
+    let kernel = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../guest/build/ftest.elf");
+    if !kernel.exists() {
+        return skip("guest/build/ftest.elf not built (cargo build builds it)");
+    }
+    let mut modes = vec![(NativeMode::Off, "20000000")];
+    match vmm::native::host_support() {
+        Ok(()) => modes.push((NativeMode::On, "50000000")),
+        Err(reason) => skip(&format!("(native half) needs native mode: {reason}")),
+    }
+    for (native, period) in modes {
+        let report = run(&kernel, native, &format!("record -e 0x003c -c {period} -g"));
+        let agent = &report.agent;
+        let samples = &agent.samples;
+        assert!(samples.len() >= 20, "{native:?}: {} samples", samples.len());
+        let start = agent.marks.iter().find(|m| m.kind == 1).unwrap().tsc;
+        let end = agent.marks.iter().find(|m| m.kind == 2).unwrap().tsc;
+        assert!(samples.windows(2).all(|w| w[0].tsc <= w[1].tsc), "{native:?}: in time order");
+        assert!(samples.iter().all(|s| (start..=end).contains(&s.tsc)), "{native:?}: within the workload");
+        // ftest's functions are called from main, main from agent_run, that from kit_start,
+        // and kit_start from _start: every full chain ends at the same return into _start.
+        let full: Vec<_> = samples.iter().filter(|s| s.callchain.len() >= 3).collect();
+        assert!(full.len() * 10 >= samples.len() * 9, "{native:?}: {} of {} with a chain", full.len(), samples.len());
+        let root = *full[0].callchain.last().unwrap();
+        assert!(full.iter().all(|s| *s.callchain.last().unwrap() == root), "{native:?}: one root");
+        assert!(samples.iter().all(|s| s.callchain.len() <= 32), "{native:?}: bounded depth");
+        let image = 0x10_0000..0x100_0000;
+        assert!(
+            full.iter().flat_map(|s| &s.callchain).all(|a| image.contains(a)),
+            "{native:?}: addresses in the image"
+        );
+        // Without -g: time, no chains.
+        let plain = run(&kernel, native, &format!("record -e 0x003c -c {period}"));
+        assert!(
+            !plain.agent.samples.is_empty() && plain.agent.samples.iter().all(|s| s.callchain.is_empty() && s.tsc > 0)
+        );
+    }
+}
