@@ -2,7 +2,7 @@
 //! frame-pointer call chain: checked end to end on ftest, emulated and native.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 use vmm::native::NativeMode;
 use vmm::vm::PmuSettings;
@@ -12,9 +12,9 @@ fn skip(reason: &str) {
     let _ = writeln!(std::io::stderr(), "SKIP agent_samples: {reason}");
 }
 
-fn run(kernel: &PathBuf, native: NativeMode, orders: &str) -> vmm::RunReport {
+fn run(kernel: &Path, native: NativeMode, orders: &str) -> vmm::RunReport {
     let config = VmConfig {
-        kernel: kernel.clone(),
+        kernel: kernel.to_path_buf(),
         kernel_arg0: "ftest".into(),
         cmdline: format!("{orders} --"),
         capture_console: true,
