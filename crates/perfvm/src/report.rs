@@ -61,13 +61,23 @@ pub fn run(args: ReportArgs) -> Result<i32, Failure> {
         let mode = callgraph::Mode { children: chains && !args.no_children, graph: args.call_graph };
         callgraph::render(&stacks, &keys, mode, &file.event, file.samples, file.sampled_event_count())
     };
-    print!("{}", header(&file));
-    print!("{table}");
+    emit(&format!("{}{table}", header(&file)))?;
     if let Some(svg) = &args.flamegraph {
         let title = format!("perfvm: {} ({} samples of {})", command(&file), file.samples, file.event);
         write_flamegraph(svg, title, &file.profile.folded())?;
     }
     Ok(0)
+}
+
+/// Write the report on stdout; a reader that stops early (`| head`) is not an error.
+fn emit(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Failure::usage(format!("cannot write the report: {e}")))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn load(path: &str) -> Result<RecordFile, Failure> {

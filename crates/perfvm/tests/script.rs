@@ -131,3 +131,32 @@ fn record_then_script_export_and_source_lines() {
     let first = out.lines().find(|l| l.contains("[.] ")).unwrap();
     assert!(first.contains("[.] qux") && first.contains("ftest.c:"), "qux's hottest line first: {out}");
 }
+
+#[test]
+fn a_reader_that_stops_early_is_not_an_error() {
+    // 3000 samples in 3000 functions: far more output than a pipe holds.
+    let rows: Vec<Value> = (0..3000)
+        .map(|i| json!({"command": "ftest", "object": "ftest", "symbol": format!("f{i}"), "weight": 1, "callers": ["main"]}))
+        .collect();
+    let samples: Vec<Value> = (0..3000u64)
+        .map(|i| json!({"time_ns": i, "vcpu": 0, "task": 0, "ip": 0x1000 + i, "period": 1, "callchain": [0x99]}))
+        .collect();
+    let doc = json!({"format": "perfvm-record-1", "guest": "ftest", "elf": "/nonexistent/ftest.elf", "args": [],
+                     "event": "cycles", "raw_event": 0x3c, "period": 1, "backend": "test", "policy": "test",
+                     "mode": "sampled", "samples": 3000, "samples_dropped": 0, "workload_ns": null, "wall_ns": 1,
+                     "profile": {"rows": rows}, "rips": [], "sample_list": samples, "callgraph": true});
+    let file = temp_file("big.json", doc.to_string().as_bytes());
+    for args in [vec!["script", "-i", &file], vec!["report", "-i", &file, "-g"]] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(code(&o), 0, "{args:?}: {err}");
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+    }
+}
