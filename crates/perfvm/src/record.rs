@@ -69,6 +69,9 @@ pub struct RecordFile {
     /// Samples carry call chains (`-g`).
     #[serde(default)]
     pub callgraph: bool,
+    /// Guest task names by task id (the agent's tasks).
+    #[serde(default)]
+    pub tasks: std::collections::BTreeMap<u32, String>,
     /// What the sampled event counted in the workload, as the agent reports it.
     #[serde(default)]
     pub event_count: Option<u64>,
@@ -205,7 +208,10 @@ pub fn record(
             }
             agent_cmdline("stat -e 0x00c0", args, &extra)
         }
-        How::Agent => agent_cmdline(&format!("record -e {:#06x} -c {period}", event.raw), args, &extra),
+        How::Agent => {
+            let g = if callgraph { " -g" } else { "" };
+            agent_cmdline(&format!("record -e {:#06x} -c {period}{g}", event.raw), args, &extra)
+        }
         How::Vcpus => {
             let khz = vmm::kvm::guest_tsc_khz().map_err(|e| Failure::usage(e.to_string()))?;
             config.sampling = Some(vmm::sampler::SamplingConfig {
@@ -229,12 +235,18 @@ pub fn record(
     let object = Path::new(guest).file_stem().and_then(|s| s.to_str()).unwrap_or("guest").to_owned();
     let sample_list: Vec<Sample> = match how {
         How::Reference => Vec::new(),
-        How::Agent => report
-            .agent
-            .samples
-            .iter()
-            .map(|s| Sample { time_ns: 0, vcpu: 0, task: s.task, ip: s.rip, period, callchain: Vec::new() })
-            .collect(),
+        How::Agent => {
+            let at = agent_clock(&report.agent);
+            let to_sample = |s: &vmm::devices::SampleRecord| Sample {
+                time_ns: at(s.tsc),
+                vcpu: 0,
+                task: s.task,
+                ip: s.rip,
+                period,
+                callchain: s.callchain.clone(),
+            };
+            report.agent.samples.iter().map(to_sample).collect()
+        }
         How::Vcpus => report
             .samples
             .taken
@@ -311,7 +323,8 @@ pub fn record(
         wall_ns: report.stats.wall_ns,
         profile,
         rips,
-        callgraph: callgraph && how == How::Vcpus,
+        callgraph: callgraph && how != How::Reference,
+        tasks: report.agent.tasks.clone(),
         sample_list,
         event_count: report.agent.counts.iter().find(|c| c.task == 0 && c.event == event.raw).map(|c| c.value),
         notifications: pmu.map(|p| p.notifications).unwrap_or_default(),
@@ -320,6 +333,20 @@ pub fn record(
         stats: Some(report.stats),
     };
     Ok((file, code))
+}
+
+/// Guest TSC -> host ns since the VM was built, through the agent's START mark (0 where the
+/// agent sent no TSC or no mark).
+fn agent_clock(agent: &vmm::devices::AgentData) -> impl Fn(u64) -> u64 {
+    let start = agent.marks.iter().find(|m| m.kind == 1).map(|m| (m.tsc, m.host_ns));
+    let khz = vmm::kvm::guest_tsc_khz().unwrap_or(0).max(1);
+    move |tsc| match start {
+        Some((t0, ns0)) if tsc != 0 => {
+            let delta = (i128::from(tsc) - i128::from(t0)) * 1_000_000 / i128::from(khz);
+            (i128::from(ns0) + delta).max(0) as u64
+        }
+        _ => 0,
+    }
 }
 
 pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {

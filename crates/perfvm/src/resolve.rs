@@ -4,7 +4,7 @@
 use crate::record::RecordFile;
 use crate::srcline::{self, Location, SourceLines};
 use crate::symbols::Symbols;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 
 /// Symbolizes a record's samples.
@@ -51,7 +51,7 @@ impl Resolver {
         let object = file.profile.rows.first().map(|r| r.object.clone()).unwrap_or_else(|| {
             Path::new(&file.guest).file_stem().and_then(|s| s.to_str()).unwrap_or("guest").to_owned()
         });
-        let tasks = task_commands(file, &symbols, &object);
+        let tasks = task_commands(file, &object);
         Resolver { symbols, lines, object, tasks }
     }
 
@@ -98,29 +98,11 @@ impl Resolver {
     }
 }
 
-/// Which command each task of the record ran as. The record keeps commands only in its
-/// profile rows and tasks only with addresses (`rips`): a task is the command whose
-/// per-symbol weights equal the task's. Task 0 is the guest itself, as record names it.
-fn task_commands(file: &RecordFile, symbols: &Symbols, object: &str) -> HashMap<u32, String> {
-    let mut by_command: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
-    for r in &file.profile.rows {
-        *by_command.entry(&r.command).or_default().entry(r.symbol.clone()).or_default() += r.weight;
-    }
-    let mut by_task: BTreeMap<u32, BTreeMap<String, u64>> = BTreeMap::new();
-    for &(rip, task, weight) in &file.rips {
-        if task != 0 {
-            *by_task.entry(task).or_default().entry(symbols.name(rip)).or_default() += weight;
-        }
-    }
-    let mut names = HashMap::from([(0, object.to_owned())]);
-    for (task, weights) in by_task {
-        let found = by_command
-            .iter()
-            .find(|(command, w)| **command != object && **w == weights && !names.values().any(|n| n == *command));
-        if let Some((command, _)) = found {
-            names.insert(task, (*command).to_owned());
-        }
-    }
+/// Which command each task of the record ran as: its name from the agent, the guest's name
+/// outside tasks.
+fn task_commands(file: &RecordFile, object: &str) -> HashMap<u32, String> {
+    let mut names: HashMap<u32, String> = file.tasks.iter().map(|(t, n)| (*t, n.clone())).collect();
+    names.insert(0, object.to_owned());
     names
 }
 
@@ -146,15 +128,13 @@ mod tests {
     }
 
     #[test]
-    fn tasks_take_the_command_whose_profile_they_match() {
-        let mut file =
-            testdata::record(&[], &[("ftest", "foo", 1, &[]), ("worker", "bar", 2, &[]), ("idle", "foo", 3, &[])]);
-        file.rips = vec![(0x110, 0, 1), (0x210, 7, 2), (0x120, 9, 3), (0x130, 11, 5)];
+    fn tasks_are_named_as_the_agent_named_them() {
+        let mut file = testdata::record(&[], &[("ftest", "foo", 1, &[])]);
+        file.tasks = [(7, "worker".to_owned())].into();
         let r = Resolver::from_parts(&file, symbols(), None);
         assert_eq!(r.command(0), "ftest");
         assert_eq!(r.command(7), "worker");
-        assert_eq!(r.command(9), "idle");
-        assert_eq!(r.command(11), "task-11", "no command has its weights");
+        assert_eq!(r.command(11), "task-11", "a task the agent never named");
     }
 
     #[test]

@@ -62,6 +62,53 @@ fn record_a_g_profiles_a_foreign_guest_with_call_chains_in_both_modes() {
     }
 }
 
+/// `script` prints the -a -g profile of the foreign guest as perf script does.
+#[test]
+fn script_prints_the_vmm_profile_with_its_chains() {
+    require_kvm!();
+    let elf = build_guest("callgraph-script");
+    let out = std::env::temp_dir().join(format!("perfvm-cg-script-{}.json", std::process::id()));
+    let out = out.to_str().unwrap();
+    let o = perfvm(&["record", "-a", "-g", "-F", "200", "--native", "off", "-o", out, elf.to_str().unwrap(), "1"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = perfvm(&["script", "-i", out]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let text = stdout(&o);
+    let heading = text.lines().find(|l| l.contains(" cycles:")).expect("a sample line");
+    assert!(heading.starts_with("callgraph") && heading.contains("[000]"), "{heading}");
+    assert!(text.contains(" heavy+0x") && text.contains(" work+0x") && text.contains(" cmain+0x"), "{text}");
+    let _ = std::fs::remove_file(out);
+    let _ = std::fs::remove_file(format!("{out}.folded"));
+}
+
+/// The guest agent walks the chain itself on its PMIs (`record -g` without -a).
+#[test]
+fn record_g_through_the_agent_carries_chains_and_times() {
+    require_kvm!();
+    for mode in modes("record_g_through_the_agent_carries_chains_and_times") {
+        let out = std::env::temp_dir().join(format!("perfvm-agent-g-{mode}-{}.json", std::process::id()));
+        let out = out.to_str().unwrap();
+        let work: &[&str] = if mode == "on" { &[] } else { &["1"] };
+        let o = perfvm(&[&["record", "-g", "--native", mode, "-o", out, "ftest"][..], work].concat());
+        assert_eq!(code(&o), 0, "--native {mode}: {}", stderr(&o));
+        let file = load(out);
+        assert_eq!(file["mode"], "sampled");
+        assert_eq!(file["callgraph"], true);
+        let samples = file["sample_list"].as_array().unwrap();
+        let chained = samples.iter().filter(|s| s["callchain"].as_array().is_some_and(|c| c.len() >= 2)).count();
+        assert!(
+            samples.len() > 20 && chained * 10 >= samples.len() * 9,
+            "--native {mode}: {chained} of {}",
+            samples.len()
+        );
+        assert!(samples.iter().all(|s| s["time_ns"].as_u64().unwrap() > 0), "times placed through the START mark");
+        let folded = std::fs::read_to_string(format!("{out}.folded")).unwrap();
+        assert!(folded.lines().all(|l| l.starts_with("ftest;_start;kit_start;agent_run;")), "{folded}");
+        let _ = std::fs::remove_file(out);
+        let _ = std::fs::remove_file(format!("{out}.folded"));
+    }
+}
+
 /// Each vCPU's samples are its own: vCPU 1 only waits in _start's pause loop.
 #[test]
 fn record_a_attributes_samples_per_vcpu() {
