@@ -18,6 +18,14 @@
  *            round-robin order, program them, start; each event's time enabled and time
  *            running (TSC) go with its count so that the VMM can scale it.
  *
+ * AMD (CPUID vendor AuthenticAMD with PerfMonV2, amd/core.c): the same logic through the
+ * vendor table `vt` below: PERF_CTLi/PERF_CTRi (interleaved with PerfCtrExtCore, else the
+ * K7 MSRs), GLOBAL_CTL/GLOBAL_STATUS/GLOBAL_STATUS_CLR for Intel's GLOBAL_CTRL/STATUS/
+ * OVF_CTRL, 48-bit counters written at full width, no fixed counters (every event takes a
+ * GP counter), AMD's event selects (the host's `0xUUEE=0xUUEEE` or amd_evtsel()), and no
+ * LVTPC unmasking after a PMI (an AMD LAPIC does not mask it). Events keep perfvm's code
+ * (Intel's architectural 0xUUEE) in counts and samples.
+ *
  * When the VMM accepts the paravirtual PMU page (agent_pv.c, perfvm_pv.h), the same writes
  * go through its batch and doorbell: setup in one exit, each start (the enable, a sched-in)
  * in one, each stop in one, after which the stopped counters are read from the page
@@ -53,7 +61,10 @@
 #define MUX_US_EMULATED 20000  /* a rotation costs ~0.5 ms of emulated CPL0 code: keep it ~2% */
 
 struct agent_event {
-	uint16_t code;       /* EVENTSEL[15:0] */
+	uint16_t code;       /* perfvm's code: Intel's EVENTSEL[15:0] (what counts and samples carry) */
+	uint8_t has_sel;     /* the host gave the vendor's select (`code=select`) */
+	uint32_t given_sel;  /* that select, in the vendor's -e form (AMD: 0xUUEEE) */
+	uint64_t sel;        /* event select bits of EVENTSEL / PERF_CTL (no flags) */
 	uint16_t flags;      /* AGENT_COUNT_* */
 	int hw;              /* GLOBAL_CTRL bit: 0-7 = PMCi, 32-34 = FIXED_CTRj; NO_COUNTER */
 	const char *why;     /* why it is not counted */
@@ -69,6 +80,18 @@ struct agent_event {
 };
 
 static struct pmu_caps caps;
+
+/* The vendor's PMU registers and counters: Intel's architectural PMU or AMD's PerfMonV2. */
+static struct {
+	int amd;
+	int ok;            /* a PMU the agent drives (Intel version >= 2; AMD with PerfMonV2) */
+	const char *no_pmu;
+	unsigned gp_counters, gp_width, fixed_counters, fixed_width;
+	int full_width_writes; /* counter writes take every bit (else sign-extended from 31) */
+	uint32_t global_ctrl, global_status, status_clear;
+	uint32_t ctl0, ctr0, wr_ctr0, stride; /* counter g: ctl0 + stride * g, ... */
+	int pmi_masks_lvtpc;
+} vt;
 static struct agent_event evs[AGENT_MAX_EVENTS];
 static unsigned nev;
 static int recording, per_task, call_graph;
@@ -261,7 +284,7 @@ static void stop_and_update(void)
 			return;
 		}
 	} else {
-		wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+		wrmsr(vt.global_ctrl, 0);
 	}
 	for (unsigned i = 0; i < nev; i++)
 		if (evs[i].hw >= 0)
@@ -285,7 +308,7 @@ static void pmu_start(void)
 	if (agent_pv_mode)
 		agent_pv_ring(pv_start_n);
 	else
-		wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, enabled_mask);
+		wrmsr(vt.global_ctrl, enabled_mask);
 }
 
 /* ---- samples and the PMI ------------------------------------------------------------- */
@@ -338,9 +361,9 @@ static int agent_nmi(struct trap_frame *f)
 		return 0;
 	if (agent_pv_sampling)
 		return pv_pmi(f);
-	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	wrmsr(vt.global_ctrl, 0);
 	uint64_t tsc = rdtsc();
-	uint64_t status = rdmsr(MSR_IA32_PERF_GLOBAL_STATUS);
+	uint64_t status = rdmsr(vt.global_status);
 	uint64_t mine = status & sampling_mask;
 	if (mine) {
 		uint32_t task = current_task_id();
@@ -359,10 +382,11 @@ static int agent_nmi(struct trap_frame *f)
 		}
 	}
 	if (status)
-		wrmsr(MSR_IA32_PERF_GLOBAL_OVF_CTRL, status);
-	lapic_set_lvtpc(LVT_NMI); /* the PMI masked it */
+		wrmsr(vt.status_clear, status);
+	if (vt.pmi_masks_lvtpc)
+		lapic_set_lvtpc(LVT_NMI); /* the PMI masked it */
 	if (pmu_on)
-		wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, enabled_mask);
+		wrmsr(vt.global_ctrl, enabled_mask);
 	return mine != 0; /* else: not ours, let nmi_handler see it */
 }
 
@@ -416,7 +440,8 @@ static void usage(void)
 {
 	printf("agent: usage: <guest> stat -e <ev>[,<ev>...] [-p] -- <args>\n"
 	       "agent:        <guest> record -e <ev>[,<ev>...] -c <period> [-p] [-g] -- <args>\n"
-	       "agent:   <ev> = 0xUUEE (umask, event select) or an architectural event name\n");
+	       "agent:   <ev> = 0xUUEE (umask, event select) or an architectural event name,\n"
+	       "agent:          optionally =<the vendor's select> (AMD: 0xUUEEE, 12-bit event select)\n");
 }
 
 static int parse_events(const char *list)
@@ -438,6 +463,19 @@ static int parse_events(const char *list)
 			printf("agent: at most %u events\n", AGENT_MAX_EVENTS);
 			return -1;
 		}
+		int has_sel = 0;
+		unsigned long sel = 0;
+		char *eq = strchr(word, '=');
+		if (eq) {
+			char *end;
+			*eq = 0;
+			sel = strtoul(eq + 1, &end, 0);
+			if (*end || eq[1] == 0 || sel > 0xfffff) {
+				printf("agent: bad event select '%s'\n", eq + 1);
+				return -1;
+			}
+			has_sel = 1;
+		}
 		int code = -1;
 		for (int a = 0; a < NR_ARCH_EVENTS; a++)
 			if (!strcmp(word, arch_events[a].name))
@@ -452,6 +490,8 @@ static int parse_events(const char *list)
 			code = (int)v;
 		}
 		evs[nev].code = (uint16_t)code;
+		evs[nev].has_sel = (uint8_t)has_sel;
+		evs[nev].given_sel = (uint32_t)sel;
 		evs[nev].hw = NO_COUNTER;
 		nev++;
 	}
@@ -491,6 +531,45 @@ static int parse_options(int argc, char **argv)
 
 /* ---- counter assignment and programming ----------------------------------------------- */
 
+/* Fill the vendor table from CPUID (the kit's cpuid(): the VMM's table, natively too). */
+static void probe_vendor(void)
+{
+	struct amd_pmu_caps amd;
+	amd_pmu_probe(&amd);
+	if (amd.amd) {
+		vt.amd = 1;
+		vt.ok = amd.perfmon_v2 && amd.counters > 0;
+		vt.no_pmu = "no AMD PerfMonV2 PMU";
+		vt.gp_counters = amd.counters > AMD_MAX_COUNTERS ? AMD_MAX_COUNTERS : amd.counters;
+		vt.gp_width = 48;
+		vt.full_width_writes = 1;
+		vt.global_ctrl = MSR_AMD64_PERF_CNTR_GLOBAL_CTL;
+		vt.global_status = MSR_AMD64_PERF_CNTR_GLOBAL_STATUS;
+		vt.status_clear = MSR_AMD64_PERF_CNTR_GLOBAL_STATUS_CLR;
+		vt.ctl0 = amd_ctl_msr(&amd, 0);
+		vt.ctr0 = vt.wr_ctr0 = amd_ctr_msr(&amd, 0);
+		vt.stride = amd_ctl_msr(&amd, 1) - vt.ctl0;
+		vt.pmi_masks_lvtpc = 0;
+		return;
+	}
+	pmu_probe(&caps);
+	vt.ok = caps.version >= 2;
+	vt.no_pmu = "no architectural PMU";
+	vt.gp_counters = caps.gp_counters;
+	vt.gp_width = caps.gp_width;
+	vt.fixed_counters = caps.fixed_counters;
+	vt.fixed_width = caps.fixed_width;
+	vt.full_width_writes = !!(caps.perf_capabilities & PERF_CAP_FW_WRITE);
+	vt.global_ctrl = MSR_IA32_PERF_GLOBAL_CTRL;
+	vt.global_status = MSR_IA32_PERF_GLOBAL_STATUS;
+	vt.status_clear = MSR_IA32_PERF_GLOBAL_OVF_CTRL;
+	vt.ctl0 = MSR_IA32_PERFEVTSEL0;
+	vt.ctr0 = MSR_IA32_PMC0;
+	vt.wr_ctr0 = vt.full_width_writes ? MSR_IA32_A_PMC0 : MSR_IA32_PMC0;
+	vt.stride = 1;
+	vt.pmi_masks_lvtpc = 1;
+}
+
 static int arch_index(uint16_t code)
 {
 	for (int a = 0; a < NR_ARCH_EVENTS; a++)
@@ -510,6 +589,25 @@ static int fixed_index(uint16_t code)
 	}
 }
 
+/* The vendor's event select of e (e->sel): the host's when it gave one, else Intel's code
+ * as is, or on AMD the architectural event's AMD encoding. -1: none. */
+static int vendor_select(struct agent_event *e)
+{
+	if (!vt.amd) {
+		e->sel = e->has_sel ? e->given_sel & 0xffff : e->code;
+		return 0;
+	}
+	if (e->has_sel) {
+		e->sel = amd_encode(e->given_sel & 0xfff, (uint8_t)(e->given_sel >> 12), 0);
+		return 0;
+	}
+	int a = arch_index(e->code);
+	if (a < 0)
+		return -1;
+	e->sel = amd_evtsel(a, 0);
+	return 0;
+}
+
 /* Events the PMU cannot count at all are unsupported for good; the others go in mux_order. */
 static void classify_events(void)
 {
@@ -518,10 +616,12 @@ static void classify_events(void)
 		struct agent_event *e = &evs[i];
 		int a = arch_index(e->code);
 		e->hw = NO_COUNTER;
-		if (caps.version < 2)
-			e->why = "no architectural PMU";
-		else if (a >= 0 && !pmu_event_available(&caps, a))
+		if (!vt.ok)
+			e->why = vt.no_pmu;
+		else if (!vt.amd && a >= 0 && !pmu_event_available(&caps, a))
 			e->why = "not supported";
+		else if (vendor_select(e) < 0)
+			e->why = "no AMD encoding";
 		else
 			mux_order[mux_n++] = i;
 		if (e->why)
@@ -543,26 +643,25 @@ static unsigned assign_counters(void)
 		e->hw = NO_COUNTER;
 		if (e->flags & AGENT_COUNT_UNSUPPORTED)
 			continue; /* its EVENTSEL write was refused */
-		if (j >= 0 && (unsigned)j < caps.fixed_counters && !(fixed_used & (1u << j))) {
+		if (j >= 0 && (unsigned)j < vt.fixed_counters && !(fixed_used & (1u << j))) {
 			fixed_used |= 1u << j;
 			e->hw = 32 + j;
 			e->flags |= AGENT_COUNT_FIXED;
 			e->rd_msr = e->wr_msr = MSR_IA32_FIXED_CTR0 + j;
-			e->width_mask = (1ull << caps.fixed_width) - 1;
+			e->width_mask = (1ull << vt.fixed_width) - 1;
 		} else {
 			unsigned g = 0;
-			while (g < caps.gp_counters && (gp_used & (1u << g)))
+			while (g < vt.gp_counters && (gp_used & (1u << g)))
 				g++;
-			if (g >= caps.gp_counters) {
+			if (g >= vt.gp_counters) {
 				left++;
 				continue;
 			}
 			gp_used |= 1u << g;
 			e->hw = (int)g;
-			e->rd_msr = MSR_IA32_PMC0 + g;
-			e->wr_msr = (caps.perf_capabilities & PERF_CAP_FW_WRITE) ? MSR_IA32_A_PMC0 + g
-										 : MSR_IA32_PMC0 + g;
-			e->width_mask = (1ull << caps.gp_width) - 1;
+			e->rd_msr = vt.ctr0 + vt.stride * g;
+			e->wr_msr = vt.wr_ctr0 + vt.stride * g;
+			e->width_mask = (1ull << vt.gp_width) - 1;
 		}
 		e->top_bit = (e->width_mask >> 1) + 1;
 		e->pv_slot = (uint8_t)(is_gp(e) ? e->hw : 8 + (e->hw - 32));
@@ -600,10 +699,10 @@ static int check_period(void)
 			continue;
 		if (period >= e->top_bit) {
 			printf("agent: period %lu too large for a %u-bit counter\n", (unsigned long)period,
-			       is_gp(e) ? caps.gp_width : caps.fixed_width);
+			       is_gp(e) ? vt.gp_width : vt.fixed_width);
 			return -1;
 		}
-		if (is_gp(e) && !(caps.perf_capabilities & PERF_CAP_FW_WRITE) && period >= (1ull << 31)) {
+		if (is_gp(e) && !vt.full_width_writes && period >= (1ull << 31)) {
 			printf("agent: period %lu needs full-width counter writes (legacy writes sign-extend "
 			       "bit 31): use a period < 2^31\n", (unsigned long)period);
 			return -1;
@@ -614,7 +713,7 @@ static int check_period(void)
 
 static uint64_t event_select(const struct agent_event *e)
 {
-	return e->code | EVTSEL_OS | EVTSEL_EN | (recording ? EVTSEL_INT : 0);
+	return e->sel | EVTSEL_OS | EVTSEL_EN | (recording ? EVTSEL_INT : 0);
 }
 
 static uint64_t fixed_control(void)
@@ -636,10 +735,10 @@ static void refuse(struct agent_event *e, const char *why)
 /* GLOBAL_CTRL = 0, EVENTSELs, FIXED_CTR_CTRL with WRMSRs. */
 static void program_controls_msr(void)
 {
-	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	wrmsr(vt.global_ctrl, 0);
 	for (unsigned i = 0; i < nev; i++) {
 		struct agent_event *e = &evs[i];
-		if (is_gp(e) && wrmsr_safe(MSR_IA32_PERFEVTSEL0 + e->hw, event_select(e)) < 0)
+		if (is_gp(e) && wrmsr_safe(vt.ctl0 + vt.stride * e->hw, event_select(e)) < 0)
 			refuse(e, "EVENTSEL write refused");
 	}
 	uint64_t fixed = fixed_control();
@@ -654,11 +753,11 @@ static void program_controls_pv(void)
 	struct pv_batch_entry *b = agent_pv_page.v1.batch;
 	int8_t owner[PV_BATCH_MAX]; /* event of each entry; -1: GLOBAL_CTRL, -2: FIXED_CTR_CTRL */
 	unsigned n = 0;
-	b[n] = (struct pv_batch_entry){ MSR_IA32_PERF_GLOBAL_CTRL, 0, 0 };
+	b[n] = (struct pv_batch_entry){ vt.global_ctrl, 0, 0 };
 	owner[n++] = -1;
 	for (unsigned i = 0; i < nev; i++) {
 		if (is_gp(&evs[i])) {
-			b[n] = (struct pv_batch_entry){ MSR_IA32_PERFEVTSEL0 + evs[i].hw, 0, event_select(&evs[i]) };
+			b[n] = (struct pv_batch_entry){ vt.ctl0 + vt.stride * evs[i].hw, 0, event_select(&evs[i]) };
 			owner[n++] = (int8_t)i;
 		}
 	}
@@ -716,7 +815,7 @@ static void program(void)
 	struct pv_batch_entry *b = agent_pv_page.v1.batch;
 	unsigned n = 0;
 	if (agent_pv_mode)
-		b[n++] = (struct pv_batch_entry){ MSR_IA32_PERF_GLOBAL_CTRL, 0, 0 };
+		b[n++] = (struct pv_batch_entry){ vt.global_ctrl, 0, 0 };
 	enabled_mask = 0;
 	for (unsigned i = 0; i < nev; i++) {
 		struct agent_event *e = &evs[i];
@@ -730,7 +829,7 @@ static void program(void)
 		enabled_mask |= 1ull << e->hw;
 	}
 	if (agent_pv_mode)
-		b[n++] = (struct pv_batch_entry){ MSR_IA32_PERF_GLOBAL_CTRL, 0, enabled_mask };
+		b[n++] = (struct pv_batch_entry){ vt.global_ctrl, 0, enabled_mask };
 	pv_start_n = n;
 	sampling_mask = recording ? enabled_mask : 0;
 }
@@ -885,12 +984,12 @@ int agent_run(int argc, char **argv, int (*main_fn)(int, char **))
 	wargv[wargc] = 0;
 
 	begin_critical();
-	pmu_probe(&caps);
+	probe_vendor();
 	assign_first();
 	if (check_period() < 0)
 		return 2;
 	pv_flags = agent_pv_register();
-	if (caps.version >= 2)
+	if (vt.ok)
 		program();
 	if (sampling_mask) {
 		struct agent_buffer b = { (uint64_t)(uintptr_t)sample_msg, AGENT_MSG_SAMPLES2, 0 };

@@ -211,7 +211,8 @@ pub struct VmArgs {
     #[arg(long, value_enum, default_value_t = NativeArg::Auto)]
     pub native: NativeArg,
     /// The CPU the guest is told it runs on, whatever the host: intel (GenuineIntel with the
-    /// Intel vPMU) or amd (AuthenticAMD; no AMD vPMU yet, so the guest has no PMU).
+    /// Intel vPMU) or amd (AuthenticAMD with the AMD vPMU: PerfMonV2, --counters 48-bit
+    /// counters up to 6, no fixed counters); stat and record's perf agent drive either.
     #[arg(long, value_enum, default_value_t = VendorArg::Intel)]
     pub cpu_vendor: VendorArg,
     #[command(flatten)]
@@ -221,7 +222,8 @@ pub struct VmArgs {
 /// The virtual PMU.
 #[derive(Debug, Args, Clone)]
 pub struct PmuArgs {
-    /// Give the guest a virtual PMU (Intel architectural perfmon v2).
+    /// Give the guest a virtual PMU (Intel architectural perfmon v2, or AMD PerfMonV2 with
+    /// --cpu-vendor amd).
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub pmu: OnOff,
     /// What counts: host perf events, or exact counting by single-stepping.

@@ -72,6 +72,21 @@ pub fn architectural(raw: u16) -> Option<ArchEvent> {
     ArchEvent::from_select(raw as u8, (raw >> 8) as u8)
 }
 
+/// The event as the perf agent's `-e` takes it for a guest of `vendor`: Intel's `0xUUEE`;
+/// under AMD, `0xUUEE=0xUUEEE` (perfvm's code, which counts and samples carry back, then
+/// the AMD PERF_CTL encoding: unit mask, 12-bit event select), or the bare code for an event
+/// with no AMD encoding (the agent then reports it not counted).
+pub fn agent_code(event: Event, vendor: crate::cli::VendorArg) -> String {
+    let code = format!("{:#06x}", event.raw);
+    match (vendor, architectural(event.raw)) {
+        (crate::cli::VendorArg::Amd, Some(arch)) => {
+            let (select, umask) = arch.amd_select();
+            format!("{code}=0x{umask:02x}{select:03x}")
+        }
+        _ => code,
+    }
+}
+
 /// The event with this encoding (a raw name if it has none).
 pub fn by_raw(raw: u16) -> Event {
     match events().find(|&(_, r)| r == raw) {
@@ -94,5 +109,19 @@ mod tests {
         assert!(err.contains("unknown event 'bogus'") && err.contains("branch-misses"), "{err}");
         assert_eq!(parse_list("cycles,instructions").unwrap().len(), 2);
         assert!(parse_list(",").is_err());
+    }
+
+    #[test]
+    fn agent_codes_per_vendor() {
+        use crate::cli::VendorArg::{Amd, Intel};
+        let code = |name, vendor| agent_code(parse(name).unwrap(), vendor);
+        assert_eq!(code("cycles", Intel), "0x003c");
+        assert_eq!(code("cycles", Amd), "0x003c=0x00076");
+        assert_eq!(code("instructions", Amd), "0x00c0=0x000c0");
+        assert_eq!(code("branches", Amd), "0x00c4=0x000c2");
+        assert_eq!(code("branch-misses", Amd), "0x00c5=0x000c3");
+        assert_eq!(code("ref-cycles", Amd), "0x013c=0x00120");
+        assert_eq!(code("cache-references", Amd), "0x4f2e=0xff060");
+        assert_eq!(code("r01c2", Amd), "0x01c2", "no AMD encoding: the bare code");
     }
 }

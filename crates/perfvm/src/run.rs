@@ -52,16 +52,11 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
     }))
 }
 
-/// The guest kit's perf agent (`stat`, `record`) programs Intel's architectural PMU only:
-/// say so rather than show every event `<not supported>` under the AMD identity.
-pub fn check_agent_vendor(args: &VmArgs) -> Result<(), Failure> {
-    match args.cpu_vendor {
-        crate::cli::VendorArg::Intel => Ok(()),
-        crate::cli::VendorArg::Amd => Err(Failure::usage(
-            "--cpu-vendor amd: the guest kit's perf agent (stat, record) drives Intel's PMU only so far; \
-             program the AMD PMU from your own guest with `perfvm run` (docs/GUEST.md)",
-        )),
-    }
+/// The guest kit's perf agent (`stat`, `record`) drives both vendors' vPMUs (Intel's
+/// architectural PMU, AMD's PerfMonV2): nothing to refuse under `--cpu-vendor`. Kept as the
+/// one place to say so should a vendor lack an agent again.
+pub fn check_agent_vendor(_args: &VmArgs) -> Result<(), Failure> {
+    Ok(())
 }
 
 /// Turn the shared VM options into a VM configuration.

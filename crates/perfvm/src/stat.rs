@@ -2,12 +2,12 @@
 //! print what `perf stat` prints. Events the agent multiplexed (more events than counters)
 //! are scaled by their time enabled over time running, with perf's `(xx.xx%)` column.
 
-use crate::cli::StatArgs;
+use crate::cli::{StatArgs, VendorArg};
 use crate::events::{self, Event};
 use crate::format::thousands;
 use crate::run::{boot_under_agent, vm_config};
 use crate::Failure;
-use pmu::CountSource;
+use pmu::{CountSource, EventSet};
 use serde::Serialize;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -30,9 +30,10 @@ pub fn agent_cmdline(orders: &str, args: &[String], extra: &str) -> String {
     cmdline
 }
 
-/// The raw encodings as the agent takes them: `0xUUEE,...`.
-pub fn raw_list(events: &[Event]) -> String {
-    events.iter().map(|e| format!("{:#06x}", e.raw)).collect::<Vec<_>>().join(",")
+/// The encodings as the agent takes them for a guest of `vendor`: `0xUUEE,...` (Intel),
+/// `0xUUEE=0xUUEEE,...` (AMD: perfvm's code and the AMD select, [`events::agent_code`]).
+pub fn raw_list(events: &[Event], vendor: VendorArg) -> String {
+    events.iter().map(|&e| events::agent_code(e, vendor)).collect::<Vec<_>>().join(",")
 }
 
 /// How an event fared, in perf's words (in rising severity: the worst run's status wins).
@@ -43,14 +44,14 @@ pub enum Status {
     /// The vPMU offers the event but it never ran on a counter (record does not multiplex;
     /// stat multiplexes, but a workload shorter than a rotation may not reach an event).
     NotCounted,
-    /// The vPMU does not offer the event: CPUID.0AH:EBX says so, or it is not architectural
-    /// (no backend counts those).
+    /// The vPMU does not offer the event: CPUID.0AH:EBX says so (Intel), its caps do (AMD),
+    /// or it is not architectural (no backend counts those).
     NotSupported,
 }
 
 impl Status {
-    fn of(c: &CountRecord, cpuid_0xa: Option<[u32; 4]>) -> Status {
-        if !advertised(c.event, cpuid_0xa) {
+    fn of(c: &CountRecord, offered: Option<EventSet>) -> Status {
+        if !advertised(c.event, offered) {
             Status::NotSupported
         } else if c.flags & COUNT_UNSUPPORTED != 0 || (c.time_enabled > 0 && c.time_running == 0) {
             Status::NotCounted
@@ -69,13 +70,25 @@ impl Status {
     }
 }
 
-/// Whether the vPMU (CPUID leaf 0xA, None without one) offers the event `raw`.
-fn advertised(raw: u16, cpuid_0xa: Option<[u32; 4]>) -> bool {
-    let (Some([eax, ebx, ..]), Some(event)) = (cpuid_0xa, events::architectural(raw)) else {
-        return false;
-    };
-    let (version, vector_len, bit) = (eax & 0xff, (eax >> 24) & 0xff, event.cpuid_bit());
-    version >= 2 && bit < vector_len && ebx & (1 << bit) == 0
+/// Whether the vPMU (its events, [`offered`]; None without one) offers the event `raw`.
+fn advertised(raw: u16, offered: Option<EventSet>) -> bool {
+    matches!((offered, events::architectural(raw)), (Some(set), Some(event)) if set.contains(event))
+}
+
+/// The events a vPMU offers its guest: what CPUID leaf 0xA advertises on Intel (version 2
+/// or later, EBX bit clear within its length); on AMD, which has no such leaf, the PMU caps'
+/// events (each with its AMD encoding, `perfvm list`).
+pub fn offered(pmu: &vmm::pmu_report::PmuReport) -> EventSet {
+    match pmu.vendor {
+        pmu::Vendor::Amd => pmu.available,
+        _ => offered_by_cpuid_0xa(pmu.cpuid_0xa),
+    }
+}
+
+/// The events CPUID leaf 0xA `[eax, ebx, ..]` advertises.
+fn offered_by_cpuid_0xa([eax, ebx, ..]: [u32; 4]) -> EventSet {
+    let (version, vector_len) = (eax & 0xff, (eax >> 24) & 0xff);
+    EventSet::from_fn(|e| version >= 2 && e.cpuid_bit() < vector_len && ebx & (1 << e.cpuid_bit()) == 0)
 }
 
 /// Whether the exact backend counts the event `raw`.
@@ -151,7 +164,7 @@ fn spread_percent(samples: &[f64]) -> Option<f64> {
 
 /// Every run's counts, folded into lines (in the order of the first run), with a row per
 /// event for what ran outside the tasks when counting per task.
-pub fn fold(runs: &[&AgentData], cpuid_0xa: Option<[u32; 4]>) -> Vec<Line> {
+pub fn fold(runs: &[&AgentData], offered: Option<EventSet>) -> Vec<Line> {
     let mut lines: Vec<Line> = Vec::new();
     for agent in runs {
         let mut slots: BTreeMap<Scope, usize> = BTreeMap::new();
@@ -159,7 +172,7 @@ pub fn fold(runs: &[&AgentData], cpuid_0xa: Option<[u32; 4]>) -> Vec<Line> {
             let scope = if c.task == 0 { Scope::Whole } else { Scope::Task(c.task) };
             // The agent sends a scope's events in `-e` order: the slot tells repeated ones apart.
             let slot = slots.entry(scope).or_default();
-            let status = Status::of(c, cpuid_0xa);
+            let status = Status::of(c, offered);
             let i = match lines.iter().position(|l| l.slot == *slot && l.scope == scope) {
                 Some(i) => i,
                 None => {
@@ -341,9 +354,8 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
     if args.repeat == 0 {
         return Err(Failure::usage("-r N must be at least 1"));
     }
-    crate::run::check_agent_vendor(&args.vm)?;
     let mut config = vm_config(&args.vm, args.json)?;
-    let orders = format!("stat -e {}{}", raw_list(&events), if args.per_task { " -p" } else { "" });
+    let orders = format!("stat -e {}{}", raw_list(&events, args.vm.cpu_vendor), if args.per_task { " -p" } else { "" });
     config.cmdline = agent_cmdline(&orders, &args.args, &args.vm.cmdline);
     let mut reports: Vec<RunReport> = Vec::new();
     let mut code = 0;
@@ -370,7 +382,7 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
     let seconds: Vec<f64> =
         reports.iter().map(|r| r.agent.workload_ns().unwrap_or(r.stats.wall_ns) as f64 / 1e9).collect();
     let pmu = last.stats.pmu.as_ref();
-    let lines = fold(&reports.iter().map(|r| &r.agent).collect::<Vec<_>>(), pmu.map(|p| p.cpuid_0xa));
+    let lines = fold(&reports.iter().map(|r| &r.agent).collect::<Vec<_>>(), pmu.map(offered));
     let backend = pmu.map(|p| p.backend_detail.clone()).unwrap_or_default();
     let table = Table {
         command: &command,
@@ -402,8 +414,8 @@ mod tests {
 
     /// CPUID.0AH of a perfmon v2 PMU with 7 events, of which `missing` (EBX bits) are not
     /// available.
-    fn cpuid(missing: u32) -> Option<[u32; 4]> {
-        Some([0x0730_0402, missing, 0, 0x0600])
+    fn cpuid(missing: u32) -> Option<EventSet> {
+        Some(offered_by_cpuid_0xa([0x0730_0402, missing, 0, 0x0600]))
     }
 
     fn agent(records: &[(u16, u16, u32, u64)], tasks: &[(u32, &str)]) -> AgentData {
@@ -415,8 +427,8 @@ mod tests {
         agent
     }
 
-    fn render(agents: &[&AgentData], cpuid_0xa: Option<[u32; 4]>, perf_backend: bool) -> String {
-        let lines = fold(agents, cpuid_0xa);
+    fn render(agents: &[&AgentData], offered: Option<EventSet>, perf_backend: bool) -> String {
+        let lines = fold(agents, offered);
         let seconds: Vec<f64> = agents.iter().enumerate().map(|(i, _)| 1.5 + i as f64 * 0.1).collect();
         let table = Table {
             command: "ftest 3",
@@ -444,8 +456,12 @@ mod tests {
         assert!(!out.contains("+-") && !out.contains("Per task"), "{out}");
         assert_eq!(agent_cmdline("stat -e 0x00c0", &["3".into()], ""), "stat -e 0x00c0 -- 3");
         assert_eq!(
-            raw_list(&[events::parse("cycles").unwrap(), events::parse("ref-cycles").unwrap()]),
+            raw_list(&[events::parse("cycles").unwrap(), events::parse("ref-cycles").unwrap()], VendorArg::Intel),
             "0x003c,0x013c"
+        );
+        assert_eq!(
+            raw_list(&[events::parse("cycles").unwrap(), events::parse("instructions").unwrap()], VendorArg::Amd),
+            "0x003c=0x00076,0x00c0=0x000c0"
         );
     }
 

@@ -146,14 +146,20 @@ fn list_shows_the_events_with_raw_codes_and_backends() {
     assert!(out.contains("rUUEE"), "{out}");
 }
 
-/// The perf agent drives Intel's PMU only: `stat` and `record` under the AMD identity say so
-/// in one line (exit 2) instead of printing every event `<not supported>`.
+/// The perf agent drives both vendors' PMUs: `--cpu-vendor` no longer says the AMD guest has
+/// no PMU, and `stat`/`record` under the AMD identity are no usage error (they boot; see
+/// tests/amd_agent.rs for what they count).
 #[test]
-fn the_agent_under_the_amd_identity_is_a_clear_error() {
-    for cmd in ["stat", "record"] {
-        assert_usage_error(
-            &perfvm(&[cmd, "--cpu-vendor", "amd", "ftest"]),
-            "--cpu-vendor amd: the guest kit's perf agent",
-        );
+fn the_amd_identity_has_a_vpmu_the_agent_drives() {
+    for cmd in ["stat", "record", "run"] {
+        let o = perfvm(&[cmd, "--help"]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let help = stdout(&o);
+        assert!(help.contains("AMD vPMU: PerfMonV2") && !help.contains("no AMD vPMU yet"), "{cmd}: {help}");
+        assert!(help.contains("AMD PerfMonV2 with --cpu-vendor amd"), "{cmd}: {help}");
     }
+    // A bad option after --cpu-vendor amd is still the user's error, not a vendor refusal.
+    let o = perfvm(&["stat", "--cpu-vendor", "amd", "--counters", "0", "ftest"]);
+    assert_usage_error(&o, "--counters must be between 1 and");
+    assert!(!stderr(&o).contains("drives Intel's PMU only"), "{}", stderr(&o));
 }

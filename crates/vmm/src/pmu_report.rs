@@ -24,6 +24,11 @@ pub struct PmuReport {
     pub fixed_counters: u8,
     /// CPUID leaf 0xA as the guest sees it (EAX, EBX, ECX, EDX).
     pub cpuid_0xa: [u32; 4],
+    /// Whose PMU the guest has (`--cpu-vendor`).
+    pub vendor: pmu::Vendor,
+    /// The architectural events the vPMU counts (CPUID.0AH:EBX bit order, set = counted):
+    /// on Intel the complement of leaf 0xA's EBX, on AMD (no CPUID says) the PMU caps'.
+    pub available: pmu::EventSet,
     /// The PMU model's statistics.
     pub model: PmuStats,
     /// The VMM side's statistics (exits, PMIs, time).
@@ -71,6 +76,8 @@ impl PmuReport {
             gp_counters: caps.gp_counters(),
             fixed_counters: caps.fixed_counters(),
             cpuid_0xa: caps.cpuid_0xa(),
+            vendor: caps.vendor(),
+            available: caps.available(),
             model: PmuStats::default(),
             vmm: VpmuStats::default(),
             host_syscalls: 0,
