@@ -175,17 +175,7 @@ mod tests {
 
     #[test]
     fn real_guest_lines_name_ftest_c() {
-        let path = crate::guests::guest_dir().join("ftest.elf");
-        let Ok(bytes) = std::fs::read(&path) else {
-            eprintln!("SKIP real_guest_lines_name_ftest_c: no {}", path.display());
-            return;
-        };
-        let symbols = Symbols::from_elf(&bytes);
-        let (main, qux) = (symbols.address("main").unwrap(), symbols.address("qux").unwrap());
-        let mut file = testdata::record(&[(0, 0, 0, qux + 4, &[main + 0x20])], &[("ftest", "qux", 1, &["main"])]);
-        file.elf = path.display().to_string();
-        let (r, warnings) = Resolver::new(&file, true);
-        assert!(warnings.is_empty(), "{warnings:?}");
+        let Some((file, r)) = testdata::real_ftest("real_guest_lines_name_ftest_c") else { return };
         let text = render(&file, &r, Options { srcline: true, callchain: true });
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[1].contains(" qux+0x4 (") && lines[3].contains(" main+0x20 ("), "{text}");

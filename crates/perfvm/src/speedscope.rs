@@ -209,17 +209,7 @@ mod tests {
 
     #[test]
     fn real_guest_frames_carry_file_and_line() {
-        let path = crate::guests::guest_dir().join("ftest.elf");
-        let Ok(bytes) = std::fs::read(&path) else {
-            eprintln!("SKIP real_guest_frames_carry_file_and_line: no {}", path.display());
-            return;
-        };
-        let symbols = Symbols::from_elf(&bytes);
-        let (main, qux) = (symbols.address("main").unwrap(), symbols.address("qux").unwrap());
-        let mut file = testdata::record(&[(0, 0, 0, qux + 4, &[main + 0x20])], &[("ftest", "qux", 1, &["main"])]);
-        file.elf = path.display().to_string();
-        let (r, warnings) = Resolver::new(&file, true);
-        assert!(warnings.is_empty(), "{warnings:?}");
+        let Some((file, r)) = testdata::real_ftest("real_guest_frames_carry_file_and_line") else { return };
         let doc = export(&file, &r, "x.json");
         check_schema(&doc).unwrap();
         for f in doc["shared"]["frames"].as_array().unwrap() {

@@ -43,3 +43,20 @@ pub fn record(samples: &[SampleSpec], rows: &[RowSpec]) -> RecordFile {
                      "sample_list": sample_list, "callgraph": samples.iter().any(|s| !s.4.is_empty())});
     serde_json::from_value(doc).expect("a valid record")
 }
+
+/// A one-sample record of the real ftest guest (qux, called from main) with its resolver
+/// reading the guest's DWARF; None, with a SKIP line, where the guest is not built.
+pub fn real_ftest(test: &str) -> Option<(RecordFile, crate::resolve::Resolver)> {
+    let path = crate::guests::guest_dir().join("ftest.elf");
+    let Ok(bytes) = std::fs::read(&path) else {
+        eprintln!("SKIP {test}: no {}", path.display());
+        return None;
+    };
+    let symbols = crate::symbols::Symbols::from_elf(&bytes);
+    let (main, qux) = (symbols.address("main").unwrap(), symbols.address("qux").unwrap());
+    let mut file = record(&[(0, 0, 0, qux + 4, &[main + 0x20])], &[("ftest", "qux", 1, &["main"])]);
+    file.elf = path.display().to_string();
+    let (r, warnings) = crate::resolve::Resolver::new(&file, true);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    Some((file, r))
+}

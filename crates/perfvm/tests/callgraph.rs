@@ -17,6 +17,17 @@ fn build_guest(test: &str) -> PathBuf {
     out.join("callgraph.elf")
 }
 
+/// A record file path of this test run.
+fn out_path(name: &str) -> String {
+    std::env::temp_dir().join(format!("perfvm-{name}-{}.json", std::process::id())).display().to_string()
+}
+
+/// Remove a record file and its folded stacks.
+fn remove(out: &str) {
+    let _ = std::fs::remove_file(out);
+    let _ = std::fs::remove_file(format!("{out}.folded"));
+}
+
 fn load(path: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -29,8 +40,7 @@ fn record_a_g_profiles_a_foreign_guest_with_call_chains_in_both_modes() {
     for mode in modes("record_a_g_profiles_a_foreign_guest_with_call_chains_in_both_modes") {
         // Millions of loop iterations: about a second of guest time in each mode.
         let millions = if mode == "on" { "1000" } else { "1" };
-        let out = std::env::temp_dir().join(format!("perfvm-cg-{mode}-{}.json", std::process::id()));
-        let out = out.to_str().unwrap();
+        let out = &out_path(&format!("cg-{mode}"));
         let o = perfvm(&["record", "-a", "-g", "--native", mode, "-o", out, elf, millions]);
         assert_eq!(code(&o), 0, "--native {mode}: {}", stderr(&o));
         let file = load(out);
@@ -57,8 +67,7 @@ fn record_a_g_profiles_a_foreign_guest_with_call_chains_in_both_modes() {
         let file = load(out);
         assert_eq!(file["callgraph"], false);
         assert!(file["sample_list"].as_array().unwrap().iter().all(|s| s.get("callchain").is_none()));
-        let _ = std::fs::remove_file(out);
-        let _ = std::fs::remove_file(format!("{out}.folded"));
+        remove(out);
     }
 }
 
@@ -67,8 +76,7 @@ fn record_a_g_profiles_a_foreign_guest_with_call_chains_in_both_modes() {
 fn script_prints_the_vmm_profile_with_its_chains() {
     require_kvm!();
     let elf = build_guest("callgraph-script");
-    let out = std::env::temp_dir().join(format!("perfvm-cg-script-{}.json", std::process::id()));
-    let out = out.to_str().unwrap();
+    let out = &out_path("cg-script");
     let o = perfvm(&["record", "-a", "-g", "-F", "200", "--native", "off", "-o", out, elf.to_str().unwrap(), "1"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let o = perfvm(&["script", "-i", out]);
@@ -77,8 +85,7 @@ fn script_prints_the_vmm_profile_with_its_chains() {
     let heading = text.lines().find(|l| l.contains(" cycles:")).expect("a sample line");
     assert!(heading.starts_with("callgraph") && heading.contains("[000]"), "{heading}");
     assert!(text.contains(" heavy+0x") && text.contains(" work+0x") && text.contains(" cmain+0x"), "{text}");
-    let _ = std::fs::remove_file(out);
-    let _ = std::fs::remove_file(format!("{out}.folded"));
+    remove(out);
 }
 
 /// The guest agent walks the chain itself on its PMIs (`record -g` without -a).
@@ -86,8 +93,7 @@ fn script_prints_the_vmm_profile_with_its_chains() {
 fn record_g_through_the_agent_carries_chains_and_times() {
     require_kvm!();
     for mode in modes("record_g_through_the_agent_carries_chains_and_times") {
-        let out = std::env::temp_dir().join(format!("perfvm-agent-g-{mode}-{}.json", std::process::id()));
-        let out = out.to_str().unwrap();
+        let out = &out_path(&format!("agent-g-{mode}"));
         let work: &[&str] = if mode == "on" { &[] } else { &["1"] };
         let o = perfvm(&[&["record", "-g", "--native", mode, "-o", out, "ftest"][..], work].concat());
         assert_eq!(code(&o), 0, "--native {mode}: {}", stderr(&o));
@@ -104,8 +110,7 @@ fn record_g_through_the_agent_carries_chains_and_times() {
         assert!(samples.iter().all(|s| s["time_ns"].as_u64().unwrap() > 0), "times placed through the START mark");
         let folded = std::fs::read_to_string(format!("{out}.folded")).unwrap();
         assert!(folded.lines().all(|l| l.starts_with("ftest;_start;kit_start;agent_run;")), "{folded}");
-        let _ = std::fs::remove_file(out);
-        let _ = std::fs::remove_file(format!("{out}.folded"));
+        remove(out);
     }
 }
 
@@ -114,8 +119,7 @@ fn record_g_through_the_agent_carries_chains_and_times() {
 fn record_a_attributes_samples_per_vcpu() {
     require_native!();
     let elf = build_guest("callgraph-vcpus");
-    let out = std::env::temp_dir().join(format!("perfvm-cg-vcpus-{}.json", std::process::id()));
-    let out = out.to_str().unwrap();
+    let out = &out_path("cg-vcpus");
     let o = perfvm(&["record", "-a", "--vcpus", "2", "--native", "on", "-o", out, elf.to_str().unwrap(), "500"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let file = load(out);
@@ -127,8 +131,7 @@ fn record_a_attributes_samples_per_vcpu() {
         |sym: &str| profile.iter().filter(|r| r["symbol"] == sym).map(|r| r["weight"].as_u64().unwrap()).sum::<u64>();
     let vcpu1 = on(1).count() as u64;
     assert!(weight_of("_start") >= vcpu1 * 9 / 10, "vCPU 1 spins in _start: {} of {vcpu1}", weight_of("_start"));
-    let _ = std::fs::remove_file(out);
-    let _ = std::fs::remove_file(format!("{out}.folded"));
+    remove(out);
 }
 
 #[test]

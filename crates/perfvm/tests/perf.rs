@@ -81,16 +81,15 @@ fn stat_prints_perf_shaped_output() {
 #[test]
 fn events_nothing_counts_and_events_without_a_counter_are_told_apart() {
     require_kvm!();
-    // r01c2 is not architectural: no backend counts it. One GP counter: at least one of
-    // three ref-cycles finds none (with or without fixed counters).
+    // r01c2 is not architectural: no backend counts it. One GP counter: the three ref-cycles
+    // take turns on what counters there are (multiplexed, as perf does), none goes uncounted.
     let o = perfvm(&["stat", "--counters", "1", "-e", "r01c2,ref-cycles,ref-cycles,ref-cycles", "ftest"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains("     <not supported>      r01c2\n"), "{err}");
-    assert!(err.contains("       <not counted>      ref-cycles\n"), "{err}");
-    assert!(!err.contains("<not supported>      ref-cycles"), "{err}");
-    let all = format!("{}{err}", stdout(&o));
-    assert!(!all.contains("no free counter"), "said once, in the table: {all}");
+    assert!(!err.contains("<not counted>") && !err.contains("<not supported>      ref-cycles"), "{err}");
+    let shared = err.lines().filter(|l| l.contains("ref-cycles") && l.trim_end().ends_with("%)")).count();
+    assert!(shared >= 1, "some ref-cycles ran part of the time: {err}");
     let doc = json(&perfvm(&["stat", "--json", "-e", "r01c2", "ftest"]));
     let r01c2 = &doc["counts"][0];
     assert_eq!((&r01c2["status"], &r01c2["value"]), (&json!("not_supported"), &json!(null)), "{doc}");

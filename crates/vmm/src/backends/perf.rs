@@ -345,4 +345,4 @@ impl Drop for PerfSource {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,19 +1,8 @@
 //! The shared clock on a real task-clock event: counts, syscalls per operation, periods.
 
 use super::*;
+use crate::backends::perf::tests::cycles;
 use crate::backends::perf_sys;
-
-fn cycles() -> HostEventConfig {
-    HostEventConfig {
-        event: ArchEvent::CoreCycles,
-        usr: false,
-        os: true,
-        edge: false,
-        inv: false,
-        cmask: 0,
-        interrupt: false,
-    }
-}
 
 /// Run for `ms` of this thread's CPU time (what task-clock counts), however busy the host,
 /// as a guest would between two exits.

@@ -3,7 +3,8 @@
 use super::*;
 use std::sync::atomic::Ordering;
 
-pub(super) fn cycles() -> HostEventConfig {
+/// A cycles event at CPL0, what a software clock counts.
+pub(crate) fn cycles() -> HostEventConfig {
     HostEventConfig {
         event: ArchEvent::CoreCycles,
         usr: false,
