@@ -44,17 +44,27 @@ fn guest_rate(report: &RunReport) -> Option<f64> {
 pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
     let host_n = iterations(true, b.quick);
     let mut host = Vec::new();
-    // Per mode: iterations, instructions/s, port-IO roundtrip ns, RDMSR roundtrip ns.
-    let mut per: Vec<(u64, [Vec<f64>; 3])> = b.modes.iter().map(|_| Default::default()).collect();
+    // Per mode: iterations, instructions/s, port-IO roundtrip ns, RDMSR roundtrip ns, and
+    // instructions/s while the VMM samples the loop (record -a -g at record's default rate).
+    let mut per: Vec<(u64, [Vec<f64>; 4])> = b.modes.iter().map(|_| Default::default()).collect();
     for _ in 0..b.reps {
         host.push(host_rate(host_n));
-        for (&mode, (n, [rate, portio, rdmsr])) in b.modes.iter().zip(&mut per) {
+        for (&mode, (n, [rate, portio, rdmsr, sampled])) in b.modes.iter().zip(&mut per) {
             let mut cfg = config("rate", "", Some(PmuSettings::default()));
-            *n = iterations(runs_natively(&cfg, mode), b.quick);
+            let native = runs_natively(&cfg, mode);
+            *n = iterations(native, b.quick);
             cfg.cmdline = format!("{n} msr");
             if let Some(r) = b.run(&cfg, mode)? {
                 rate.extend(guest_rate(&r));
                 rdmsr.extend(console_value(&r, "rate: rdmsr", "ns"));
+            }
+            cfg.sampling = Some(vmm::sampler::SamplingConfig {
+                period_ns: 1_000_000_000 / crate::cli::default_record_freq(native),
+                callchain: true,
+                max_samples: cfg.max_samples,
+            });
+            if let Some(r) = b.run(&cfg, mode)? {
+                sampled.extend(guest_rate(&r));
             }
             if let Some(r) = b.run(&config("portio", "", None), mode)? {
                 portio.extend(portio_ns(&r));
@@ -79,8 +89,17 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
     );
     let mut rows = vec![json!({"mode": "host", "iterations": host_n, "instr_per_s": host})];
     let mut medians = Vec::new();
+    let mut sampling = String::new();
     for (&mode, (n, v)) in b.modes.iter().zip(&per) {
-        let [rate, portio, rdmsr] = v.each_ref().map(|v| Summary::of(v));
+        let [rate, portio, rdmsr, sampled] = v.each_ref().map(|v| Summary::of(v));
+        let freq = crate::cli::default_record_freq(runs_natively(&config("rate", "", None), mode));
+        let slowdown = 100.0 * (rate.median / sampled.median - 1.0);
+        sampling.push_str(&format!(
+            "{}: record -a -g at -F {freq} (the VMM samples the loop, no agent): {} instead of {} instr/s = {slowdown:+.2}%\n",
+            mode_name(mode),
+            per_second(sampled.median),
+            per_second(rate.median),
+        ));
         text.push_str(&format!(
             "{:<12} {:>14} {:>12} {:>13} ns {:>13} ns\n",
             mode_name(mode),
@@ -90,7 +109,8 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
             fmt(rdmsr.median)
         ));
         rows.push(json!({"mode": mode_name(mode), "iterations": n, "instr_per_s": rate,
-                         "portio_roundtrip_ns": portio, "rdmsr_roundtrip_ns": rdmsr}));
+                         "portio_roundtrip_ns": portio, "rdmsr_roundtrip_ns": rdmsr,
+                         "vmm_sampled_instr_per_s": sampled, "vmm_sampling_overhead_percent": slowdown}));
         medians.push([rate.median, portio.median, rdmsr.median]);
     }
     let mut value = json!({"rows": rows, "reps": b.reps});
@@ -107,5 +127,6 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         value["native_over_host"] = json!(native[0] / host.median);
         value["native_over_emulated"] = json!(native[0] / emulated[0]);
     }
+    text.push_str(&sampling);
     Ok((text, value))
 }
