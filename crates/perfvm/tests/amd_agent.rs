@@ -178,19 +178,8 @@ fn record_on_amd_with_the_perf_backend_puts_qux_first() {
 fn amd_multiplexes_events_beyond_its_counters() {
     require_kvm!();
     for mode in modes("amd_multiplexes_events_beyond_its_counters") {
-        let (lines, console) = stat_json(&[
-            "stat",
-            "--json",
-            "--native",
-            mode,
-            "--cpu-vendor",
-            "amd",
-            "--counters",
-            "1",
-            "-e",
-            "cycles,ref-cycles",
-            "ftest",
-        ]);
+        let args = ["--native", mode, "--cpu-vendor", "amd", "--counters", "1", "-e", "cycles,ref-cycles", "ftest"];
+        let (lines, console) = stat_json(&[&["stat", "--json"][..], &args].concat());
         assert_eq!(lines.len(), 2, "{mode}: {lines:?}");
         for (event, (value, running)) in &lines {
             assert!(value.is_some_and(|v| v > 0), "{mode}: {event} counted: {lines:?}");
@@ -201,18 +190,7 @@ fn amd_multiplexes_events_beyond_its_counters() {
         assert!(shares <= 100.5, "{mode}: one counter: {lines:?}");
         assert!(console.contains("agent: multiplexing 2 events on 1 counters"), "{mode}: {console}");
         // The table shows perf's (xx.xx%) column.
-        let err = stderr(&ok(&[
-            "stat",
-            "--native",
-            mode,
-            "--cpu-vendor",
-            "amd",
-            "--counters",
-            "1",
-            "-e",
-            "cycles,ref-cycles",
-            "ftest",
-        ]));
+        let err = stderr(&ok(&[&["stat"][..], &args].concat()));
         let row = err.lines().find(|l| l.contains(" cycles ")).unwrap_or_default();
         assert!(row.trim_end().ends_with("%)") && row.contains('('), "{mode}: {err}");
     }
