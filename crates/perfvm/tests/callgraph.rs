@@ -139,3 +139,27 @@ fn record_a_refuses_what_it_cannot_sample() {
     assert_usage_error(&perfvm(&["record", "-a", "-e", "instructions", "ftest"]), "-a samples cycles");
     assert_usage_error(&perfvm(&["record", "-a", "--reference", "--backend", "exact", "ftest"]), "exclude each other");
 }
+
+/// SIGTERM mid-run: exit 143, and the file holds the VMM's samples so far, marked partial.
+#[test]
+fn record_a_cut_short_keeps_what_it_sampled() {
+    require_kvm!();
+    let elf = build_guest("callgraph-term");
+    let out = &out_path("cg-term");
+    // Emulated, 100 million iterations last minutes: the signal comes first.
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
+        .args(["record", "-a", "-g", "--native", "off", "-o", out, elf.to_str().unwrap(), "100"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(code(&o), 143, "{}", stderr(&o));
+    let file = load(out);
+    assert_eq!(file["partial"], true);
+    assert!(file["sample_list"].as_array().unwrap().len() > 10, "samples kept: {}", stderr(&o));
+    remove(out);
+}
