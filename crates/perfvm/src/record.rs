@@ -213,12 +213,8 @@ pub fn record(
             agent_cmdline(&format!("record -e {:#06x} -c {period}{g}", event.raw), args, &extra)
         }
         How::Vcpus => {
-            let khz = vmm::kvm::guest_tsc_khz().map_err(|e| Failure::usage(e.to_string()))?;
-            config.sampling = Some(vmm::sampler::SamplingConfig {
-                period_ns: (period * 1_000_000 / khz.max(1)).max(1),
-                callchain: callgraph,
-                max_samples: config.max_samples,
-            });
+            config.sampling =
+                Some(vmm::sampler::SamplingConfig { period, callchain: callgraph, max_samples: config.max_samples });
             [args.join(" "), extra].iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>().join(" ")
         }
     };
@@ -236,7 +232,7 @@ pub fn record(
     let sample_list: Vec<Sample> = match how {
         How::Reference => Vec::new(),
         How::Agent => {
-            let at = agent_clock(&report.agent);
+            let at = agent_clock(&report.agent, report.tsc_khz);
             let to_sample = |s: &vmm::devices::SampleRecord| Sample {
                 time_ns: at(s.tsc),
                 vcpu: 0,
@@ -335,11 +331,11 @@ pub fn record(
     Ok((file, code))
 }
 
-/// Guest TSC -> host ns since the VM was built, through the agent's START mark (0 where the
-/// agent sent no TSC or no mark).
-fn agent_clock(agent: &vmm::devices::AgentData) -> impl Fn(u64) -> u64 {
+/// Guest TSC (at `tsc_khz`) -> host ns since the VM was built, through the agent's START
+/// mark (0 where the agent sent no TSC or no mark).
+fn agent_clock(agent: &vmm::devices::AgentData, tsc_khz: u64) -> impl Fn(u64) -> u64 {
     let start = agent.marks.iter().find(|m| m.kind == 1).map(|m| (m.tsc, m.host_ns));
-    let khz = vmm::kvm::guest_tsc_khz().unwrap_or(0).max(1);
+    let khz = tsc_khz.max(1);
     move |tsc| match start {
         Some((t0, ns0)) if tsc != 0 => {
             let delta = (i128::from(tsc) - i128::from(t0)) * 1_000_000 / i128::from(khz);

@@ -13,7 +13,6 @@ fn ok(args: &[&str]) -> std::process::Output {
 }
 
 /// `stat --json`'s whole-run lines: event -> (value, running percent).
-/// Each event's (value, running percent).
 type Counts = BTreeMap<String, (Option<u64>, Option<f64>)>;
 
 fn stat_json(args: &[&str]) -> (Counts, String) {

@@ -150,6 +150,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
             in_workload: in_workload.clone(),
             sampling: config.sampling,
             epoch,
+            tsc_khz,
         })
         .collect();
     Ok(Vm {
@@ -166,6 +167,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         in_workload,
         execution,
         cpu,
+        tsc_khz,
     })
 }
 

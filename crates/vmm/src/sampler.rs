@@ -20,8 +20,9 @@ const MAX_FRAME: u64 = 1 << 20;
 /// How the VMM samples every vCPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SamplingConfig {
-    /// A sample every this many ns of vCPU thread time.
-    pub period_ns: u64,
+    /// A sample every this many cycles: vCPU thread time at the guest TSC's rate, as the
+    /// vPMU's software clock counts them.
+    pub period: u64,
     /// Walk frame pointers for a call chain.
     pub callchain: bool,
     /// Most samples kept per vCPU; more are counted as dropped.
@@ -55,6 +56,8 @@ pub struct Samples {
 pub struct Sampler {
     clock: PerfEvent,
     config: SamplingConfig,
+    /// The period in thread ns.
+    period_ns: u64,
     vcpu: u32,
     epoch: Instant,
     /// Thread ns at which the next sample is due, for the SIGIO fallback (which does not
@@ -64,12 +67,20 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Start sampling the calling thread, vCPU `vcpu` of `fd`; times count from `epoch`.
-    pub fn start(config: SamplingConfig, vcpu: u32, fd: &mut VcpuFd, epoch: Instant) -> std::io::Result<Sampler> {
+    /// Start sampling the calling thread, vCPU `vcpu` of `fd`, whose guest TSC runs at
+    /// `tsc_khz`; times count from `epoch`.
+    pub fn start(
+        config: SamplingConfig,
+        tsc_khz: u64,
+        vcpu: u32,
+        fd: &mut VcpuFd,
+        epoch: Instant,
+    ) -> std::io::Result<Sampler> {
+        let period_ns = (u128::from(config.period) * 1_000_000 / u128::from(tsc_khz.max(1))).max(10_000) as u64;
         let attr = PerfEventAttr {
             type_: PERF_TYPE_SOFTWARE,
             config: PERF_COUNT_SW_TASK_CLOCK,
-            sample_period: config.period_ns.max(10_000),
+            sample_period: period_ns,
             ..Default::default()
         };
         let clock = PerfEvent::open_untracked(&attr)?;
@@ -78,7 +89,7 @@ impl Sampler {
         if config.callchain {
             fd.set_sync_valid_reg(SyncReg::SystemRegister);
         }
-        Ok(Sampler { clock, config, vcpu, epoch, due: config.period_ns, samples: Samples::default() })
+        Ok(Sampler { clock, config, period_ns, vcpu, epoch, due: period_ns, samples: Samples::default() })
     }
 
     /// KVM_RUN returned: take a sample if the clock said so.
@@ -92,7 +103,7 @@ impl Sampler {
             }
             self.due = now;
         }
-        self.due += self.config.period_ns;
+        self.due += self.period_ns;
         if self.samples.taken.len() >= self.config.max_samples {
             self.samples.dropped += 1;
             return;

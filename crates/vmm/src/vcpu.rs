@@ -84,6 +84,8 @@ pub struct Vcpu {
     pub sampling: Option<crate::sampler::SamplingConfig>,
     /// When the VM was built.
     pub epoch: Instant,
+    /// The guest TSC's frequency, kHz (0: unknown).
+    pub tsc_khz: u64,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -167,7 +169,7 @@ impl Vcpu {
     /// once and the run goes on unsampled).
     fn start_sampler(&mut self) -> Option<crate::sampler::Sampler> {
         let config = self.sampling?;
-        match crate::sampler::Sampler::start(config, self.index, &mut self.fd, self.epoch) {
+        match crate::sampler::Sampler::start(config, self.tsc_khz, self.index, &mut self.fd, self.epoch) {
             Ok(s) => Some(s),
             Err(e) => {
                 eprintln!("perfvm: vCPU {}: cannot sample from the VMM: {e}", self.index);

@@ -34,6 +34,8 @@ pub struct RunReport {
     pub rip_profile: std::collections::HashMap<u64, u64>,
     /// What the VMM's samplers took (`VmConfig::sampling`), every vCPU.
     pub samples: crate::sampler::Samples,
+    /// The guest TSC's frequency, kHz (0: unknown): agent TSCs to time.
+    pub tsc_khz: u64,
 }
 
 /// A built VM, ready to run.
@@ -53,6 +55,7 @@ pub struct Vm {
     pub(crate) in_workload: Arc<AtomicBool>,
     pub(crate) execution: Execution,
     pub(crate) cpu: crate::identity::CpuReport,
+    pub(crate) tsc_khz: u64,
 }
 
 impl Vm {
@@ -161,6 +164,6 @@ impl Vm {
         let agent = bus.agent.as_mut().map(|a| std::mem::take(&mut a.data)).unwrap_or_default();
         drop(bus);
         samples.taken.sort_by_key(|s| s.time_ns);
-        RunReport { end, stats, console: self.console, agent, rip_profile, samples }
+        RunReport { end, stats, console: self.console, agent, rip_profile, samples, tsc_khz: self.tsc_khz }
     }
 }

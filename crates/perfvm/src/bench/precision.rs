@@ -135,7 +135,7 @@ fn run_mode(b: &Bench, mode: NativeMode, khz: u64) -> Result<ModeResult, Failure
     // only marks the workload's start and end).
     let mut vmm_cfg = cfg.clone();
     vmm_cfg.sampling = Some(vmm::sampler::SamplingConfig {
-        period_ns: 1_000_000_000 / default_freq,
+        period: default_period,
         callchain: true,
         max_samples: vmm_cfg.max_samples,
     });
