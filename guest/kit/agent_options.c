@@ -1,4 +1,4 @@
-/* The perf agent's options: `stat|record [-e <ev>,...] [-c <period>] [-p] [-g] -- <args>`. */
+/* The perf agent's options: `stat|record [-e <ev>,...] [-c <period> | -F <hz>] [-p] [-g] -- <args>`. */
 #include "agent_internal.h"
 
 #define MIN_PERIOD 64 /* below ~20 the PMI handler's own counted exit path would livelock */
@@ -6,7 +6,7 @@
 void agent_usage(void)
 {
 	printf("agent: usage: <guest> stat -e <ev>[,<ev>...] [-p] -- <args>\n"
-	       "agent:        <guest> record -e <ev>[,<ev>...] -c <period> [-p] [-g] -- <args>\n"
+	       "agent:        <guest> record -e <ev>[,<ev>...] -c <period> | -F <hz> [-p] [-g] -- <args>\n"
 	       "agent:   <ev> = 0xUUEE (umask, event select) or an architectural event name,\n"
 	       "agent:          optionally =<the vendor's select> (AMD: 0xUUEEE, 12-bit event select)\n");
 }
@@ -81,6 +81,17 @@ int agent_parse_options(int argc, char **argv)
 		} else if (!strcmp(a, "-e") && i + 1 < argc) {
 			if (agent_parse_events(argv[++i]) < 0)
 				return -1;
+		} else if (!strcmp(a, "-F") && i + 1 < argc && agent_recording) {
+			/* samples per second of the TSC: the period in cycles at the rate the VMM booted us with */
+			char *end;
+			unsigned long hz = strtoul(argv[++i], &end, 0);
+			if (*end || !hz || !tsc_khz) {
+				printf("agent: bad frequency '%s' (or no TSC rate)\n", argv[i]);
+				return -1;
+			}
+			agent_period = tsc_khz * 1000 / hz;
+			if (agent_period < MIN_PERIOD)
+				agent_period = MIN_PERIOD;
 		} else if (!strcmp(a, "-c") && i + 1 < argc && agent_recording) {
 			char *end;
 			agent_period = strtoul(argv[++i], &end, 0);

@@ -139,6 +139,15 @@ pub struct ReportArgs {
     /// With call chains, show only where samples were taken (Self), not the Children column.
     #[arg(long = "no-children")]
     pub no_children: bool,
+    /// Print the report as text on stdout (perf's --stdio; the only interface here).
+    #[arg(long)]
+    pub stdio: bool,
+    /// Add a column with each entry's number of samples.
+    #[arg(short = 'n', long = "show-nr-samples")]
+    pub show_nr_samples: bool,
+    /// Leave out entries (and call-graph branches) under this share of the events, percent.
+    #[arg(long = "percent-limit", value_name = "PCT")]
+    pub percent_limit: Option<f64>,
 }
 
 #[derive(Debug, Args)]
@@ -146,8 +155,9 @@ pub struct ScriptArgs {
     /// Record file to read.
     #[arg(short = 'i', long = "input", default_value = "perfvm.data.json")]
     pub input: String,
-    /// Output format: perf (perf script's text) or speedscope (JSON for
-    /// https://www.speedscope.app).
+    /// Output format: perf (perf script's text), speedscope (JSON for
+    /// https://www.speedscope.app) or pprof (gzipped profile.proto for go tool pprof and fleet
+    /// profilers; needs -o).
     #[arg(long, value_enum, default_value_t = ScriptFormat::Perf)]
     pub format: ScriptFormat,
     /// Write to FILE instead of stdout.
@@ -165,6 +175,7 @@ pub struct ScriptArgs {
 pub enum ScriptFormat {
     Perf,
     Speedscope,
+    Pprof,
 }
 
 #[derive(Debug, Args)]

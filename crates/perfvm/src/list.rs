@@ -1,9 +1,8 @@
 //! `perfvm list`: the events the virtual PMU offers, as `perf list` shows a PMU's events:
 //! names, raw encodings, and what each backend counts them with on this host.
 
-use crate::events::{self, Event};
-use crate::stat::exact_counts;
 use crate::Failure;
+use profile::events::{self, Event};
 use pmu::{ArchEvent, CountSource};
 use vmm::backends::perf::{EventBudget, PerfMode, PerfSource};
 
@@ -22,7 +21,7 @@ fn perf_backend(source: &PerfSource, event: ArchEvent) -> &'static str {
 /// model clock, ref-cycles from the TSC.
 fn exact_backend(event: Event) -> &'static str {
     match event.raw {
-        _ if !exact_counts(event.raw) => "-",
+        _ if !events::architectural(event.raw).is_some_and(|e| crate::stat::exact_events().contains(e)) => "-",
         0x003c => "model clock (1 per insn)",
         0x013c => "TSC",
         _ => "exact",
@@ -30,6 +29,7 @@ fn exact_backend(event: Event) -> &'static str {
 }
 
 pub fn run() -> Result<i32, Failure> {
+    // No VM runs here: a probe vCPU states the guest TSC rate the description names.
     let khz = vmm::kvm::guest_tsc_khz().unwrap_or(1);
     let perf = PerfSource::new(PerfMode::detect(khz), EventBudget::new(1));
     print!("{}", render(|e| perf_backend(&perf, e), &perf.mode().describe()));

@@ -2,51 +2,22 @@
 
 mod agent_lines;
 mod bench;
-mod callgraph;
 mod cli;
-mod events;
-mod format;
+mod failure;
 mod guests;
 mod list;
-mod profile;
+mod output;
 mod record;
 mod report;
-mod resolve;
 mod run;
 mod script;
-mod speedscope;
-mod srcline;
-mod stacks;
 mod stat;
 mod stats_text;
-mod symbols;
-#[cfg(test)]
-mod testdata;
+
+pub use failure::Failure;
 
 use clap::Parser;
 use std::time::Instant;
-
-/// A failure reported as one line on stderr with an exit code.
-#[derive(Debug)]
-pub struct Failure {
-    /// The process exit code (2 for bad input).
-    pub code: i32,
-    /// The one line printed on stderr.
-    pub message: String,
-}
-
-impl Failure {
-    /// Bad input from the user (flags, guest file): exit code 2.
-    pub fn usage(message: impl Into<String>) -> Self {
-        Failure { code: 2, message: message.into() }
-    }
-
-    /// SIGINT or SIGTERM stopped the work: exit 130 or 143, as a shell reports it.
-    pub fn interrupted(what: &str, signal: i32) -> Self {
-        let name = if signal == libc::SIGINT { "SIGINT" } else { "SIGTERM" };
-        Failure { code: 128 + signal, message: format!("{what} interrupted by {name}") }
-    }
-}
 
 fn main() {
     let started = Instant::now();
@@ -75,8 +46,8 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(f) => {
-            eprintln!("perfvm: {}", f.message);
-            std::process::exit(f.code);
+            eprintln!("perfvm: {f}");
+            std::process::exit(f.code());
         }
     }
 }

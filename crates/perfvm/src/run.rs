@@ -33,7 +33,7 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
     let filter = match &args.pmu_filter {
         None => None,
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+            let text = std::fs::read_to_string(path).map_err(|e| Failure::io("cannot read", &path.display().to_string(), &e))?;
             let filter = pmu::PmuEventFilter::parse(&text, pmu::FilterFormat::from_path(path))
                 .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
             Some(filter)
@@ -94,15 +94,23 @@ pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failu
     })
 }
 
-/// Build and run a VM; setup errors are the user's (exit 2).
+/// Why a VM could not be built, as the CLI reports it: the user's input or the host's
+/// KVM (exit 2), or a failure of perfvm's setup (exit 1).
+pub fn build_failure(e: vmm::VmError) -> Failure {
+    use vmm::VmError::*;
+    let mut msg = e.to_string();
+    if matches!(e, GuestFile { .. }) {
+        msg.push_str(&format!(" (built-in guests: {})", guests::builtin_guests().join(", ")));
+    }
+    match e {
+        Ioctl { .. } | MemoryMap(_) | GuestMemory { .. } => Failure::failed(msg),
+        _ => Failure::usage(msg),
+    }
+}
+
+/// Build and run a VM.
 pub fn boot(config: &VmConfig, started: Instant) -> Result<RunReport, Failure> {
-    let vm = Vm::build(config).map_err(|e| {
-        let mut msg = e.to_string();
-        if matches!(e, vmm::VmError::GuestFile { .. }) {
-            msg.push_str(&format!(" (built-in guests: {})", guests::builtin_guests().join(", ")));
-        }
-        Failure::usage(msg)
-    })?;
+    let vm = Vm::build(config).map_err(build_failure)?;
     Ok(vm.run(started))
 }
 

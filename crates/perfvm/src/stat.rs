@@ -1,352 +1,37 @@
 //! `perfvm stat`: boot a guest whose perf agent counts the workload (`-r N`: N times), then
-//! print what `perf stat` prints. Events the agent multiplexed (more events than counters)
-//! are scaled by their time enabled over time running, with perf's `(xx.xx%)` column.
+//! print what `perf stat` prints, from the profile library's model of the counts
+//! (`profile::counts`: folding, scaling of multiplexed events, statuses, the table).
 
-use crate::cli::{StatArgs, VendorArg};
-use crate::events::{self, Event};
-use crate::format::thousands;
+use crate::cli::StatArgs;
 use crate::run::{boot_under_agent, vm_config};
 use crate::Failure;
 use pmu::{CountSource, EventSet};
-use serde::Serialize;
+use profile::agent::Order;
+use profile::counts::{fold, line_json, offered, Count, Run, Table};
+use profile::events;
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::time::Instant;
-use vmm::devices::{AgentData, CountRecord, COUNT_UNSUPPORTED};
+use vmm::devices::{AgentData, COUNT_UNSUPPORTED};
 use vmm::vm::BackendKind;
 use vmm::RunReport;
 
-/// The guest command line: agent orders, then the workload's arguments.
-pub fn agent_cmdline(orders: &str, args: &[String], extra: &str) -> String {
-    let mut cmdline = format!("{orders} --");
-    for a in args {
-        cmdline.push(' ');
-        cmdline.push_str(a);
-    }
-    if !extra.is_empty() {
-        cmdline.push(' ');
-        cmdline.push_str(extra);
-    }
-    cmdline
-}
-
-/// The encodings as the agent takes them for a guest of `vendor`: `0xUUEE,...` (Intel),
-/// `0xUUEE=0xUUEEE,...` (AMD: perfvm's code and the AMD select, [`events::agent_code`]).
-pub fn raw_list(events: &[Event], vendor: VendorArg) -> String {
-    events.iter().map(|&e| events::agent_code(e, vendor)).collect::<Vec<_>>().join(",")
-}
-
-/// How an event fared, in perf's words (in rising severity: the worst run's status wins).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Counted,
-    /// The vPMU offers the event but it never ran on a counter (record does not multiplex;
-    /// stat multiplexes, but a workload shorter than a rotation may not reach an event).
-    NotCounted,
-    /// The vPMU does not offer the event: CPUID.0AH:EBX says so (Intel), its caps do (AMD),
-    /// or it is not architectural (no backend counts those).
-    NotSupported,
-}
-
-impl Status {
-    fn of(c: &CountRecord, offered: Option<EventSet>) -> Status {
-        if !advertised(c.event, offered) {
-            Status::NotSupported
-        } else if c.flags & COUNT_UNSUPPORTED != 0 || (c.time_enabled > 0 && c.time_running == 0) {
-            Status::NotCounted
-        } else {
-            Status::Counted
-        }
-    }
-
-    /// What the table shows instead of a count.
-    fn placeholder(self) -> &'static str {
-        match self {
-            Status::Counted => "",
-            Status::NotCounted => "<not counted>",
-            Status::NotSupported => "<not supported>",
-        }
-    }
-}
-
-/// Whether the vPMU (its events, [`offered`]; None without one) offers the event `raw`.
-fn advertised(raw: u16, offered: Option<EventSet>) -> bool {
-    matches!((offered, events::architectural(raw)), (Some(set), Some(event)) if set.contains(event))
-}
-
-/// The events a vPMU offers its guest: what CPUID leaf 0xA advertises on Intel (version 2
-/// or later, EBX bit clear within its length); on AMD, which has no such leaf, the PMU caps'
-/// events (each with its AMD encoding, `perfvm list`).
-pub fn offered(pmu: &vmm::pmu_report::PmuReport) -> EventSet {
-    match pmu.vendor {
-        pmu::Vendor::Amd => pmu.available,
-        _ => offered_by_cpuid_0xa(pmu.cpuid_0xa),
-    }
-}
-
-/// The events CPUID leaf 0xA `[eax, ebx, ..]` advertises.
-fn offered_by_cpuid_0xa([eax, ebx, ..]: [u32; 4]) -> EventSet {
-    let (version, vector_len) = (eax & 0xff, (eax >> 24) & 0xff);
-    EventSet::from_fn(|e| version >= 2 && e.cpuid_bit() < vector_len && ebx & (1 << e.cpuid_bit()) == 0)
-}
-
-/// Whether the exact backend counts the event `raw`.
-pub fn exact_counts(raw: u16) -> bool {
+/// The events the exact backend counts.
+pub fn exact_events() -> EventSet {
     let exact = vmm::backends::exact::ExactSource::new();
-    events::architectural(raw).is_some_and(|e| exact.supports(e))
+    EventSet::from_fn(|e| exact.supports(e))
 }
 
-/// Whose count a line is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Scope {
-    Whole,
-    Task(u32),
-    /// The whole minus the tasks: the scheduler, idle, the agent between tasks.
-    OutsideTasks,
-}
-
-/// One event's counts over the runs, for one scope.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Line {
-    pub event: u16,
-    /// Position of the event in `-e`.
-    pub slot: usize,
-    pub scope: Scope,
-    pub status: Status,
-    /// One count per run (counted lines only), scaled as perf does when multiplexed.
-    pub values: Vec<u64>,
-    /// Guest TSC ticks the event was enabled and running, summed over the runs (0 and 0 from
-    /// an agent that sends no times: it ran the whole time).
-    pub enabled: u64,
-    pub running: u64,
-}
-
-/// perf's estimate of what a multiplexed event would have counted on a counter of its own:
-/// `value * enabled / running` (the value as it is when it ran all the time or has no times).
-pub fn scaled(value: u64, enabled: u64, running: u64) -> u64 {
-    if running == 0 || running >= enabled {
-        value
-    } else {
-        (value as f64 * enabled as f64 / running as f64).round() as u64
-    }
-}
-
-impl Line {
-    pub fn mean(&self) -> f64 {
-        self.values.iter().sum::<u64>() as f64 / self.values.len().max(1) as f64
-    }
-
-    /// perf's running-time column: the share of its enabled time the event was on a
-    /// counter, only when it was not there all the time.
-    pub fn running_percent(&self) -> Option<f64> {
-        (self.status == Status::Counted && self.running < self.enabled)
-            .then(|| 100.0 * self.running as f64 / self.enabled as f64)
-    }
-
-    /// perf's `+- x.xx%`: the standard error of the mean, in percent of the mean (None for
-    /// one run).
-    pub fn spread_percent(&self) -> Option<f64> {
-        let samples: Vec<f64> = self.values.iter().map(|&v| v as f64).collect();
-        spread_percent(&samples)
-    }
-}
-
-fn spread_percent(samples: &[f64]) -> Option<f64> {
-    let n = samples.len() as f64;
-    if samples.len() < 2 {
-        return None;
-    }
-    let mean = samples.iter().sum::<f64>() / n;
-    let variance = samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    Some(if mean == 0.0 { 0.0 } else { 100.0 * (variance / n).sqrt() / mean })
-}
-
-/// Every run's counts, folded into lines (in the order of the first run), with a row per
-/// event for what ran outside the tasks when counting per task.
-pub fn fold(runs: &[&AgentData], offered: Option<EventSet>) -> Vec<Line> {
-    let mut lines: Vec<Line> = Vec::new();
-    for agent in runs {
-        let mut slots: BTreeMap<Scope, usize> = BTreeMap::new();
-        for c in &agent.counts {
-            let scope = if c.task == 0 { Scope::Whole } else { Scope::Task(c.task) };
-            // The agent sends a scope's events in `-e` order: the slot tells repeated ones apart.
-            let slot = slots.entry(scope).or_default();
-            let status = Status::of(c, offered);
-            let i = match lines.iter().position(|l| l.slot == *slot && l.scope == scope) {
-                Some(i) => i,
-                None => {
-                    let line =
-                        Line { event: c.event, slot: *slot, scope, status, values: Vec::new(), enabled: 0, running: 0 };
-                    lines.push(line);
-                    lines.len() - 1
-                }
-            };
-            *slot += 1;
-            let line = &mut lines[i];
-            line.status = line.status.max(status);
-            line.values.push(scaled(c.value, c.time_enabled, c.time_running));
-            line.enabled += c.time_enabled;
-            line.running += c.time_running;
-        }
-    }
-    for line in lines.iter_mut().filter(|l| l.status != Status::Counted) {
-        line.values.clear();
-    }
-    let outside: Vec<Line> = lines
-        .iter()
-        .filter(|l| l.scope == Scope::Whole && l.status == Status::Counted)
-        .filter_map(|whole| {
-            let tasks: Vec<&Line> =
-                lines.iter().filter(|l| l.slot == whole.slot && matches!(l.scope, Scope::Task(_))).collect();
-            let in_tasks = |run: usize| tasks.iter().filter_map(|t| t.values.get(run)).sum::<u64>();
-            let values = whole.values.iter().enumerate().map(|(run, v)| v.saturating_sub(in_tasks(run))).collect();
-            let enabled = whole.enabled.saturating_sub(tasks.iter().map(|t| t.enabled).sum());
-            let running = whole.running.saturating_sub(tasks.iter().map(|t| t.running).sum());
-            (!tasks.is_empty()).then_some(Line {
-                values,
-                enabled,
-                running,
-                scope: Scope::OutsideTasks,
-                ..whole.clone()
-            })
-        })
-        .collect();
-    lines.extend(outside);
-    lines
-}
-
-/// What the `perf stat` block shows.
-#[derive(Debug)]
-pub struct Table<'a> {
-    pub command: &'a str,
-    pub lines: &'a [Line],
-    pub tasks: &'a BTreeMap<u32, String>,
-    /// Workload time of each run.
-    pub seconds: &'a [f64],
-    /// The exact backend counted: cycles are its model clock.
-    pub model_clock: bool,
-    /// The perf backend counted: events it did not support that the exact backend counts
-    /// earn a hint.
-    pub perf_backend: bool,
-}
-
-impl Table<'_> {
-    fn task_name(&self, scope: Scope) -> String {
-        match scope {
-            Scope::Task(id) => self.tasks.get(&id).cloned().unwrap_or_else(|| format!("task-{id}")),
-            Scope::OutsideTasks => "[outside tasks]".into(),
-            Scope::Whole => String::new(),
-        }
-    }
-
-    fn mean_of(&self, raw: u16) -> Option<f64> {
-        self.lines
-            .iter()
-            .find(|l| l.event == raw && l.scope == Scope::Whole && l.status == Status::Counted)
-            .map(Line::mean)
-    }
-
-    /// perf's ratio column: IPC for instructions, miss rate for branch misses.
-    fn note(&self, line: &Line) -> String {
-        let of = |raw| self.mean_of(raw).filter(|&d| d > 0.0 && line.status == Status::Counted);
-        match line.event {
-            0x00c0 => of(0x003c).map(|cy| format!("#  {:>6.2}  insn per cycle", line.mean() / cy)),
-            0x00c5 => of(0x00c4).map(|b| format!("#  {:>6.2}% of all branches", 100.0 * line.mean() / b)),
-            _ => None,
-        }
-        .unwrap_or_default()
-    }
-
-    /// A count (or perf's placeholder), the event, the ratio, the spread over runs, and the
-    /// share of the time it ran when multiplexed.
-    fn row(&self, prefix: &str, line: &Line, note: &str) -> String {
-        let name = events::by_raw(line.event).name;
-        let value = match line.status {
-            Status::Counted => thousands(line.mean().round() as u64),
-            other => other.placeholder().to_owned(),
-        };
-        let mut row = format!("{prefix}{value:>20}      {name:<24}  {note:<28}");
-        if let Some(spread) = line.spread_percent() {
-            row.push_str(&format!("( +- {spread:>5.2}% )"));
-        }
-        if let Some(running) = line.running_percent() {
-            row.push_str(&format!("  ({running:.2}%)"));
-        }
-        format!("{}\n", row.trim_end())
-    }
-
-    pub fn render(&self) -> String {
-        let runs = self.seconds.len();
-        let of_runs = if runs > 1 { format!(" ({runs} runs)") } else { String::new() };
-        let mut out = format!("\n Performance counter stats for '{}'{of_runs}:\n\n", self.command);
-        for line in self.lines.iter().filter(|l| l.scope == Scope::Whole) {
-            out.push_str(&self.row("", line, &self.note(line)));
-        }
-        let per_task: Vec<&Line> =
-            self.lines.iter().filter(|l| l.scope != Scope::Whole && l.status == Status::Counted).collect();
-        if !per_task.is_empty() {
-            out.push_str("\n Per task:\n");
-            for line in per_task {
-                out.push_str(&self.row(&format!("  {:<16}", self.task_name(line.scope)), line, ""));
-            }
-        }
-        out.push_str(&self.elapsed());
-        if self.model_clock && self.mean_of(0x003c).is_some() {
-            out.push_str(" cycles are the exact backend's model clock: one per retired instruction\n\n");
-        }
-        if let Some(hint) = self.exact_hint() {
-            out.push_str(&hint);
-        }
-        out
-    }
-
-    fn elapsed(&self) -> String {
-        let mean = self.seconds.iter().sum::<f64>() / self.seconds.len().max(1) as f64;
-        match spread_percent(self.seconds) {
-            None => format!("\n{mean:>20.9} seconds time elapsed\n\n"),
-            Some(spread) => format!(
-                "\n{mean:>20.9} +- {:.9} seconds time elapsed  ( +- {spread:>5.2}% )\n\n",
-                mean * spread / 100.0
-            ),
-        }
-    }
-
-    /// Events the perf backend does not support here (no host PMU) that `--backend exact`
-    /// counts.
-    fn exact_hint(&self) -> Option<String> {
-        let names: Vec<&str> = self
-            .lines
-            .iter()
-            .filter(|l| self.perf_backend && l.scope == Scope::Whole && l.status == Status::NotSupported)
-            .filter(|l| exact_counts(l.event))
-            .map(|l| events::by_raw(l.event).name)
-            .collect();
-        (!names.is_empty()).then(|| {
-            let (them, are) = if names.len() == 1 { ("it", "is") } else { ("them", "are") };
-            format!(
-                " {} {are} not supported by the perf backend on this host: --backend exact counts {them}\n\n",
-                names.join(", ")
-            )
-        })
-    }
-}
-
-/// One line as JSON: the mean count (rounded, scaled when multiplexed; null where nothing
-/// was counted), each run's count, perf's spread, and the times enabled and running (guest
-/// TSC ticks over the runs) with perf's running percentage (null when it ran all the time).
-fn line_json(line: &Line, table: &Table) -> serde_json::Value {
-    let task = match line.scope {
-        Scope::Whole => json!(0),
-        Scope::Task(id) => json!(id),
-        Scope::OutsideTasks => json!(null),
+/// What the agent sent, as the counting model takes it.
+fn run_of(agent: &AgentData) -> Run {
+    let count = |c: &vmm::devices::CountRecord| Count {
+        event: c.event,
+        unsupported: c.flags & COUNT_UNSUPPORTED != 0,
+        task: c.task,
+        value: c.value,
+        time_enabled: c.time_enabled,
+        time_running: c.time_running,
     };
-    let name = (line.scope != Scope::Whole).then(|| table.task_name(line.scope));
-    json!({"event": events::by_raw(line.event).name, "raw": line.event, "task": task, "task_name": name,
-           "status": line.status, "supported": line.status == Status::Counted,
-           "value": (line.status == Status::Counted).then(|| line.mean().round() as u64), "values": line.values,
-           "spread_percent": line.spread_percent(), "time_enabled": line.enabled, "time_running": line.running,
-           "running_percent": line.running_percent()})
+    Run { counts: agent.counts.iter().map(count).collect(), tasks: agent.tasks.clone() }
 }
 
 pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
@@ -355,8 +40,8 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
         return Err(Failure::usage("-r N must be at least 1"));
     }
     let mut config = vm_config(&args.vm, args.json)?;
-    let orders = format!("stat -e {}{}", raw_list(&events, args.vm.cpu_vendor), if args.per_task { " -p" } else { "" });
-    config.cmdline = agent_cmdline(&orders, &args.args, &args.vm.cmdline);
+    let order = Order::Stat { events, per_task: args.per_task };
+    config.cmdline = order.cmdline(config.cpu_vendor.pmu_vendor(), &args.args, &args.vm.cmdline);
     let mut reports: Vec<RunReport> = Vec::new();
     let mut code = 0;
     for run in 0..args.repeat {
@@ -367,7 +52,7 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
         }
         let sent_counts = report.agent.counts.iter().any(|c| c.task == 0);
         if !sent_counts {
-            return Err(Failure {
+            return Err(Failure::Status {
                 code: if code == 0 { 1 } else { code },
                 message: "the guest sent no counts (is it built with the guest kit's perf agent?)".into(),
             });
@@ -382,7 +67,8 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
     let seconds: Vec<f64> =
         reports.iter().map(|r| r.agent.workload_ns().unwrap_or(r.stats.wall_ns) as f64 / 1e9).collect();
     let pmu = last.stats.pmu.as_ref();
-    let lines = fold(&reports.iter().map(|r| &r.agent).collect::<Vec<_>>(), pmu.map(offered));
+    let runs: Vec<Run> = reports.iter().map(|r| run_of(&r.agent)).collect();
+    let lines = fold(&runs.iter().collect::<Vec<_>>(), pmu.map(|p| offered(p.vendor, p.available, p.cpuid_0xa)));
     let backend = pmu.map(|p| p.backend_detail.clone()).unwrap_or_default();
     let table = Table {
         command: &command,
@@ -390,7 +76,7 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
         tasks: &last.agent.tasks,
         seconds: &seconds,
         model_clock: backend.contains("model clock"),
-        perf_backend: pmu.is_some_and(|p| p.backend == BackendKind::Perf),
+        exact_hint: pmu.is_some_and(|p| p.backend == BackendKind::Perf).then(exact_events),
     };
     if args.json {
         let counts: Vec<_> = lines.iter().map(|l| line_json(l, &table)).collect();
@@ -408,182 +94,3 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
     Ok(code)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// CPUID.0AH of a perfmon v2 PMU with 7 events, of which `missing` (EBX bits) are not
-    /// available.
-    fn cpuid(missing: u32) -> Option<EventSet> {
-        Some(offered_by_cpuid_0xa([0x0730_0402, missing, 0, 0x0600]))
-    }
-
-    fn agent(records: &[(u16, u16, u32, u64)], tasks: &[(u32, &str)]) -> AgentData {
-        let mut agent = AgentData::default();
-        for &(event, flags, task, value) in records {
-            agent.counts.push(CountRecord { event, flags, task, value, time_enabled: 0, time_running: 0 });
-        }
-        agent.tasks = tasks.iter().map(|(id, name)| (*id, name.to_string())).collect();
-        agent
-    }
-
-    fn render(agents: &[&AgentData], offered: Option<EventSet>, perf_backend: bool) -> String {
-        let lines = fold(agents, offered);
-        let seconds: Vec<f64> = agents.iter().enumerate().map(|(i, _)| 1.5 + i as f64 * 0.1).collect();
-        let table = Table {
-            command: "ftest 3",
-            lines: &lines,
-            tasks: &agents[0].tasks,
-            seconds: &seconds,
-            model_clock: false,
-            perf_backend,
-        };
-        table.render()
-    }
-
-    #[test]
-    fn renders_like_perf_stat() {
-        let a = agent(
-            &[(0x003c, 0, 0, 2_000_000), (0x00c0, 0, 0, 1_000_000), (0x00c4, 0, 0, 100_000), (0x00c5, 0, 0, 2_000)],
-            &[],
-        );
-        let out = render(&[&a], cpuid(0), false);
-        assert!(out.contains(" Performance counter stats for 'ftest 3':"), "{out}");
-        assert!(out.contains("           2,000,000      cycles\n"), "{out}");
-        assert!(out.contains("1,000,000      instructions              #    0.50  insn per cycle\n"), "{out}");
-        assert!(out.contains("2,000      branch-misses             #    2.00% of all branches\n"), "{out}");
-        assert!(out.contains("1.500000000 seconds time elapsed"), "{out}");
-        assert!(!out.contains("+-") && !out.contains("Per task"), "{out}");
-        assert_eq!(agent_cmdline("stat -e 0x00c0", &["3".into()], ""), "stat -e 0x00c0 -- 3");
-        assert_eq!(
-            raw_list(&[events::parse("cycles").unwrap(), events::parse("ref-cycles").unwrap()], VendorArg::Intel),
-            "0x003c,0x013c"
-        );
-        assert_eq!(
-            raw_list(&[events::parse("cycles").unwrap(), events::parse("instructions").unwrap()], VendorArg::Amd),
-            "0x003c=0x00076,0x00c0=0x000c0"
-        );
-    }
-
-    #[test]
-    fn not_supported_and_not_counted_like_perf() {
-        // No host PMU: instructions and branches not advertised (EBX bits 1, 5); r01c2 is not
-        // architectural: its 0 was never counted; cycles found no second counter.
-        let a = agent(
-            &[
-                (0x003c, 0, 0, 2_000_000),
-                (0x00c0, COUNT_UNSUPPORTED, 0, 0),
-                (0x00c4, COUNT_UNSUPPORTED, 0, 0),
-                (0x01c2, 0, 0, 0),
-                (0x013c, COUNT_UNSUPPORTED, 0, 0),
-            ],
-            &[],
-        );
-        let out = render(&[&a], cpuid(0b10_0010), true);
-        assert!(out.contains("     <not supported>      instructions\n"), "{out}");
-        assert!(out.contains("     <not supported>      r01c2\n"), "{out}");
-        assert!(out.contains("       <not counted>      ref-cycles\n"), "{out}");
-        assert_eq!(out.matches("ref-cycles").count(), 1, "{out}");
-        assert!(
-            out.contains(" instructions, branches are not supported by the perf backend on this host: --backend exact counts them\n"),
-            "{out}"
-        );
-        assert!(!render(&[&a], cpuid(0b10_0010), false).contains("--backend exact"), "no hint on the exact backend");
-        assert!(render(&[&a], None, true).contains("<not supported>      cycles"), "no vPMU, nothing counted");
-    }
-
-    #[test]
-    fn per_task_rows_add_up_with_the_outside_row() {
-        let a = agent(
-            &[
-                (0x00c0, 0, 0, 1000),
-                (0x00c5, COUNT_UNSUPPORTED, 0, 0),
-                (0x00c0, 0, 1, 600),
-                (0x00c5, COUNT_UNSUPPORTED, 1, 0),
-                (0x00c0, 0, 2, 300),
-                (0x00c5, COUNT_UNSUPPORTED, 2, 0),
-            ],
-            &[(1, "task-a"), (2, "task-b")],
-        );
-        let out = render(&[&a], cpuid(0), false);
-        assert!(out.contains("\n Per task:\n  task-a                           600      instructions\n"), "{out}");
-        assert!(out.contains("  task-b                           300      instructions\n"), "{out}");
-        assert!(out.contains("  [outside tasks]                  100      instructions\n"), "{out}");
-        assert_eq!(out.matches("branch-misses").count(), 1, "not counted: once, in the main table: {out}");
-    }
-
-    fn timed(records: &[(u16, u32, u64, u64, u64)]) -> AgentData {
-        let mut agent = AgentData::default();
-        for &(event, task, value, time_enabled, time_running) in records {
-            agent.counts.push(CountRecord { event, flags: 0, task, value, time_enabled, time_running });
-        }
-        agent
-    }
-
-    #[test]
-    fn multiplexed_counts_are_scaled_with_perfs_running_column() {
-        // cycles ran all the time; ref-cycles and r003c shared one counter, a third and two
-        // thirds of the time; branches never got a counter before the workload ended.
-        let a = timed(&[
-            (0x003c, 0, 3_000, 9_000, 9_000),
-            (0x013c, 0, 1_000, 9_000, 3_000),
-            (0x003c, 0, 2_000, 9_000, 6_000),
-            (0x00c4, 0, 0, 9_000, 0),
-        ]);
-        let out = render(&[&a], cpuid(0), false);
-        let line = |n: usize| out.lines().filter(|l| l.contains("cycles") || l.contains("branches")).nth(n).unwrap();
-        assert_eq!(line(0).trim_end(), "               3,000      cycles", "ran all the time: no column: {out}");
-        assert!(
-            line(1).starts_with("               3,000      ref-cycles") && line(1).ends_with("  (33.33%)"),
-            "{out}"
-        );
-        assert!(line(2).starts_with("               3,000      cycles") && line(2).ends_with("  (66.67%)"), "{out}");
-        assert_eq!(line(3).trim_end(), "       <not counted>      branches", "{out}");
-        let lines = fold(&[&a], cpuid(0));
-        let table = Table {
-            command: "ftest",
-            lines: &lines,
-            tasks: &a.tasks,
-            seconds: &[1.0],
-            model_clock: false,
-            perf_backend: false,
-        };
-        let json: Vec<_> = lines.iter().map(|l| line_json(l, &table)).collect();
-        assert_eq!((json[0]["value"].clone(), json[0]["running_percent"].clone()), (json!(3000), json!(null)));
-        assert_eq!((json[1]["value"].clone(), json[1]["time_running"].clone()), (json!(3000), json!(3000)));
-        assert!((json[1]["running_percent"].as_f64().unwrap() - 100.0 / 3.0).abs() < 1e-9, "{}", json[1]);
-        assert_eq!((json[3]["status"].clone(), json[3]["value"].clone()), (json!("not_counted"), json!(null)));
-    }
-
-    #[test]
-    fn multiplexed_runs_and_tasks_scale_before_adding_up() {
-        // Two runs: each scaled on its own, the column from the summed times.
-        let (a, b) = (timed(&[(0x013c, 0, 500, 1_000, 500)]), timed(&[(0x013c, 0, 300, 1_000, 250)]));
-        let out = render(&[&a, &b], cpuid(0), false);
-        let line = out.lines().find(|l| l.contains("ref-cycles")).unwrap();
-        assert!(line.starts_with("               1,100      ref-cycles"), "mean of 1000 and 1200: {line}");
-        assert!(line.ends_with("( +-  9.09% )  (37.50%)"), "spread, then the running column: {line}");
-        // Per task: the outside row is the scaled whole minus the scaled tasks.
-        let t = timed(&[(0x013c, 0, 400, 1_000, 500), (0x013c, 1, 100, 400, 200), (0x013c, 2, 50, 200, 100)]);
-        let lines = fold(&[&t], cpuid(0));
-        let outside = lines.iter().find(|l| l.scope == Scope::OutsideTasks).unwrap();
-        assert_eq!((outside.values.clone(), outside.enabled, outside.running), (vec![800 - 200 - 100], 400, 200));
-        // An agent that sends no times ran everything the whole time.
-        assert_eq!(scaled(7, 0, 0), 7);
-        assert_eq!(fold(&[&timed(&[(0x003c, 0, 7, 0, 0)])], cpuid(0))[0].running_percent(), None);
-    }
-
-    #[test]
-    fn repeated_runs_print_mean_and_spread() {
-        let (a, b) = (agent(&[(0x00c0, 0, 0, 1000)], &[]), agent(&[(0x00c0, 0, 0, 1100)], &[]));
-        let out = render(&[&a, &b], cpuid(0), false);
-        assert!(out.contains(" Performance counter stats for 'ftest 3' (2 runs):"), "{out}");
-        // mean 1050, standard error 50: 4.76%.
-        let line = out.lines().find(|l| l.contains("instructions")).unwrap();
-        assert!(
-            line.starts_with("               1,050      instructions") && line.ends_with("( +-  4.76% )"),
-            "{line}"
-        );
-        assert!(out.contains("1.550000000 +- 0.050000000 seconds time elapsed  ( +-  3.23% )"), "{out}");
-    }
-}

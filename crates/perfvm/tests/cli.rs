@@ -4,21 +4,19 @@
 
 mod common;
 use common::*;
-use serde_json::json;
 use std::io::BufRead;
 
-/// A record file with these (symbol, samples) rows, sampled every `period` cycles.
-fn record_file(name: &str, rows: &[(&str, u64)], period: u64) -> String {
-    let samples: u64 = rows.iter().map(|(_, n)| n).sum();
-    let rows: Vec<_> = rows
-        .iter()
-        .map(|(symbol, weight)| json!({"command": "ftest", "object": "ftest", "symbol": symbol, "weight": weight}))
-        .collect();
-    let doc = json!({"format": "perfvm-record-1", "guest": "ftest", "elf": "/ftest.elf", "args": [], "event": "cycles",
-                     "raw_event": 0x3c, "period": period, "backend": "test", "policy": "test", "mode": "sampled",
-                     "samples": samples, "samples_dropped": 0, "workload_ns": null, "wall_ns": 1,
-                     "profile": {"rows": rows}, "rips": []});
-    temp_file(name, doc.to_string().as_bytes())
+/// A record file with these (symbol, samples) of `symbol_elf`'s functions, sampled every
+/// `period` cycles.
+fn flat_file(name: &str, rows: &[(&str, u64)], period: u64) -> String {
+    let at = |symbol: &str| match symbol {
+        "qux" => 0x110,
+        "foo" => 0x210,
+        _ => 0x310,
+    };
+    let samples: Vec<(u64, &[u64], u64)> =
+        rows.iter().flat_map(|&(symbol, n)| std::iter::repeat_n((at(symbol), &[][..], period), n as usize)).collect();
+    record_file(name, &symbol_elf(), &samples)
 }
 
 #[test]
@@ -95,7 +93,7 @@ fn record_checks_its_output_before_booting() {
 
 #[test]
 fn report_event_count_is_the_sum_of_the_periods() {
-    let file = record_file("count.json", &[("qux", 3), ("foo", 1)], 1000);
+    let file = flat_file("count.json", &[("qux", 3), ("foo", 1)], 1000);
     let o = perfvm(&["report", "-i", &file]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
@@ -105,7 +103,7 @@ fn report_event_count_is_the_sum_of_the_periods() {
 
 #[test]
 fn an_empty_profile_gives_a_flamegraph_that_says_so() {
-    let file = record_file("empty.json", &[], 1000);
+    let file = flat_file("empty.json", &[], 1000);
     let svg = temp_file("empty.svg", b"");
     let o = perfvm(&["report", "-i", &file, "--flamegraph", &svg]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -118,8 +116,8 @@ fn an_empty_profile_gives_a_flamegraph_that_says_so() {
 
 #[test]
 fn compare_honours_input_and_flamegraph() {
-    let a = record_file("a.json", &[("qux", 6), ("foo", 2)], 1000);
-    let b = record_file("b.json", &[("qux", 2), ("foo", 6)], 1000);
+    let a = flat_file("a.json", &[("qux", 6), ("foo", 2)], 1000);
+    let b = flat_file("b.json", &[("qux", 2), ("foo", 6)], 1000);
     let svg = temp_file("diff.svg", b"");
     let o = perfvm(&["report", "-i", &a, "--compare", &b, "--flamegraph", &svg]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));

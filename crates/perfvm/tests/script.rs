@@ -4,35 +4,17 @@
 
 mod common;
 use common::*;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// A record file whose samples run qux from main (two) and main itself (one), with call
-/// chains; the ELF named does not exist.
-fn chained_record(name: &str) -> String {
-    let sample = |t: u64, ip: u64, chain: &[u64]| json!({"time_ns": t, "vcpu": 1, "task": 0, "ip": ip, "period": 1000, "callchain": chain});
-    let rows = [
-        json!({"command": "ftest", "object": "ftest", "symbol": "qux", "weight": 2, "callers": ["main"]}),
-        json!({"command": "ftest", "object": "ftest", "symbol": "main", "weight": 1}),
-    ];
-    let doc = json!({"format": "perfvm-record-1", "guest": "ftest", "elf": "/nonexistent/ftest.elf", "args": [],
-                     "event": "cycles", "raw_event": 0x3c, "period": 1000, "backend": "test", "policy": "test",
-                     "mode": "sampled", "samples": 3, "samples_dropped": 0, "workload_ns": null, "wall_ns": 1,
-                     "profile": {"rows": rows}, "rips": [[0x110, 0, 2], [0x320, 0, 1]],
-                     "sample_list": [sample(1_500_000, 0x110, &[0x321]), sample(2_500_000, 0x110, &[0x321]),
-                                     sample(3_500_000, 0x320, &[])],
-                     "callgraph": true});
-    temp_file(name, doc.to_string().as_bytes())
+/// chains, naming `elf`.
+fn chained_record(name: &str, elf: &str) -> String {
+    record_file(name, elf, &[(0x110, &[0x321], 1000), (0x110, &[0x321], 1000), (0x320, &[], 1000)])
 }
 
 /// The same without call chains.
 fn flat_record(name: &str) -> String {
-    let rows = [json!({"command": "ftest", "object": "ftest", "symbol": "qux", "weight": 1})];
-    let doc = json!({"format": "perfvm-record-1", "guest": "ftest", "elf": "/nonexistent/ftest.elf", "args": [],
-                     "event": "cycles", "raw_event": 0x3c, "period": 1000, "backend": "test", "policy": "test",
-                     "mode": "sampled", "samples": 1, "samples_dropped": 0, "workload_ns": null, "wall_ns": 1,
-                     "profile": {"rows": rows}, "rips": [[0x110, 0, 1]],
-                     "sample_list": [{"time_ns": 0, "vcpu": 0, "task": 0, "ip": 0x110, "period": 1000}]});
-    temp_file(name, doc.to_string().as_bytes())
+    record_file(name, &symbol_elf(), &[(0x110, &[], 1000)])
 }
 
 #[test]
@@ -41,13 +23,13 @@ fn bad_flags_and_files_are_one_line_errors() {
     let junk = temp_file("junk-script.json", b"[1, 2]");
     assert_usage_error(&perfvm(&["script", "-i", &junk]), "not a perfvm record file");
     assert_usage_error(
-        &perfvm(&["script", "--format", "pprof"]),
-        "invalid value 'pprof' for '--format <FORMAT>' [possible values: perf, speedscope]",
+        &perfvm(&["script", "--format", "svg"]),
+        "invalid value 'svg' for '--format <FORMAT>' [possible values: perf, speedscope, pprof]",
     );
     let flat = flat_record("flat.json");
+    assert_usage_error(&perfvm(&["script", "-i", &flat, "--format", "pprof"]), "--format pprof writes a binary file");
     let o = perfvm(&["script", "-i", &flat, "-o", "/nonexistent-dir/out.txt"]);
     assert_usage_error(&o, "cannot write /nonexistent-dir/out.txt");
-    assert_usage_error(&perfvm(&["report", "-i", &flat, "-g"]), "has no call chains (record it with -g)");
     assert_usage_error(
         &perfvm(&["report", "-i", &flat, "--sort", "sym,pid"]),
         "--sort: unknown key 'pid' (comm, dso, sym, srcline)",
@@ -57,7 +39,7 @@ fn bad_flags_and_files_are_one_line_errors() {
 
 #[test]
 fn script_prints_chains_and_warns_once_without_the_elf() {
-    let file = chained_record("chained.json");
+    let file = chained_record("chained.json", "/nonexistent/ftest.elf");
     let o = perfvm(&["script", "-i", &file]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let err = stderr(&o);
@@ -65,7 +47,7 @@ fn script_prints_chains_and_warns_once_without_the_elf() {
     assert!(err.starts_with("perfvm: warning: cannot read /nonexistent/ftest.elf"), "{err}");
     let out = stdout(&o);
     let first: Vec<&str> = out.split("\n\n").next().unwrap().lines().collect();
-    assert_eq!(first[0], "ftest       0 [001]     0.001500:       1000 cycles:");
+    assert_eq!(first[0], "ftest       0 [000]     0.001000:       1000 cycles:");
     assert_eq!(first[1], "\t             110 [unknown] (/nonexistent/ftest.elf)");
     assert_eq!(first[2], "\t             321 [unknown] (/nonexistent/ftest.elf)");
     assert_eq!(out.matches("cycles:").count(), 3, "{out}");
@@ -75,7 +57,7 @@ fn script_prints_chains_and_warns_once_without_the_elf() {
 
 #[test]
 fn report_shows_children_self_and_the_call_graph() {
-    let file = chained_record("graph.json");
+    let file = chained_record("graph.json", &symbol_elf());
     let o = perfvm(&["report", "-i", &file]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
@@ -135,17 +117,11 @@ fn record_then_script_export_and_source_lines() {
 #[test]
 fn a_reader_that_stops_early_is_not_an_error() {
     // 3000 samples in 3000 functions: far more output than a pipe holds.
-    let rows: Vec<Value> = (0..3000)
-        .map(|i| json!({"command": "ftest", "object": "ftest", "symbol": format!("f{i}"), "weight": 1, "callers": ["main"]}))
-        .collect();
-    let samples: Vec<Value> = (0..3000u64)
-        .map(|i| json!({"time_ns": i, "vcpu": 0, "task": 0, "ip": 0x1000 + i, "period": 1, "callchain": [0x99]}))
-        .collect();
-    let doc = json!({"format": "perfvm-record-1", "guest": "ftest", "elf": "/nonexistent/ftest.elf", "args": [],
-                     "event": "cycles", "raw_event": 0x3c, "period": 1, "backend": "test", "policy": "test",
-                     "mode": "sampled", "samples": 3000, "samples_dropped": 0, "workload_ns": null, "wall_ns": 1,
-                     "profile": {"rows": rows}, "rips": [], "sample_list": samples, "callgraph": true});
-    let file = temp_file("big.json", doc.to_string().as_bytes());
+    let names: Vec<String> = (0..3000).map(|i| format!("f{i}")).collect();
+    let functions: Vec<(&str, u64, u64)> = names.iter().zip(0x1000u64..).map(|(n, at)| (n.as_str(), at, 1)).collect();
+    let elf = temp_file("big.elf", &profile::testelf::with_functions(&functions));
+    let samples: Vec<(u64, &[u64], u64)> = (0..3000u64).map(|i| (0x1000 + i, &[0x99u64][..], 1)).collect();
+    let file = record_file("big.json", &elf, &samples);
     for args in [vec!["script", "-i", &file], vec!["report", "-i", &file, "-g"]] {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
             .args(&args)

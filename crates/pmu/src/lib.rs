@@ -80,6 +80,7 @@ mod pmu;
 mod policy;
 mod reload;
 mod state;
+pub mod tsc;
 mod stats;
 mod vendor;
 

@@ -7,6 +7,7 @@
 use crate::backends::perf_sys::*;
 use crate::kick;
 use crate::linear::{LinearMemory, PageWalk};
+use pmu::tsc::{SamplePeriod, TscRate};
 use kvm_ioctls::{SyncReg, VcpuFd};
 use serde::Serialize;
 use std::time::Instant;
@@ -20,9 +21,9 @@ const MAX_FRAME: u64 = 1 << 20;
 /// How the VMM samples every vCPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SamplingConfig {
-    /// A sample every this many cycles: vCPU thread time at the guest TSC's rate, as the
-    /// vPMU's software clock counts them.
-    pub period: u64,
+    /// How often: cycles are vCPU thread time at the guest TSC's rate, as the vPMU's
+    /// software clock counts them.
+    pub period: SamplePeriod,
     /// Walk frame pointers for a call chain.
     pub callchain: bool,
     /// Most samples kept per vCPU; more are counted as dropped.
@@ -76,7 +77,7 @@ impl Sampler {
         fd: &mut VcpuFd,
         epoch: Instant,
     ) -> std::io::Result<Sampler> {
-        let period_ns = (u128::from(config.period) * 1_000_000 / u128::from(tsc_khz.max(1))).max(10_000) as u64;
+        let period_ns = config.period.ns(TscRate::from_khz(tsc_khz)).max(10_000);
         let attr = PerfEventAttr {
             type_: PERF_TYPE_SOFTWARE,
             config: PERF_COUNT_SW_TASK_CLOCK,

@@ -2,29 +2,28 @@
 //! per-task counting (perf attached to the tasks) under legacy and reuse, and without.
 
 use super::stats::{fmt, ratio, Summary};
-use super::{config, mode_name, tsc_khz, value, Bench};
+use super::{config, count_cycles, mode_name, tsc, value, Bench};
 use crate::Failure;
 use pmu::Policy;
 use serde_json::{json, Value};
 use vmm::vm::BackendKind;
 
-struct Config {
+struct Config<'a> {
     label: &'static str,
-    cmdline: &'static str,
+    cmdline: &'a str,
     policy: Policy,
 }
 
 pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
-    let khz = tsc_khz()? as f64;
-    let us = |cycles: f64| cycles * 1000.0 / khz;
-    let (plain, counted) =
-        if b.quick { ("100", "stat -e 0x003c -p -- 100") } else { ("200", "stat -e 0x003c -p -- 200") };
+    let plain = if b.quick { "100" } else { "200" };
+    let counted = count_cycles(true, plain);
     let configs = [
         Config { label: "no perf attached", cmdline: plain, policy: Policy::default() },
-        Config { label: "perf attached, legacy", cmdline: counted, policy: Policy::Legacy },
-        Config { label: "perf attached, reuse", cmdline: counted, policy: Policy::default() },
+        Config { label: "perf attached, legacy", cmdline: &counted, policy: Policy::Legacy },
+        Config { label: "perf attached, reuse", cmdline: &counted, policy: Policy::default() },
     ];
     // [mode][configuration][switch, sched-out, sched-in, VMM PMU time]
+    let mut khz = 0;
     let mut per: Vec<Vec<[Vec<f64>; 4]>> =
         b.modes.iter().map(|_| (0..configs.len()).map(|_| Default::default()).collect()).collect();
     for _ in 0..b.reps {
@@ -39,6 +38,9 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
                 };
                 let Some(report) = b.run(&config("ctxsw", c.cmdline, Some(settings)), mode)? else { continue };
                 let switches = value(&report, "ctxsw.switches").unwrap_or(0.0).max(1.0);
+                let tsc = tsc(&report)?;
+                let us = |cycles: f64| tsc.cycles_to_us(cycles);
+                khz = tsc.khz();
                 let vmm_ns = report.stats.pmu.as_ref().map_or(0.0, |p| p.vmm.handle_ns as f64);
                 v[0].push(us(value(&report, "ctxsw.total_cycles").unwrap_or(f64::NAN) / switches));
                 v[1].push(us(value(&report, "ctxsw.sched_out_cycles").unwrap_or(f64::NAN) / switches));

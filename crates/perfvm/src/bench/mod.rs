@@ -16,6 +16,9 @@ mod stats;
 mod transitions;
 
 use crate::cli::BenchArgs;
+use pmu::tsc::{SamplePeriod, TscRate};
+use profile::agent::Order;
+use profile::events;
 use crate::guests;
 use crate::Failure;
 use serde_json::{json, Value};
@@ -127,7 +130,7 @@ impl Bench {
         match measure() {
             Ok(v) => Ok(Some(v)),
             Err(e) => {
-                self.failed.borrow_mut().insert(key, e.message);
+                self.failed.borrow_mut().insert(key, e.to_string());
                 Ok(None)
             }
         }
@@ -218,11 +221,11 @@ fn run_config(config: &VmConfig) -> Result<RunReport, Failure> {
             bar.set_message(format!("run {}: {guest} {} ({mode})", bar.position(), config.cmdline));
         }
     });
-    let vm = Vm::build(config).map_err(|e| Failure::usage(e.to_string()))?;
+    let vm = Vm::build(config).map_err(crate::run::build_failure)?;
     let report = vm.run(Instant::now());
     if report.end.exit_code() != 0 {
         let console = String::from_utf8_lossy(&report.console.captured()).into_owned();
-        return Err(Failure { code: 1, message: format!("bench guest {guest} failed ({:?}): {console}", report.end) });
+        return Err(Failure::failed(format!("bench guest {guest} failed ({:?}): {console}", report.end)));
     }
     Ok(report)
 }
@@ -310,9 +313,21 @@ fn repetitions(args: &BenchArgs) -> Result<usize, Failure> {
     }
 }
 
-/// The guest TSC frequency, for turning guest-measured cycles into time.
-pub fn tsc_khz() -> Result<u64, Failure> {
-    vmm::kvm::guest_tsc_khz().map_err(|e| Failure::usage(e.to_string()))
+/// The TSC rate a run's VM stated, for turning the cycles its guest measured into time.
+pub fn tsc(report: &RunReport) -> Result<TscRate, Failure> {
+    TscRate::from_khz(report.tsc_khz).ok_or_else(|| Failure::failed("a bench VM stated no TSC rate"))
+}
+
+/// The agent's orders to count cycles around `workload` (per task too when `per_task`).
+pub fn count_cycles(per_task: bool, workload: &str) -> String {
+    let order = Order::Stat { events: vec![events::by_raw(0x003c)], per_task };
+    order.cmdline(pmu::Vendor::Intel, &[workload.to_owned()], "")
+}
+
+/// The agent's orders to sample cycles `hz` times per second around `workload`.
+pub fn sample_cycles(hz: u64, workload: &str) -> String {
+    let order = Order::Record { event: events::by_raw(0x003c), period: SamplePeriod::Hz(hz), callchain: false };
+    order.cmdline(pmu::Vendor::Intel, &[workload.to_owned()], "")
 }
 
 /// PMU settings with a backend and policy, the rest default.
@@ -351,6 +366,6 @@ mod tests {
         assert_eq!(repetitions(&args(false, None)).unwrap(), 5);
         assert_eq!(repetitions(&args(true, None)).unwrap(), 2);
         assert_eq!(repetitions(&args(true, Some(7))).unwrap(), 7);
-        assert_eq!(repetitions(&args(false, Some(0))).unwrap_err().message, "--reps must be at least 1");
+        assert_eq!(repetitions(&args(false, Some(0))).unwrap_err().to_string(), "--reps must be at least 1");
     }
 }

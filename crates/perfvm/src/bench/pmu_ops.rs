@@ -5,7 +5,7 @@
 //! one bare `KVM_NMI` ioctl timed in the same runs.
 
 use super::stats::{fmt, ratio, Summary};
-use super::{config, console_value, mode_name, runs_natively, tsc_khz, Bench, NATIVE_WORK_SCALE};
+use super::{config, console_value, mode_name, runs_natively, sample_cycles, Bench, NATIVE_WORK_SCALE};
 use crate::Failure;
 use pmu::Policy;
 use serde_json::{json, Value};
@@ -193,9 +193,9 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
 /// declares it needs no LVTPC mask, so each PMI is the overflow's handling plus one
 /// `KVM_NMI`, which the same runs time alone (the floor).
 fn pv_delivery(b: &Bench) -> Result<(String, Value), Failure> {
-    let period = tsc_khz()?; // cycles on the software clock: 1 ms of vCPU time
+    let hz = 1000; // a sample per ms of guest cycles (vCPU time on the software clock)
     let mut text = format!(
-        "\nPMI delivery to a PV guest (agent sampling ftest every {period} cycles, perf backend, reuse)\n{:<30} {:<8} {:>14} {:>14} {:>8}\n",
+        "\nPMI delivery to a PV guest (agent sampling ftest {hz} times per second of cycles, perf backend, reuse)\n{:<30} {:<8} {:>14} {:>14} {:>8}\n",
         "", "mode", "mean", "max", "x floor"
     );
     let mut rows = Vec::new();
@@ -205,7 +205,7 @@ fn pv_delivery(b: &Bench) -> Result<(String, Value), Failure> {
             let settings = PmuSettings { backend: BackendKind::Perf, policy: Policy::default(), ..Default::default() };
             let mut cfg = config("ftest", "", Some(settings));
             let work = if runs_natively(&cfg, mode) { NATIVE_WORK_SCALE.to_string() } else { "1".into() };
-            cfg.cmdline = crate::stat::agent_cmdline(&format!("record -e 0x003c -c {period}"), &[work], "");
+            cfg.cmdline = sample_cycles(hz, &work);
             let Some(report) = b.run(&cfg, mode)? else { continue };
             let ops = &report.stats.pmu.as_ref().expect("PMU report").vmm.ops;
             if let (Some(d), Some(f)) = (ops.get(&PmuOp::PmiDelivery), ops.get(&PmuOp::KvmNmi)) {

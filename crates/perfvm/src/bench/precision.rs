@@ -4,12 +4,14 @@
 //! the cost of sampling at the default rate.
 
 use super::stats::{fmt, Summary};
-use super::{config, in_mode, mode_name, pmu, runs_natively, tsc_khz, Bench, NATIVE_WORK_SCALE};
+use super::{config, count_cycles, in_mode, mode_name, pmu, runs_natively, Bench, NATIVE_WORK_SCALE};
 use crate::cli::default_record_freq;
-use crate::events;
-use crate::profile::tvd;
-use crate::record::{record, How, RecordFile};
+use crate::record::{record, Capture};
 use crate::Failure;
+use pmu::tsc::SamplePeriod;
+use profile::events;
+use profile::profile::tvd;
+use profile::Mode;
 use pmu::Policy;
 use serde_json::{json, Value};
 use std::time::Instant;
@@ -23,23 +25,27 @@ fn profile(
     mode: NativeMode,
     (backend, policy): (BackendKind, Policy),
     event: &str,
-    period: u64,
+    period: SamplePeriod,
     reference: bool,
-) -> Result<Option<RecordFile>, Failure> {
+) -> Result<Option<Capture>, Failure> {
     let cfg = in_mode(&config("ftest", "", pmu(backend, policy)), mode);
     let args = work(&cfg, mode, backend);
     let policy_name = if matches!(policy, Policy::Legacy) { "legacy" } else { "reuse" };
     let backend_name = if backend == BackendKind::Exact { "exact" } else { "perf" };
-    let how = if reference { "--reference".to_owned() } else { format!("-e {event} -c {period}") };
+    let how = match period {
+        _ if reference => "--reference".to_owned(),
+        SamplePeriod::Count(n) => format!("-e {event} -c {n}"),
+        SamplePeriod::Hz(hz) => format!("-e {event} -F {hz}"),
+    };
     let what = format!("record {how} --backend {backend_name} --policy {policy_name} ftest {}", args.join(" "));
     b.attempt(mode, &what, || {
-        let how = if reference { How::Reference } else { How::Agent };
-        let (file, code) =
-            record(cfg, "ftest", &args, events::parse(event).unwrap(), period, how, false, Instant::now())?;
-        match code {
-            0 if file.samples == 0 => Err(Failure { code: 1, message: "no samples".into() }),
-            0 => Ok(file),
-            _ => Err(Failure { code: 1, message: format!("ftest record ended with {code}") }),
+        let mode = if reference { Mode::Reference } else { Mode::Sampled };
+        let event = events::parse(event).map_err(Failure::failed)?;
+        let capture = record(cfg, "ftest", &args, event, period, mode, false, Instant::now())?;
+        match capture.code {
+            0 if capture.record.samples.is_empty() => Err(Failure::failed("no samples")),
+            0 => Ok(capture),
+            code => Err(Failure::failed(format!("ftest record ended with {code}"))),
         }
     })
 }
@@ -63,7 +69,7 @@ fn tvd4(t: f64) -> String {
     }
 }
 
-fn shares(f: &RecordFile) -> Value {
+fn shares(f: &Capture) -> Value {
     let mut v: Vec<(String, f64)> = f.profile.shares().into_iter().filter(|(_, s)| *s >= 0.005).collect();
     v.sort_by(|a, b| b.1.total_cmp(&a.1));
     json!(v)
@@ -72,21 +78,21 @@ fn shares(f: &RecordFile) -> Value {
 /// One mode's results: table lines (label, cells) with their JSON, then the summary lines.
 struct ModeResult {
     lines: Vec<(String, String, Value)>,
-    reference: Option<RecordFile>,
-    exact: Option<RecordFile>,
+    reference: Option<Capture>,
+    exact: Option<Capture>,
     summary: String,
     json: Value,
 }
 
-fn run_mode(b: &Bench, mode: NativeMode, khz: u64) -> Result<ModeResult, Failure> {
+fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
     let default_freq = default_record_freq(runs_natively(&config("ftest", "", None), mode));
-    let default_period = khz * 1000 / default_freq;
-    let fast_period = khz * 1000 / 2000;
+    let default_period = SamplePeriod::Hz(default_freq);
+    let fast_period = SamplePeriod::Hz(2000);
     let (exact, perf) = ((BackendKind::Exact, Policy::default()), (BackendKind::Perf, Policy::default()));
-    let reference = profile(b, mode, exact, "instructions", 1, true)?;
-    let sampled = profile(b, mode, exact, "instructions", 997, false)?;
-    let samples = |f: &Option<RecordFile>| f.as_ref().map_or(f64::NAN, |f| f.samples as f64);
-    let tvd_to = |f: &RecordFile| reference.as_ref().map_or(f64::NAN, |r| tvd(&r.profile, &f.profile));
+    let reference = profile(b, mode, exact, "instructions", SamplePeriod::Count(1), true)?;
+    let sampled = profile(b, mode, exact, "instructions", SamplePeriod::Count(997), false)?;
+    let samples = |f: &Option<Capture>| f.as_ref().map_or(f64::NAN, |f| f.record.sample_count() as f64);
+    let tvd_to = |f: &Capture| reference.as_ref().map_or(f64::NAN, |r| tvd(&r.profile, &f.profile));
     let mut lines = vec![(
         "reference (exact, every instruction)".to_owned(),
         format!("{:>10} {:>8}", fmt(samples(&reference)), "0"),
@@ -108,7 +114,7 @@ fn run_mode(b: &Bench, mode: NativeMode, khz: u64) -> Result<ModeResult, Failure
         for _ in 0..b.reps.max(1) {
             let Some(f) = profile(b, mode, perf, "cycles", period, false)? else { break };
             tvds.push(tvd_to(&f));
-            n.push(f.samples as f64);
+            n.push(f.record.sample_count() as f64);
         }
         let (t, n) = (Summary::of(&tvds), Summary::of(&n));
         let spread =
@@ -123,14 +129,15 @@ fn run_mode(b: &Bench, mode: NativeMode, khz: u64) -> Result<ModeResult, Failure
         let mut rate = Vec::new();
         for _ in 0..b.reps.max(1) {
             let Some(f) = profile(b, mode, (BackendKind::Perf, policy), "cycles", fast_period, false)? else { break };
-            rate.push(f.samples as f64 / (f.workload_ns.unwrap_or(f.wall_ns) as f64 / 1e9));
+            let r = &f.record;
+            rate.push(r.sample_count() as f64 / (r.workload_ns.unwrap_or(r.wall_ns) as f64 / 1e9));
         }
         per_policy.push(Summary::of(&rate));
     }
     let (mut plain, mut sampled_ns, mut vmm_ns) = (Vec::new(), Vec::new(), Vec::new());
     let runs = if b.quick { 3 } else { b.reps.max(5) };
     let mut cfg = config("ftest", "", pmu(BackendKind::Perf, Policy::default()));
-    cfg.cmdline = format!("stat -e 0x003c -- {}", work(&cfg, mode, BackendKind::Perf).join(" "));
+    cfg.cmdline = count_cycles(false, &work(&cfg, mode, BackendKind::Perf).join(" "));
     // `record -a -g` at the default rate: the VMM samples and walks the chain (the agent
     // only marks the workload's start and end).
     let mut vmm_cfg = cfg.clone();
@@ -146,7 +153,7 @@ fn run_mode(b: &Bench, mode: NativeMode, khz: u64) -> Result<ModeResult, Failure
         };
         let Some(v) = b.run(&vmm_cfg, mode)? else { break };
         plain.push(workload_ns(&r));
-        sampled_ns.push(f.workload_ns.unwrap_or(f.wall_ns) as f64);
+        sampled_ns.push(f.record.workload_ns.unwrap_or(f.record.wall_ns) as f64);
         vmm_ns.push(workload_ns(&v));
     }
     let (p, s, v) = (Summary::of(&plain), Summary::of(&sampled_ns), Summary::of(&vmm_ns));
@@ -181,8 +188,7 @@ fn run_mode(b: &Bench, mode: NativeMode, khz: u64) -> Result<ModeResult, Failure
 }
 
 pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
-    let khz = tsc_khz()?;
-    let results = b.modes.iter().map(|&m| run_mode(b, m, khz)).collect::<Result<Vec<_>, _>>()?;
+    let results = b.modes.iter().map(|&m| run_mode(b, m)).collect::<Result<Vec<_>, _>>()?;
     let mut text =
         String::from("precision — ftest per-function shares vs the exact reference (TVD: 0 same, 1 disjoint)\n");
     if b.modes.iter().any(|m| *m != NativeMode::Off) {

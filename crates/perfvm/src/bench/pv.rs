@@ -3,7 +3,7 @@
 //! ring of N tasks; exits to program 8 counters.
 
 use super::stats::{fmt, ratio, Summary};
-use super::{config, mode_name, tsc_khz, value, Bench};
+use super::{config, count_cycles, mode_name, tsc, value, Bench};
 use crate::Failure;
 use serde_json::{json, Value};
 use vmm::vm::PmuSettings;
@@ -13,7 +13,6 @@ fn settings(pv: bool, counters: u8) -> Option<PmuSettings> {
 }
 
 pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
-    let khz = tsc_khz()? as f64;
     let mut text = String::from("pv — guest per-task counting, PV page vs MSRs (perf backend)\n\n");
     // Exits to program 8 counters: the difference of two runs with the same console output.
     let mut programming = serde_json::Map::new();
@@ -43,10 +42,10 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
             let mut per = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
             for _ in 0..b.reps {
                 for (k, pv) in [(0, false), (1, true)] {
-                    let cfg = config(guest, &format!("stat -e 0x003c -p -- {args}"), settings(pv, 4));
+                    let cfg = config(guest, &count_cycles(true, &args), settings(pv, 4));
                     let Some(r) = b.run(&cfg, mode)? else { continue };
                     let switches = value(&r, &format!("{guest}.switches")).unwrap_or(0.0).max(1.0);
-                    per[k].push(value(&r, total_key).unwrap_or(f64::NAN) * 1000.0 / khz / switches);
+                    per[k].push(tsc(&r)?.cycles_to_us(value(&r, total_key).unwrap_or(f64::NAN)) / switches);
                     per[k + 2].push(r.stats.total_exits as f64 / switches);
                 }
             }

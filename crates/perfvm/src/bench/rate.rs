@@ -6,7 +6,7 @@
 
 use super::stats::{fmt, per_second, Summary};
 use super::transitions::portio_ns;
-use super::{config, console_value, mode_name, runs_natively, tsc_khz, Bench};
+use super::{config, console_value, mode_name, runs_natively, Bench};
 use crate::Failure;
 use serde_json::{json, Value};
 use std::time::Instant;
@@ -43,7 +43,6 @@ fn guest_rate(report: &RunReport) -> Option<f64> {
 
 pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
     let host_n = iterations(true, b.quick);
-    let khz = tsc_khz()?;
     let mut host = Vec::new();
     // Per mode: iterations, instructions/s, port-IO roundtrip ns, RDMSR roundtrip ns, and
     // instructions/s while the VMM samples the loop (record -a -g at record's default rate).
@@ -60,7 +59,7 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
                 rdmsr.extend(console_value(&r, "rate: rdmsr", "ns"));
             }
             cfg.sampling = Some(vmm::sampler::SamplingConfig {
-                period: khz * 1000 / crate::cli::default_record_freq(native),
+                period: pmu::tsc::SamplePeriod::Hz(crate::cli::default_record_freq(native)),
                 callchain: true,
                 max_samples: cfg.max_samples,
             });

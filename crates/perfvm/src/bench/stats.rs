@@ -30,7 +30,7 @@ pub fn fmt(x: f64) -> String {
         return "n/a".into();
     }
     if x.abs() >= 100.0 {
-        crate::format::thousands(x.round() as u64)
+        profile::format::thousands(x.round() as u64)
     } else {
         format!("{x:.2}")
     }

@@ -84,3 +84,33 @@ pub fn temp_file(name: &str, bytes: &[u8]) -> String {
     std::fs::File::create(&path).unwrap().write_all(bytes).unwrap();
     path.display().to_string()
 }
+
+/// A guest ELF with functions qux (0x100), foo (0x200), main (0x300, 0x80 long), written
+/// to a temporary file, for record files whose addresses should resolve.
+pub fn symbol_elf() -> String {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let elf =
+            profile::testelf::with_functions(&[("qux", 0x100, 0x40), ("foo", 0x200, 0x40), ("main", 0x300, 0x80)]);
+        temp_file("symbols.elf", &elf)
+    })
+    .clone()
+}
+
+/// A sampled `cycles` record file (`perfvm-record-2`) of guest ftest naming `elf`, with
+/// these samples: `(ip, callchain innermost first, period)`.
+pub fn record_file(name: &str, elf: &str, samples: &[(u64, &[u64], u64)]) -> String {
+    let list: Vec<serde_json::Value> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, (ip, chain, period))| {
+            serde_json::json!({"time_ns": (i as u64 + 1) * 1_000_000, "vcpu": 0, "task": 0, "ip": ip,
+                               "period": period, "callchain": chain})
+        })
+        .collect();
+    let doc = serde_json::json!({"format": "perfvm-record-2", "guest": "ftest", "elf": elf, "args": [],
+        "event": "cycles", "raw_event": 0x3c, "period": samples.first().map_or(1000, |s| s.2),
+        "backend": "test", "policy": "test", "mode": "sampled",
+        "callgraph": samples.iter().any(|s| !s.1.is_empty()), "samples": list});
+    temp_file(name, doc.to_string().as_bytes())
+}

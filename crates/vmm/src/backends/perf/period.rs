@@ -18,8 +18,8 @@ impl PerfMode {
         match self {
             PerfMode::Hardware => counts.max(1),
             PerfMode::SoftwareClock { tsc_khz } => {
-                let ns = (u128::from(counts) * 1_000_000).div_ceil(u128::from(tsc_khz));
-                (ns.min(u128::from(NEVER)) as u64).max(floor_ns)
+                let ns = pmu::tsc::TscRate::from_khz(tsc_khz).map_or(NEVER, |tsc| tsc.cycles_to_ns_ceil(counts));
+                ns.min(NEVER).max(floor_ns)
             }
         }
     }
@@ -28,7 +28,7 @@ impl PerfMode {
     pub(crate) fn in_event_units(self, raw: u64) -> u64 {
         match self {
             PerfMode::Hardware => raw,
-            PerfMode::SoftwareClock { tsc_khz } => (u128::from(raw) * u128::from(tsc_khz) / 1_000_000) as u64,
+            PerfMode::SoftwareClock { tsc_khz } => pmu::tsc::TscRate::from_khz(tsc_khz).map_or(0, |tsc| tsc.ns_to_cycles(raw)),
         }
     }
 }

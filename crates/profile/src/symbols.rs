@@ -1,4 +1,4 @@
-//! Symbolizing guest RIPs from the guest ELF's symbol table.
+//! Function symbols of the guest ELF: which function holds an address.
 
 use goblin::elf::{sym, Elf};
 
@@ -23,37 +23,28 @@ impl Symbols {
         Symbols { funcs }
     }
 
-    /// The function containing `rip` (a zero-size symbol covers up to the next one).
-    pub fn lookup(&self, rip: u64) -> Option<&str> {
-        self.lookup_offset(rip).map(|(name, _)| name)
-    }
-
-    /// The function containing `rip` and the offset of `rip` in it.
-    pub fn lookup_offset(&self, rip: u64) -> Option<(&str, u64)> {
-        let i = self.funcs.partition_point(|f| f.0 <= rip).checked_sub(1)?;
+    /// The function containing `addr` (a zero-size symbol covers up to the next one): its
+    /// name and start.
+    pub fn lookup(&self, addr: u64) -> Option<(&str, u64)> {
+        let i = self.funcs.partition_point(|f| f.0 <= addr).checked_sub(1)?;
         let (start, size, name) = &self.funcs[i];
-        let end = if *size > 0 { start + size } else { self.funcs.get(i + 1).map_or(u64::MAX, |f| f.0) };
-        (rip < end).then_some((name.as_str(), rip - start))
-    }
-
-    /// `lookup`, or `[unknown]`.
-    pub fn name(&self, rip: u64) -> String {
-        self.lookup(rip).map_or_else(|| "[unknown]".to_owned(), str::to_owned)
+        let end = if *size > 0 { start.saturating_add(*size) } else { self.funcs.get(i + 1).map_or(u64::MAX, |f| f.0) };
+        (addr < end).then_some((name.as_str(), *start))
     }
 
     /// Symbols from (start, size, name) triples.
-    #[cfg(test)]
     pub fn from_list(mut funcs: Vec<(u64, u64, String)>) -> Symbols {
         funcs.sort();
+        funcs.dedup_by_key(|f| f.0);
         Symbols { funcs }
     }
 
     /// The start of the function `name`.
-    #[cfg(test)]
     pub fn address(&self, name: &str) -> Option<u64> {
         self.funcs.iter().find(|f| f.2 == name).map(|f| f.0)
     }
 
+    /// No function symbols were read.
     pub fn is_empty(&self) -> bool {
         self.funcs.is_empty()
     }
@@ -66,22 +57,18 @@ mod tests {
     #[test]
     fn lookup_by_range() {
         let s = Symbols { funcs: vec![(0x100, 0x10, "a".into()), (0x200, 0, "b".into()), (0x300, 0x8, "c".into())] };
-        assert_eq!(s.lookup(0x100), Some("a"));
-        assert_eq!(s.lookup(0x10f), Some("a"));
+        assert_eq!(s.lookup(0x100), Some(("a", 0x100)));
+        assert_eq!(s.lookup(0x10f), Some(("a", 0x100)));
         assert_eq!(s.lookup(0x110), None);
-        assert_eq!(s.lookup(0x2ff), Some("b"));
-        assert_eq!(s.lookup(0x307), Some("c"));
+        assert_eq!(s.lookup(0x2ff), Some(("b", 0x200)));
+        assert_eq!(s.lookup(0x307), Some(("c", 0x300)));
         assert_eq!(s.lookup(0x308), None);
         assert_eq!(s.lookup(0x50), None);
-        assert_eq!(s.lookup_offset(0x10f), Some(("a", 0xf)));
-        assert_eq!(s.lookup_offset(0x2ff), Some(("b", 0xff)));
-        assert_eq!(s.lookup_offset(0x308), None);
     }
 
     #[test]
     fn reads_a_real_guest() {
-        let path = crate::guests::guest_dir().join("ftest.elf");
-        let Ok(bytes) = std::fs::read(&path) else { return };
+        let Some(bytes) = crate::testdata::ftest_elf("reads_a_real_guest") else { return };
         let s = Symbols::from_elf(&bytes);
         assert!(!s.is_empty());
         for f in ["main", "foo", "bar", "qux", "random", "random_r"] {

@@ -23,7 +23,9 @@ impl std::fmt::Debug for SourceLines {
 /// A source position: the file as DWARF names it (usually absolute) and its line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Location {
+    /// The source file.
     pub file: String,
+    /// Its line.
     pub line: u32,
 }
 
@@ -99,11 +101,7 @@ mod tests {
 
     #[test]
     fn a_real_guest_maps_its_functions_to_ftest_c() {
-        let path = crate::guests::guest_dir().join("ftest.elf");
-        let Ok(bytes) = std::fs::read(&path) else {
-            eprintln!("SKIP a_real_guest_maps_its_functions_to_ftest_c: no {}", path.display());
-            return;
-        };
+        let Some(bytes) = crate::testdata::ftest_elf("a_real_guest_maps_its_functions_to_ftest_c") else { return };
         let lines = SourceLines::from_elf(&bytes).expect("the guests are built with -g");
         let symbols = Symbols::from_elf(&bytes);
         for f in ["main", "foo", "bar", "qux"] {

@@ -3,96 +3,80 @@
 //! profile per command, each sample a stack of frame indices, outermost first, weighted by
 //! the events it stands for.
 
-use crate::record::RecordFile;
-use crate::resolve::Resolver;
+use crate::profile::Profile;
+use crate::record::Record;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
 /// The `$schema` every speedscope file names.
 pub const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
 
-/// Frames shared by the profiles: one per function, with its file and line where the DWARF
-/// has them.
+/// One command's samples: stacks of frame indices and their weights.
 #[derive(Debug, Default)]
-struct Frames {
-    index: HashMap<String, usize>,
-    list: Vec<Value>,
-}
-
-impl Frames {
-    fn of(&mut self, r: &Resolver, ip: u64) -> usize {
-        let name = r.symbol(ip);
-        if let Some(&i) = self.index.get(&name) {
-            return i;
-        }
-        let mut frame = json!({ "name": name });
-        if let Some(loc) = r.function_start(ip).and_then(|start| r.location(start)) {
-            frame["file"] = json!(loc.file);
-            frame["line"] = json!(loc.line);
-        }
-        self.index.insert(name, self.list.len());
-        self.list.push(frame);
-        self.list.len() - 1
-    }
-}
-
-/// One command's samples.
-#[derive(Debug, Default)]
-struct Profile {
+struct Sampled {
     samples: Vec<Vec<usize>>,
     weights: Vec<u64>,
 }
 
-/// The speedscope document of a record (`input` names it). Samples come from the record's
-/// sample list in order; a record without one (the reference) gives one weighted sample per
-/// address.
-pub fn export(file: &RecordFile, r: &Resolver, input: &str) -> Value {
-    let mut frames = Frames::default();
-    let mut profiles: Vec<(String, Profile)> = Vec::new();
-    let mut add = |command: String, stack: Vec<usize>, weight: u64| {
-        let i = match profiles.iter().position(|(c, _)| *c == command) {
+/// The speedscope document of a record (`input` names it), from its profile: the samples in
+/// the order taken, each weighted by its period; frames are the profile's functions, with
+/// the file and line where each is defined when the DWARF was read.
+pub fn export(record: &Record, p: &Profile, input: &str) -> Value {
+    // Speedscope frames are functions: the profile's function indices, renumbered as used.
+    let mut frame_of: HashMap<usize, usize> = HashMap::new();
+    let mut frames: Vec<Value> = Vec::new();
+    let mut profiles: Vec<(String, Sampled)> = Vec::new();
+    for (sample, &stack) in record.samples.iter().zip(&p.sample_stacks) {
+        let stack = &p.stacks[stack];
+        let indices: Vec<usize> = stack
+            .frames
+            .iter()
+            .map(|&f| {
+                let function = p.frames[f].function;
+                *frame_of.entry(function).or_insert_with(|| {
+                    let f = &p.functions[function];
+                    let mut frame = json!({ "name": f.name });
+                    if let Some(def) = &f.definition {
+                        frame["file"] = json!(def.file);
+                        frame["line"] = json!(def.line);
+                    }
+                    frames.push(frame);
+                    frames.len() - 1
+                })
+            })
+            .collect();
+        let command = p.command(stack.task);
+        let i = match profiles.iter().position(|(c, _)| c == command) {
             Some(i) => i,
             None => {
-                profiles.push((command, Profile::default()));
+                profiles.push((command.to_owned(), Sampled::default()));
                 profiles.len() - 1
             }
         };
-        profiles[i].1.samples.push(stack);
-        profiles[i].1.weights.push(weight);
-    };
-    if file.sample_list.is_empty() {
-        for &(ip, task, weight) in &file.rips {
-            add(r.command(task), vec![frames.of(r, ip)], weight.saturating_mul(file.period));
-        }
-    } else {
-        for s in &file.sample_list {
-            // The chain is innermost caller first: speedscope wants the outermost first.
-            let mut stack: Vec<usize> = s.callchain.iter().rev().map(|&ret| frames.of(r, ret)).collect();
-            stack.push(frames.of(r, s.ip));
-            add(r.command(s.task), stack, s.period);
-        }
+        profiles[i].1.samples.push(indices);
+        profiles[i].1.weights.push(sample.period);
     }
     profiles.sort_by_key(|(_, p)| std::cmp::Reverse(p.weights.iter().sum::<u64>()));
     let profiles: Vec<Value> = profiles
         .into_iter()
-        .map(|(command, p)| {
+        .map(|(command, s)| {
             json!({
                 "type": "sampled",
-                "name": format!("{command}: {}", file.event),
+                "name": format!("{command}: {}", record.event),
                 "unit": "none",
                 "startValue": 0,
-                "endValue": p.weights.iter().sum::<u64>(),
-                "samples": p.samples,
-                "weights": p.weights,
+                "endValue": s.weights.iter().sum::<u64>(),
+                "samples": s.samples,
+                "weights": s.weights,
             })
         })
         .collect();
     json!({
         "$schema": SCHEMA,
-        "name": format!("perfvm record of {} ({} samples of {}, {input})", file.guest, file.samples, file.event),
+        "name": format!("perfvm record of {} ({} samples of {}, {input})", record.guest, record.sample_count(), record.event),
         "exporter": format!("perfvm {}", env!("CARGO_PKG_VERSION")),
         "activeProfileIndex": 0,
-        "shared": { "frames": frames.list },
+        "shared": { "frames": frames },
         "profiles": profiles,
     })
 }
@@ -100,7 +84,6 @@ pub fn export(file: &RecordFile, r: &Resolver, input: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbols::Symbols;
     use crate::testdata;
 
     /// The required fields and types of speedscope's file-format-schema.json (FileFormat.File,
@@ -154,18 +137,14 @@ mod tests {
         Ok(())
     }
 
-    fn resolver(file: &RecordFile) -> Resolver {
-        let symbols = Symbols::from_list(vec![(0x100, 0x40, "qux".into()), (0x300, 0x80, "main".into())]);
-        Resolver::from_parts(file, symbols, None)
+    fn export_of(file: &Record) -> Value {
+        export(file, &Profile::build(file, &testdata::resolver()), "x.json")
     }
 
     #[test]
     fn sampled_profile_with_stacks_outermost_first() {
-        let file = testdata::record(
-            &[(1, 0, 0, 0x110, &[0x321]), (2, 0, 0, 0x120, &[0x321]), (3, 0, 0, 0x999, &[])],
-            &[("ftest", "qux", 2, &["main"]), ("ftest", "[unknown]", 1, &[])],
-        );
-        let doc = export(&file, &resolver(&file), "x.json");
+        let file = testdata::record(&[(1, 0, 0, 0x110, &[0x321]), (2, 0, 0, 0x120, &[0x321]), (3, 0, 0, 0x999, &[])]);
+        let doc = export_of(&file);
         check_schema(&doc).unwrap();
         let names: Vec<&str> =
             doc["shared"]["frames"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
@@ -178,24 +157,22 @@ mod tests {
     }
 
     #[test]
-    fn a_record_without_a_sample_list_exports_its_addresses() {
-        let mut file = testdata::record(&[], &[("ftest", "qux", 7, &[])]);
-        file.rips = vec![(0x104, 0, 5), (0x108, 0, 2)];
-        file.period = 1;
-        let doc = export(&file, &resolver(&file), "ref.json");
+    fn a_reference_exports_its_addresses_weighted_by_instructions() {
+        let mut file = testdata::record(&[(0, 0, 0, 0x104, &[]), (0, 0, 0, 0x108, &[])]);
+        file.mode = crate::Mode::Reference;
+        (file.samples[0].period, file.samples[1].period) = (5, 2);
+        let doc = export_of(&file);
         check_schema(&doc).unwrap();
         assert_eq!(doc["profiles"][0]["samples"], json!([[0], [0]]));
         assert_eq!(doc["profiles"][0]["weights"], json!([5, 2]));
-        let empty = testdata::record(&[], &[]);
-        let doc = export(&empty, &resolver(&empty), "empty.json");
+        let doc = export_of(&testdata::record(&[]));
         check_schema(&doc).unwrap();
         assert_eq!(doc["profiles"], json!([]));
     }
 
     #[test]
     fn the_schema_check_rejects_what_speedscope_would() {
-        let file = testdata::record(&[(1, 0, 0, 0x110, &[])], &[("ftest", "qux", 1, &[])]);
-        let good = export(&file, &resolver(&file), "x.json");
+        let good = export_of(&testdata::record(&[(1, 0, 0, 0x110, &[])]));
         let mut bad = good.clone();
         bad["profiles"][0]["samples"] = json!([[5]]);
         assert!(check_schema(&bad).unwrap_err().contains("out of range"));
@@ -210,7 +187,7 @@ mod tests {
     #[test]
     fn real_guest_frames_carry_file_and_line() {
         let Some((file, r)) = testdata::real_ftest("real_guest_frames_carry_file_and_line") else { return };
-        let doc = export(&file, &r, "x.json");
+        let doc = export(&file, &Profile::build(&file, &r), "x.json");
         check_schema(&doc).unwrap();
         for f in doc["shared"]["frames"].as_array().unwrap() {
             assert!(f["file"].as_str().unwrap().ends_with("ftest.c") && f["line"].as_u64().unwrap() > 0, "{f}");

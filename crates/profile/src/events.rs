@@ -1,6 +1,6 @@
 //! Event names as perf spells them, and their architectural encodings (`EVENTSEL[15:0]`).
 
-use pmu::ArchEvent;
+use pmu::{ArchEvent, Vendor};
 
 /// perf's names for an architectural event; the first is canonical. Its encoding is the
 /// model's (`ArchEvent::select`).
@@ -30,7 +30,9 @@ fn events() -> impl Iterator<Item = (&'static [&'static str], u16)> {
 /// A named architectural event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
+    /// perf's name for it (`r01c2` for an encoding without one).
     pub name: &'static str,
+    /// Its EVENTSEL\[15:0\]: unit mask and event select.
     pub raw: u16,
 }
 
@@ -76,10 +78,10 @@ pub fn architectural(raw: u16) -> Option<ArchEvent> {
 /// under AMD, `0xUUEE=0xUUEEE` (perfvm's code, which counts and samples carry back, then
 /// the AMD PERF_CTL encoding: unit mask, 12-bit event select), or the bare code for an event
 /// with no AMD encoding (the agent then reports it not counted).
-pub fn agent_code(event: Event, vendor: crate::cli::VendorArg) -> String {
+pub fn agent_code(event: Event, vendor: Vendor) -> String {
     let code = format!("{:#06x}", event.raw);
     match (vendor, architectural(event.raw)) {
-        (crate::cli::VendorArg::Amd, Some(arch)) => {
+        (Vendor::Amd, Some(arch)) => {
             let (select, umask) = arch.amd_select();
             format!("{code}=0x{umask:02x}{select:03x}")
         }
@@ -93,6 +95,12 @@ pub fn by_raw(raw: u16) -> Event {
         Some((names, raw)) => Event { name: names[0], raw },
         None => Event { name: Box::leak(format!("r{raw:04x}").into_boxed_str()), raw },
     }
+}
+
+/// Whether the event is one of the cycles events (core or reference), which a clock can
+/// sample by frequency.
+pub fn is_cycles(event: Event) -> bool {
+    matches!(architectural(event.raw), Some(ArchEvent::CoreCycles | ArchEvent::RefCycles))
 }
 
 #[cfg(test)]
@@ -113,7 +121,7 @@ mod tests {
 
     #[test]
     fn agent_codes_per_vendor() {
-        use crate::cli::VendorArg::{Amd, Intel};
+        use Vendor::{Amd, Intel};
         let code = |name, vendor| agent_code(parse(name).unwrap(), vendor);
         assert_eq!(code("cycles", Intel), "0x003c");
         assert_eq!(code("cycles", Amd), "0x003c=0x00076");

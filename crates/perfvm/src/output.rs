@@ -1,0 +1,52 @@
+//! Reading record files and writing what the commands produce, with one-line failures.
+
+use crate::Failure;
+use profile::{Profile, Record, Resolver};
+use std::io::Write;
+use std::path::Path;
+
+/// Write `text` on stdout; a reader that stops early (`| head`) is not an error.
+pub fn emit(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure::io("cannot write", "the output", &e)),
+        _ => Ok(()),
+    }
+}
+
+/// Write a whole file.
+pub fn write_file(path: &str, bytes: &[u8]) -> Result<(), Failure> {
+    std::fs::write(path, bytes).map_err(|e| Failure::io("cannot write", path, &e))
+}
+
+/// Fail before the work, not after it, where `path` cannot be written (an existing file
+/// is left as it is).
+pub fn check_writable(path: &str) -> Result<(), Failure> {
+    let existed = Path::new(path).exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| Failure::io("cannot write", path, &e))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// Print resolver warnings, one line each.
+pub fn warn_all(warnings: Vec<String>) {
+    for w in warnings {
+        eprintln!("perfvm: warning: {w}");
+    }
+}
+
+/// Read a record file and resolve it against the ELF it names (source lines when
+/// `lines`), warnings printed.
+pub fn load(path: &str, lines: bool) -> Result<(Record, Profile), Failure> {
+    let record = Record::load(Path::new(path))?;
+    let (resolver, warnings) = Resolver::load(Path::new(&record.elf), lines);
+    warn_all(warnings);
+    let profile = Profile::build(&record, &resolver);
+    Ok((record, profile))
+}

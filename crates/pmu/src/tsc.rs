@@ -1,0 +1,105 @@
+//! The guest TSC's rate: the one place where cycles, nanoseconds and sampling frequencies
+//! are converted into each other (the software clock's periods, the VMM's sampler, agent
+//! sample times, measurements). A running VM states its rate (the vCPUs' `KVM_GET_TSC_KHZ`,
+//! in its run report): nothing needs a throwaway VM to learn it.
+
+use serde::Serialize;
+
+/// A TSC rate in kHz (never 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TscRate {
+    khz: u64,
+}
+
+/// How often to sample: every so many events, or so many times per second of cycles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SamplePeriod {
+    /// A sample every this many events (`-c`).
+    Count(u64),
+    /// This many samples per second of guest cycles (`-F`).
+    Hz(u64),
+}
+
+impl SamplePeriod {
+    /// The period in nanoseconds of TSC time (a rate unknown, a cycle is taken for a ns).
+    pub fn ns(self, tsc: Option<TscRate>) -> u64 {
+        match (self, tsc) {
+            (SamplePeriod::Hz(hz), _) => 1_000_000_000 / hz.max(1),
+            (SamplePeriod::Count(n), Some(tsc)) => tsc.cycles_to_ns(n),
+            (SamplePeriod::Count(n), None) => n,
+        }
+    }
+}
+
+impl TscRate {
+    /// The rate of a TSC running at `khz`; None for 0 (unknown).
+    pub fn from_khz(khz: u64) -> Option<TscRate> {
+        (khz > 0).then_some(TscRate { khz })
+    }
+
+    /// The rate in kHz.
+    pub fn khz(self) -> u64 {
+        self.khz
+    }
+
+    /// Nanoseconds of `cycles`, rounded down.
+    pub fn cycles_to_ns(self, cycles: u64) -> u64 {
+        (u128::from(cycles) * 1_000_000 / u128::from(self.khz)).min(u128::from(u64::MAX)) as u64
+    }
+
+    /// Nanoseconds of `cycles`, rounded up.
+    pub fn cycles_to_ns_ceil(self, cycles: u64) -> u64 {
+        (u128::from(cycles) * 1_000_000).div_ceil(u128::from(self.khz)).min(u128::from(u64::MAX)) as u64
+    }
+
+    /// A signed TSC difference in nanoseconds.
+    pub fn delta_ns(self, cycles: i128) -> i128 {
+        cycles * 1_000_000 / i128::from(self.khz)
+    }
+
+    /// Microseconds of `cycles`, for measurements.
+    pub fn cycles_to_us(self, cycles: f64) -> f64 {
+        cycles * 1000.0 / self.khz as f64
+    }
+
+    /// Cycles in `ns` nanoseconds, rounded down.
+    pub fn ns_to_cycles(self, ns: u64) -> u64 {
+        (u128::from(ns) * u128::from(self.khz) / 1_000_000).min(u128::from(u64::MAX)) as u64
+    }
+
+    /// The period in cycles of a sampling frequency (at least 1).
+    pub fn cycles_per_sample(self, hz: u64) -> u64 {
+        (self.khz.saturating_mul(1000) / hz.max(1)).max(1)
+    }
+
+    /// The period in events `period` means at this rate (a frequency: in cycles).
+    pub fn cycles_of(self, period: SamplePeriod) -> u64 {
+        match period {
+            SamplePeriod::Count(n) => n,
+            SamplePeriod::Hz(hz) => self.cycles_per_sample(hz),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversions_round_as_documented() {
+        let tsc = TscRate::from_khz(2_000_000).unwrap(); // 2 GHz
+        assert_eq!(tsc.cycles_to_ns(3), 1);
+        assert_eq!(tsc.cycles_to_ns_ceil(3), 2);
+        assert_eq!(tsc.ns_to_cycles(1_000), 2_000);
+        assert_eq!(tsc.delta_ns(-4_000), -2_000);
+        assert_eq!(tsc.cycles_per_sample(1000), 2_000_000);
+        assert_eq!(tsc.cycles_of(SamplePeriod::Hz(2000)), 1_000_000);
+        assert_eq!(tsc.cycles_of(SamplePeriod::Count(7)), 7);
+        assert!((tsc.cycles_to_us(4_000.0) - 2.0).abs() < 1e-12);
+        assert_eq!(TscRate::from_khz(0), None);
+        assert_eq!(tsc.cycles_to_ns(u64::MAX), u64::MAX / 2_000_000 * 1_000 + 709, "no overflow");
+        assert_eq!(TscRate::from_khz(1).unwrap().cycles_per_sample(u64::MAX), 1);
+        assert_eq!(SamplePeriod::Hz(1000).ns(None), 1_000_000);
+        assert_eq!(SamplePeriod::Count(4_000).ns(Some(tsc)), 2_000);
+    }
+}

@@ -1,0 +1,313 @@
+//! The record file `perfvm record` writes (docs/RECORD.md): the raw samples, once, with what
+//! resolving them needs (the guest ELF, the event and its period, task names) and what the
+//! run lost on the way (dropped samples, lost and throttled notifications, a cut-short run).
+//! Everything a view shows is derived from it ([`crate::Profile`]).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+use thiserror::Error;
+
+/// Format tag of the record files this crate writes.
+pub const FORMAT: &str = "perfvm-record-2";
+
+/// The previous format, read by converting it ([`crate::legacy`]).
+pub const FORMAT_V1: &str = "perfvm-record-1";
+
+/// Who took the samples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// PMIs of the virtual PMU, taken by the guest kit's perf agent.
+    Sampled,
+    /// The VMM sampled every vCPU (`record -a`): any guest, no agent.
+    Vcpus,
+    /// The exact backend attributed every retired instruction: one entry per address, its
+    /// period the instructions retired there.
+    Reference,
+}
+
+impl Mode {
+    /// The mode as the file and the report header name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Sampled => "sampled",
+            Mode::Vcpus => "vcpus",
+            Mode::Reference => "reference",
+        }
+    }
+}
+
+/// What became of the perf backend's overflow notifications during the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notifications {
+    /// Notifications taken (a PMI each).
+    #[serde(default)]
+    pub taken: u64,
+    /// Overflows whose notification never arrived: a period passed without a sample.
+    #[serde(default)]
+    pub lost: u64,
+    /// Periods stretched beyond the programmed one to bound the VMM's overflow handling.
+    #[serde(default)]
+    pub throttled: u64,
+}
+
+/// One sample.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Host ns since the VM was built (agent samples: the guest TSC placed through the
+    /// agent's START mark; 0 where unknown).
+    #[serde(default)]
+    pub time_ns: u64,
+    /// The vCPU it was taken on.
+    #[serde(default)]
+    pub vcpu: u32,
+    /// The guest task (0: none known, the guest itself).
+    #[serde(default)]
+    pub task: u32,
+    /// The interrupted instruction pointer.
+    pub ip: u64,
+    /// Events this sample stands for.
+    pub period: u64,
+    /// Return addresses, innermost caller first (empty without `-g`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callchain: Vec<u64>,
+}
+
+/// A record file. Documented in docs/RECORD.md.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// [`FORMAT`].
+    pub format: String,
+    /// The guest as named on the command line.
+    pub guest: String,
+    /// The guest ELF the samples' addresses belong to (symbols, source lines).
+    pub elf: String,
+    /// The workload's arguments.
+    pub args: Vec<String>,
+    /// The sampled event's name.
+    pub event: String,
+    /// Its EVENTSEL\[15:0\] encoding.
+    pub raw_event: u16,
+    /// The programmed sampling period in event units (1 for the reference).
+    pub period: u64,
+    /// What counted.
+    pub backend: String,
+    /// The host-event policy.
+    pub policy: String,
+    /// Who took the samples.
+    pub mode: Mode,
+    /// The samples carry call chains (`-g`).
+    #[serde(default)]
+    pub callgraph: bool,
+    /// Every sample, in the order taken (the reference: one per address).
+    pub samples: Vec<Sample>,
+    /// Guest task names by task id, as the agent named them.
+    #[serde(default)]
+    pub tasks: BTreeMap<u32, String>,
+    /// Samples the guest could not buffer or the VMM did not keep (bounded storage).
+    #[serde(default)]
+    pub samples_dropped: u64,
+    /// The perf backend's overflow notifications.
+    #[serde(default)]
+    pub notifications: Notifications,
+    /// What the sampled event counted over the workload, as the agent reports it.
+    #[serde(default)]
+    pub event_count: Option<u64>,
+    /// The run was cut short (SIGINT, SIGTERM, `--timeout`): the samples until then.
+    #[serde(default)]
+    pub partial: bool,
+    /// Host time of the workload (the agent's START..END marks).
+    #[serde(default)]
+    pub workload_ns: Option<u64>,
+    /// Host time of the whole VM run.
+    #[serde(default)]
+    pub wall_ns: u64,
+    /// VM exits while the workload ran, its console output aside.
+    #[serde(default)]
+    pub exits: u64,
+}
+
+/// Why a record file cannot be read. Each message is one line.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a record file (or a damaged one).
+    #[error("{path}: not a perfvm record file: {why}")]
+    Malformed {
+        /// The file.
+        path: String,
+        /// What is wrong, as the JSON parser says it.
+        why: String,
+    },
+    /// A record format this perfvm does not read.
+    #[error("{path}: record format '{format}' is not supported (this perfvm reads {FORMAT} and converts {FORMAT_V1})")]
+    Version {
+        /// The file.
+        path: String,
+        /// Its format tag.
+        format: String,
+    },
+    /// A `perfvm-record-1` file from before its samples were kept.
+    #[error("{path}: a {FORMAT_V1} file without its samples ('sample_list' or 'rips') cannot be converted: record it again")]
+    Unconvertible {
+        /// The file.
+        path: String,
+    },
+}
+
+impl LoadError {
+    /// The error is the file's content, not the file system's.
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, LoadError::Read { .. })
+    }
+}
+
+/// Only the format tag, read first to pick the parser.
+#[derive(Deserialize)]
+struct Tag {
+    format: String,
+}
+
+impl Record {
+    /// Read a record file of this format, or of the previous one converted.
+    pub fn load(path: &Path) -> Result<Record, LoadError> {
+        let shown = path.display().to_string();
+        let text =
+            std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: shown.clone(), source })?;
+        Record::from_json(&text, &shown)
+    }
+
+    /// Parse a record file's text (`path` names it in errors).
+    pub fn from_json(text: &str, path: &str) -> Result<Record, LoadError> {
+        let malformed = |e: serde_json::Error| LoadError::Malformed { path: path.to_owned(), why: e.to_string() };
+        let tag: Tag = serde_json::from_str(text).map_err(malformed)?;
+        match tag.format.as_str() {
+            FORMAT => serde_json::from_str(text).map_err(malformed),
+            FORMAT_V1 => {
+                let old: crate::legacy::RecordV1 = serde_json::from_str(text).map_err(malformed)?;
+                old.convert().ok_or_else(|| LoadError::Unconvertible { path: path.to_owned() })
+            }
+            _ => Err(LoadError::Version { path: path.to_owned(), format: tag.format }),
+        }
+    }
+
+    /// The file's text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a record serializes")
+    }
+
+    /// The samples perf's report counts: one per sample; for the reference, one per
+    /// retired instruction (its entries hold an address's instructions as their period).
+    pub fn sample_count(&self) -> u64 {
+        match self.mode {
+            Mode::Reference => self.event_total(),
+            _ => self.samples.len() as u64,
+        }
+    }
+
+    /// What perf's report calls the event count: the sum of the sample periods.
+    pub fn event_total(&self) -> u64 {
+        self.samples.iter().fold(0u64, |sum, s| sum.saturating_add(s.period))
+    }
+
+    /// The shared object of the samples: the guest's name, without its extension.
+    pub fn dso(&self) -> String {
+        Path::new(&self.guest).file_stem().and_then(|s| s.to_str()).unwrap_or("guest").to_owned()
+    }
+
+    /// The command of a guest task: the agent's name for it, the guest's name outside tasks.
+    pub fn command(&self, task: u32) -> String {
+        match self.tasks.get(&task) {
+            Some(name) => name.clone(),
+            None if task == 0 => self.dso(),
+            None => format!("task-{task}"),
+        }
+    }
+
+    /// The command as the user ran it: guest and workload arguments.
+    pub fn command_line(&self) -> String {
+        std::iter::once(self.guest.as_str()).chain(self.args.iter().map(String::as_str)).collect::<Vec<_>>().join(" ")
+    }
+
+    /// Why far fewer samples were captured than the event's count and the period predict
+    /// (under half), if they were.
+    pub fn shortfall(&self) -> Option<String> {
+        let due = self.event_count? / self.period.max(1);
+        let samples = self.sample_count();
+        if self.mode != Mode::Sampled || due < 10 || samples * 2 >= due {
+            return None;
+        }
+        let n = self.notifications;
+        Some(format!(
+            "captured {samples} samples where the event's count and period predict about {due}: {} overflow notifications lost, {} periods throttled",
+            n.lost, n.throttled
+        ))
+    }
+
+    /// VM exits of the workload per sample taken (None without samples, or not sampled by
+    /// the agent).
+    pub fn exits_per_sample(&self) -> Option<f64> {
+        let samples = self.sample_count();
+        (self.mode == Mode::Sampled && samples > 0).then(|| self.exits as f64 / samples as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata;
+
+    #[test]
+    fn a_record_reads_back_as_written() {
+        let file = testdata::record(&[(1, 0, 0, 0x110, &[0x321]), (2, 1, 3, 0x120, &[])]);
+        let again = Record::from_json(&file.to_json(), "x.json").unwrap();
+        assert_eq!(again, file);
+        assert!(!file.to_json().contains("\"callchain\":[]"), "no empty chains stored");
+        assert_eq!((again.sample_count(), again.event_total()), (2, 2000));
+    }
+
+    #[test]
+    fn unknown_versions_and_junk_are_one_line_errors() {
+        let e = Record::from_json(r#"{"format": "perfvm-record-9"}"#, "old.json").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "old.json: record format 'perfvm-record-9' is not supported (this perfvm reads perfvm-record-2 and converts perfvm-record-1)"
+        );
+        for junk in ["[1, 2]", "{\"x\": 1}", "", "{\"format\": \"perfvm-record-2\", \"samples\": 3}"] {
+            let e = Record::from_json(junk, "j.json").unwrap_err();
+            assert!(e.is_bad_input() && e.to_string().starts_with("j.json: not a perfvm record file"), "{e}");
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+        let e = Record::load(Path::new("/nonexistent/x.json")).unwrap_err();
+        assert!(!e.is_bad_input() && e.to_string().starts_with("cannot read /nonexistent/x.json: "), "{e}");
+    }
+
+    #[test]
+    fn the_reference_counts_instructions_as_samples() {
+        let mut file = testdata::record(&[(0, 0, 0, 0x104, &[]), (0, 0, 0, 0x108, &[])]);
+        file.mode = Mode::Reference;
+        file.samples[0].period = 5;
+        file.samples[1].period = 2;
+        assert_eq!((file.sample_count(), file.event_total()), (7, 7));
+    }
+
+    #[test]
+    fn commands_name_tasks_as_the_agent_did() {
+        let mut file = testdata::record(&[]);
+        file.tasks = [(7, "worker".to_owned())].into();
+        assert_eq!(file.command(0), "ftest");
+        assert_eq!(file.command(7), "worker");
+        assert_eq!(file.command(11), "task-11", "a task the agent never named");
+        file.guest = "/some/where/callgraph.elf".into();
+        assert_eq!(file.dso(), "callgraph");
+    }
+}
