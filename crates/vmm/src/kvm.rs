@@ -55,6 +55,18 @@ pub fn unavailable_reason() -> Option<String> {
     open_kvm().err().map(|e| e.to_string())
 }
 
+/// Where this variable is `1` (CI), a test that cannot run here fails instead of skipping.
+pub const REQUIRE_ENV: &str = "PERFVM_REQUIRE_KVM";
+
+/// A test cannot run here: say so loudly (past libtest's capture), or fail where
+/// [`REQUIRE_ENV`] forbids skipping.
+pub fn skip_test(test: &str, reason: &str) {
+    eprintln!("SKIP {test}: {reason}");
+    if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
+        panic!("{test} cannot run here ({reason}) and {REQUIRE_ENV}=1 forbids skipping");
+    }
+}
+
 /// The TSC frequency KVM gives guests (KVM_GET_TSC_KHZ of a throwaway vCPU), in kHz.
 pub fn guest_tsc_khz() -> Result<u64, KvmError> {
     let kvm = open_kvm()?;

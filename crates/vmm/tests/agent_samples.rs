@@ -1,7 +1,6 @@
 //! The guest agent's samples carry the guest TSC at the PMI and, with `record -g`, a
 //! frame-pointer call chain: checked end to end on ftest, emulated and native.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use vmm::native::NativeMode;
@@ -9,7 +8,7 @@ use vmm::vm::PmuSettings;
 use vmm::{Vm, VmConfig};
 
 fn skip(reason: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIP agent_samples: {reason}");
+    vmm::kvm::skip_test("agent_samples", reason);
 }
 
 fn run(kernel: &Path, native: NativeMode, orders: &str) -> vmm::RunReport {

@@ -17,15 +17,14 @@ fn guest(name: &str) -> Option<PathBuf> {
 
 #[test]
 fn fds_return_to_baseline_after_each_vm() {
-    use std::io::Write;
     if let Some(reason) = vmm::kvm::unavailable_reason() {
-        let _ = writeln!(std::io::stderr(), "SKIP fds_return_to_baseline_after_each_vm: needs /dev/kvm: {reason}");
+        vmm::kvm::skip_test("fds_return_to_baseline_after_each_vm", &format!("needs /dev/kvm: {reason}"));
         return;
     }
     let Some(kernel) = guest("pmu_arch") else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIP fds_return_to_baseline_after_each_vm: guest/build/pmu_arch.elf not built (cargo build builds it)"
+        vmm::kvm::skip_test(
+            "fds_return_to_baseline_after_each_vm",
+            "guest/build/pmu_arch.elf not built (cargo build builds it)",
         );
         return;
     };

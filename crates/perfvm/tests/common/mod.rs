@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 macro_rules! require_kvm {
     () => {
         if let Some(reason) = vmm::kvm::unavailable_reason() {
-            common::skip(module_path!(), &reason);
+            common::skip(module_path!(), &format!("needs /dev/kvm: {reason}"));
             return;
         }
     };
@@ -22,10 +22,7 @@ macro_rules! require_native {
     () => {
         require_kvm!();
         if let Err(reason) = vmm::native::host_support() {
-            let _ = std::io::Write::write_fmt(
-                &mut std::io::stderr(),
-                format_args!("SKIP {}: needs native mode: {reason}\n", module_path!()),
-            );
+            common::skip(module_path!(), &format!("needs native mode: {reason}"));
             return;
         }
     };
@@ -37,14 +34,16 @@ pub fn modes(test: &str) -> Vec<&'static str> {
     match vmm::native::host_support() {
         Ok(()) => vec!["off", "on"],
         Err(reason) => {
-            let _ = writeln!(std::io::stderr(), "SKIP {test} (native half): needs native mode: {reason}");
+            skip(&format!("{test} (native half)"), &format!("needs native mode: {reason}"));
             vec!["off"]
         }
     }
 }
 
+/// Say loudly that `test` skips and why; a failure where CI requires every test to run
+/// (`PERFVM_REQUIRE_KVM=1`).
 pub fn skip(test: &str, reason: &str) {
-    let _ = writeln!(std::io::stderr(), "SKIP {test}: needs /dev/kvm: {reason}");
+    vmm::kvm::skip_test(test, reason);
 }
 
 /// Run the perfvm binary.

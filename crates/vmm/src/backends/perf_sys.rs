@@ -276,7 +276,7 @@ mod tests {
         let ev = match PerfEvent::open(&task_clock()) {
             Ok(ev) => ev,
             Err(e) => {
-                eprintln!("SKIP task_clock_counts_only_while_enabled: perf_event_open: {e}");
+                crate::kvm::skip_test("task_clock_counts_only_while_enabled", &format!("perf_event_open: {e}"));
                 return;
             }
         };
