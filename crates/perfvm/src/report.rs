@@ -93,8 +93,7 @@ fn write_flamegraph(path: &str, title: String, event: &str, folded: &str) -> Res
     let mut options = inferno::flamegraph::Options::default();
     options.title = title;
     options.count_name = event.to_owned();
-    inferno::flamegraph::from_lines(&mut options, folded.lines(), out)
-        .map_err(|e| Failure::failed(format!("flamegraph {path}: {e}")))?;
+    inferno::flamegraph::from_lines(&mut options, folded.lines(), out).map_err(cannot_write)?;
     eprintln!("perfvm: wrote flamegraph {path}");
     Ok(())
 }

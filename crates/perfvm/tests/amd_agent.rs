@@ -97,16 +97,19 @@ fn exact_instructions_and_branches_on_amd_equal_intels() {
     }
 }
 
-/// Samples per leaf function in a record's folded stacks, and whether any stack is deeper
-/// than the agent's frame (call chains).
-fn leaf_samples(folded: &str) -> (BTreeMap<String, u64>, bool) {
-    let text = std::fs::read_to_string(folded).unwrap();
+/// Samples per leaf function in the folded stacks of record file `out` (weighted by
+/// period: divided by the record's), and whether any stack is deeper than the agent's frame
+/// (call chains).
+fn leaf_samples(out: &str) -> (BTreeMap<String, u64>, bool) {
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
+    let period = record["period"].as_u64().unwrap();
+    let text = std::fs::read_to_string(format!("{out}.folded")).unwrap();
     let mut by_fn = BTreeMap::new();
     let mut chains = false;
     for line in text.lines() {
         let (stack, n) = line.rsplit_once(' ').unwrap();
         chains |= stack.contains("agent_run;main;");
-        *by_fn.entry(stack.rsplit(';').next().unwrap().to_owned()).or_insert(0) += n.parse::<u64>().unwrap();
+        *by_fn.entry(stack.rsplit(';').next().unwrap().to_owned()).or_insert(0) += n.parse::<u64>().unwrap() / period;
     }
     (by_fn, chains)
 }
@@ -138,7 +141,7 @@ fn record_on_amd_samples_the_same_functions_as_intel() {
                 "ftest",
             ]);
             assert!(stderr(&o).contains("[ perfvm record: Captured and wrote"), "{}", stderr(&o));
-            got.push(leaf_samples(&format!("{out}.folded")));
+            got.push(leaf_samples(out));
             let _ = std::fs::remove_file(out);
             let _ = std::fs::remove_file(format!("{out}.folded"));
         }
@@ -169,7 +172,7 @@ fn record_on_amd_with_the_perf_backend_samples_every_ftest_function() {
     let out = std::env::temp_dir().join(format!("perfvm-amd-agent-perf-{}.json", std::process::id()));
     let out = out.to_str().unwrap();
     ok(&["record", "--cpu-vendor", "amd", "-g", "-o", out, "ftest"]);
-    let (by_fn, chains) = leaf_samples(&format!("{out}.folded"));
+    let (by_fn, chains) = leaf_samples(out);
     let _ = std::fs::remove_file(out);
     let _ = std::fs::remove_file(format!("{out}.folded"));
     let total: u64 = by_fn.values().sum();

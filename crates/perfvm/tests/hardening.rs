@@ -122,7 +122,7 @@ fn signals_end_a_record_cleanly() {
         let o = child.wait_with_output().unwrap();
         assert_eq!(o.status.code(), Some(expected), "{}", String::from_utf8_lossy(&o.stderr));
         let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-        let samples = doc["samples"].as_u64().unwrap();
+        let samples = doc["samples"].as_array().unwrap().len();
         assert!(samples > 500, "samples taken before the signal were kept: {samples}");
         assert_ne!(samples % 2048, 0, "the partly filled guest buffer was drained too");
     }
