@@ -2,8 +2,8 @@
 //! names, raw encodings, and what each backend counts them with on this host.
 
 use crate::Failure;
-use profile::events::{self, Event};
 use pmu::{ArchEvent, CountSource};
+use profile::events::{self, Event};
 use vmm::backends::perf::{EventBudget, PerfMode, PerfSource};
 
 /// How the perf backend counts `event` on this host, or "-". Without a host PMU, cycles

@@ -102,7 +102,10 @@ pub fn record(
         Mode::Reference => {
             let mut by_ip: Vec<(u64, u64)> = report.rip_profile.iter().map(|(&ip, &n)| (ip, n)).collect();
             by_ip.sort_unstable();
-            by_ip.into_iter().map(|(ip, n)| Sample { time_ns: 0, vcpu: 0, task: 0, ip, period: n, callchain: vec![] }).collect()
+            by_ip
+                .into_iter()
+                .map(|(ip, n)| Sample { time_ns: 0, vcpu: 0, task: 0, ip, period: n, callchain: vec![] })
+                .collect()
         }
         Mode::Sampled => {
             let at = agent_clock(&report.agent, tsc);
@@ -120,7 +123,14 @@ pub fn record(
             .samples
             .taken
             .iter()
-            .map(|s| Sample { time_ns: s.time_ns, vcpu: s.vcpu, task: 0, ip: s.ip, period, callchain: s.callchain.clone() })
+            .map(|s| Sample {
+                time_ns: s.time_ns,
+                vcpu: s.vcpu,
+                task: 0,
+                ip: s.ip,
+                period,
+                callchain: s.callchain.clone(),
+            })
             .collect(),
     };
     let pmu = report.stats.pmu.as_ref();

@@ -46,7 +46,8 @@ pub fn run(args: ReportArgs) -> Result<i32, Failure> {
     };
     emit(&report::render(&record, &profile, &options))?;
     if let Some(svg) = &args.flamegraph {
-        let title = format!("perfvm: {} ({} samples of {})", record.command_line(), record.sample_count(), record.event);
+        let title =
+            format!("perfvm: {} ({} samples of {})", record.command_line(), record.sample_count(), record.event);
         write_flamegraph(svg, title, &record.event, &profile.folded())?;
     }
     Ok(0)
@@ -55,7 +56,9 @@ pub fn run(args: ReportArgs) -> Result<i32, Failure> {
 /// `--compare`: A from `-i` or the first file, B the other.
 fn compare(args: &ReportArgs, files: &[String]) -> Result<i32, Failure> {
     let (a, b) = match (args.input.as_deref(), files) {
-        (Some(_), [_, _]) => return Err(Failure::usage("give -i A --compare B or --compare A B, not -i and two files")),
+        (Some(_), [_, _]) => {
+            return Err(Failure::usage("give -i A --compare B or --compare A B, not -i and two files"))
+        }
         (input, [b]) => (input.unwrap_or(DEFAULT_INPUT), b.as_str()),
         (None, [a, b]) => (a.as_str(), b.as_str()),
         _ => unreachable!("clap takes one or two files for --compare"),

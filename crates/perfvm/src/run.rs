@@ -33,7 +33,8 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
     let filter = match &args.pmu_filter {
         None => None,
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| Failure::io("cannot read", &path.display().to_string(), &e))?;
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Failure::io("cannot read", &path.display().to_string(), &e))?;
             let filter = pmu::PmuEventFilter::parse(&text, pmu::FilterFormat::from_path(path))
                 .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
             Some(filter)

@@ -93,4 +93,3 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
     }
     Ok(code)
 }
-

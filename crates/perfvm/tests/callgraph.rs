@@ -169,3 +169,75 @@ fn record_a_cut_short_keeps_what_it_sampled() {
     assert!(report.contains("\n# partial: the run was cut short"), "report marks it: {report}");
     remove(out);
 }
+
+/// `go tool pprof ARGS FILE`'s output, or None (with a SKIP line) without a Go toolchain.
+fn go_pprof(args: &[&str], file: &str) -> Option<String> {
+    let dir = std::env::temp_dir();
+    let go = |a: &[&str]| std::process::Command::new("go").args(a).arg(file).current_dir(&dir).output();
+    if std::process::Command::new("go").arg("version").output().map_or(true, |o| !o.status.success()) {
+        eprintln!("SKIP go tool pprof: no Go toolchain; the export is checked with the crate's decoder");
+        return None;
+    }
+    let o = go(&[&["tool", "pprof"][..], args].concat()).unwrap();
+    assert!(o.status.success(), "go tool pprof {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    Some(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// The end-to-end check: a foreign guest (no agent; heavy called through work,
+/// cmain and main) profiled with `record -a -g -F 1000`, exported with `script --format
+/// pprof`: pprof's flat share of heavy is report's Self share, and its stacks hold the
+/// true caller chain.
+#[test]
+fn pprof_of_a_foreign_guest_agrees_with_report() {
+    require_kvm!();
+    let elf = build_guest("callgraph-pprof");
+    for mode in modes("pprof_of_a_foreign_guest_agrees_with_report") {
+        let millions = if mode == "on" { "1000" } else { "1" };
+        let out = &out_path(&format!("cg-pprof-{mode}"));
+        let o =
+            perfvm(&["record", "-a", "-g", "-F", "1000", "--native", mode, "-o", out, elf.to_str().unwrap(), millions]);
+        assert_eq!(code(&o), 0, "--native {mode}: {}", stderr(&o));
+        let o = perfvm(&["report", "-i", out, "--no-children", "--sort", "sym"]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let report = stdout(&o);
+        let self_share = |name: &str| -> f64 {
+            let row =
+                report.lines().find(|l| l.ends_with(&format!("[.] {name}"))).unwrap_or_else(|| panic!("{report}"));
+            row.split_whitespace().next().unwrap().trim_end_matches('%').parse().unwrap()
+        };
+        let pb_path = format!("{out}.pb.gz");
+        let o = perfvm(&["script", "-i", out, "--format", "pprof", "-o", &pb_path]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let pb = profile::pprof::decode(&std::fs::read(&pb_path).unwrap()).unwrap();
+        let name = |loc: u64| {
+            let f = pb.location[loc as usize - 1].line[0].function_id;
+            pb.string_table[pb.function[f as usize - 1].name as usize].clone()
+        };
+        let total: i64 = pb.sample.iter().map(|s| s.value[1]).sum();
+        let heavy: i64 = pb.sample.iter().filter(|s| name(s.location_id[0]) == "heavy").map(|s| s.value[1]).sum();
+        let decoded = 100.0 * heavy as f64 / total as f64;
+        assert!((decoded - self_share("heavy")).abs() <= 1.0, "{mode}: pprof {decoded:.2}% against\n{report}");
+        let chain = ["heavy", "work", "cmain", "main"];
+        assert!(
+            pb.sample.iter().any(|s| s.location_id.iter().take(4).map(|&l| name(l)).eq(chain)),
+            "{mode}: a stack heavy <- work <- cmain <- main"
+        );
+        if let Some(top) = go_pprof(&["-top", "-nodecount=50"], &pb_path) {
+            let row =
+                top.lines().find(|l| l.split_whitespace().last() == Some("heavy")).unwrap_or_else(|| panic!("{top}"));
+            let flat: f64 = row.split_whitespace().nth(1).unwrap().trim_end_matches('%').parse().unwrap();
+            assert!(
+                (flat - self_share("heavy")).abs() <= 1.0,
+                "{mode}: go tool pprof {flat}% against\n{report}\n{top}"
+            );
+            let traces = go_pprof(&["-traces"], &pb_path).unwrap();
+            let stacks: Vec<Vec<&str>> = traces
+                .split("-----------+")
+                .map(|t| t.lines().filter_map(|l| l.split_whitespace().last()).collect())
+                .collect();
+            assert!(stacks.iter().any(|s| s.windows(4).any(|w| w == chain)), "{mode}: {traces}");
+        }
+        remove(out);
+        let _ = std::fs::remove_file(&pb_path);
+    }
+}

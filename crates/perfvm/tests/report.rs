@@ -150,10 +150,10 @@ fn pprof_export_reads_back() {
     assert_eq!(&bytes[..2], [0x1f, 0x8b], "gzipped");
     let pb = profile::pprof::decode(&bytes).unwrap();
     let s = |i: i64| pb.string_table[i as usize].clone();
-    assert_eq!(pb.sample_type.iter().map(|t| (s(t.r#type), s(t.unit))).collect::<Vec<_>>(), [
-        ("samples".to_owned(), "count".to_owned()),
-        ("cycles".to_owned(), "count".to_owned())
-    ]);
+    assert_eq!(
+        pb.sample_type.iter().map(|t| (s(t.r#type), s(t.unit))).collect::<Vec<_>>(),
+        [("samples".to_owned(), "count".to_owned()), ("cycles".to_owned(), "count".to_owned())]
+    );
     assert_eq!(pb.sample.iter().map(|x| x.value[1]).sum::<i64>(), 4000);
     let Some(top) = go_pprof(&["-top", "-nodecount=20"], &out) else { return };
     let flat = |name: &str| {

@@ -80,8 +80,8 @@ mod pmu;
 mod policy;
 mod reload;
 mod state;
-pub mod tsc;
 mod stats;
+pub mod tsc;
 mod vendor;
 
 pub use backend::{CountSource, HostEventConfig};

@@ -97,7 +97,8 @@ mod tests {
         assert_eq!(tsc.cycles_of(SamplePeriod::Count(7)), 7);
         assert!((tsc.cycles_to_us(4_000.0) - 2.0).abs() < 1e-12);
         assert_eq!(TscRate::from_khz(0), None);
-        assert_eq!(tsc.cycles_to_ns(u64::MAX), u64::MAX / 2_000_000 * 1_000 + 709, "no overflow");
+        assert_eq!(tsc.cycles_to_ns(u64::MAX), u64::MAX / 2, "no overflow");
+        assert_eq!(TscRate::from_khz(1).unwrap().cycles_to_ns(u64::MAX), u64::MAX, "saturates");
         assert_eq!(TscRate::from_khz(1).unwrap().cycles_per_sample(u64::MAX), 1);
         assert_eq!(SamplePeriod::Hz(1000).ns(None), 1_000_000);
         assert_eq!(SamplePeriod::Count(4_000).ns(Some(tsc)), 2_000);

@@ -91,11 +91,8 @@ pub fn render(p: &Profile, o: &Options) -> String {
             .collect();
         padded.join("  ")
     };
-    let mut out = format!(
-        "# Samples: {} of event '{}'\n# Event count (approx.): {total}\n#\n",
-        p.total_samples(),
-        p.event
-    );
+    let mut out =
+        format!("# Samples: {} of event '{}'\n# Event count (approx.): {total}\n#\n", p.total_samples(), p.event);
     let mut lead = String::from(if o.children { "# Children      Self  " } else { "# Overhead  " });
     let mut dots = String::from(if o.children { "# ........  ........  " } else { "# ........  " });
     if o.samples {
@@ -330,7 +327,8 @@ mod habit_tests {
 
     #[test]
     fn percent_limit_hides_small_entries_and_branches() {
-        let o = Options { keys: vec![Key::Sym], children: false, graph: false, samples: false, percent_limit: Some(25.0) };
+        let o =
+            Options { keys: vec![Key::Sym], children: false, graph: false, samples: false, percent_limit: Some(25.0) };
         let table = render(&main_foo_qux_bar(), &o);
         assert!(table.contains("[.] qux") && table.contains("[.] bar") && !table.contains("[.] foo"), "{table}");
         let o = Options { children: true, graph: true, percent_limit: Some(40.0), ..o };

@@ -12,7 +12,8 @@
 //!
 //! Beside profiles, the rest of perf's data that the CLI only prints: event names
 //! ([`events`]), the perf agent's orders ([`agent`]) and `perf stat`'s model of counts
-//! ([`counts`]).
+//! ([`counts`]), and `perfvm bench`'s measurements ([`measure`]) in tables built once for
+//! their text and JSON ([`table`]).
 //!
 //! ```
 //! use profile::{Profile, Record, Resolver};
@@ -30,6 +31,7 @@ pub mod events;
 pub mod format;
 pub mod keys;
 pub mod legacy;
+pub mod measure;
 pub mod pprof;
 pub mod profile;
 pub mod record;
@@ -39,6 +41,7 @@ pub mod script;
 pub mod speedscope;
 pub mod srcline;
 pub mod symbols;
+pub mod table;
 #[cfg(test)]
 mod testdata;
 #[cfg(any(test, feature = "testing"))]

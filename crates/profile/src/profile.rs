@@ -93,7 +93,8 @@ struct Tables {
 impl Profile {
     /// Resolve every address of `record` once and merge its samples into stacks.
     pub fn build(record: &Record, resolver: &Resolver) -> Profile {
-        let mut p = Profile { event: record.event.clone(), dso: record.dso(), elf: record.elf.clone(), ..Default::default() };
+        let mut p =
+            Profile { event: record.event.clone(), dso: record.dso(), elf: record.elf.clone(), ..Default::default() };
         let mut t = Tables::default();
         for s in &record.samples {
             let mut frames: Vec<usize> =

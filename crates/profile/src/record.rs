@@ -157,7 +157,9 @@ pub enum LoadError {
         format: String,
     },
     /// A `perfvm-record-1` file from before its samples were kept.
-    #[error("{path}: a {FORMAT_V1} file without its samples ('sample_list' or 'rips') cannot be converted: record it again")]
+    #[error(
+        "{path}: a {FORMAT_V1} file without its samples ('sample_list' or 'rips') cannot be converted: record it again"
+    )]
     Unconvertible {
         /// The file.
         path: String,
@@ -181,8 +183,7 @@ impl Record {
     /// Read a record file of this format, or of the previous one converted.
     pub fn load(path: &Path) -> Result<Record, LoadError> {
         let shown = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: shown.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: shown.clone(), source })?;
         Record::from_json(&text, &shown)
     }
 

@@ -100,7 +100,10 @@ mod tests {
         r.partial = true;
         let h = header(&r);
         assert!(h.contains("# lost: 12 samples dropped (not buffered or not kept), 1,349 overflow notifications lost; 60,240 periods throttled\n"), "{h}");
-        assert!(h.contains("# the event counted 8,000 over the workload; the samples stand for 2,000 of them (25.00%)\n"), "{h}");
+        assert!(
+            h.contains("# the event counted 8,000 over the workload; the samples stand for 2,000 of them (25.00%)\n"),
+            "{h}"
+        );
         assert!(h.contains("# partial: the run was cut short"), "{h}");
         assert!(h.contains("# Total Lost Samples: 1361\n"), "{h}");
     }
@@ -110,7 +113,13 @@ mod tests {
         let mut r = testdata::record(&[(0, 0, 0, 0x110, &[]), (0, 0, 0, 0x110, &[]), (0, 0, 0, 0x210, &[])]);
         r.samples[2].period = 7000;
         let p = Profile::build(&r, &testdata::resolver());
-        let options = Options { keys: crate::DEFAULT_KEYS.to_vec(), children: false, graph: false, samples: false, percent_limit: None };
+        let options = Options {
+            keys: crate::DEFAULT_KEYS.to_vec(),
+            children: false,
+            graph: false,
+            samples: false,
+            percent_limit: None,
+        };
         let text = render(&r, &p, &options);
         assert!(text.contains("# Samples: 3 of event 'cycles'\n# Event count (approx.): 9000\n"), "{text}");
         assert!(text.contains("    77.78%  ftest            ftest            [.] foo\n"), "{text}");
@@ -119,13 +128,21 @@ mod tests {
     #[test]
     fn compare_shows_shares_and_tvd() {
         let a = testdata::record(&[(0, 0, 0, 0x110, &[]), (0, 0, 0, 0x210, &[])]);
-        let b = testdata::record(&[(0, 0, 0, 0x110, &[]), (0, 0, 0, 0x110, &[]), (0, 0, 0, 0x110, &[]), (0, 0, 0, 0x210, &[])]);
+        let b = testdata::record(&[
+            (0, 0, 0, 0x110, &[]),
+            (0, 0, 0, 0x110, &[]),
+            (0, 0, 0, 0x110, &[]),
+            (0, 0, 0, 0x210, &[]),
+        ]);
         let (pa, pb) = (Profile::build(&a, &testdata::resolver()), Profile::build(&b, &testdata::resolver()));
         let text = compare(
             Side { name: "a.json", record: &a, profile: &pa },
             Side { name: "b.json", record: &b, profile: &pb },
         );
-        assert!(text.starts_with("# A: a.json (2 cycles samples, sampled)\n# B: b.json (4 cycles samples, sampled)\n"), "{text}");
+        assert!(
+            text.starts_with("# A: a.json (2 cycles samples, sampled)\n# B: b.json (4 cycles samples, sampled)\n"),
+            "{text}"
+        );
         assert!(text.contains("  qux                         50.00%    75.00%   +25.00%\n"), "{text}");
         assert!(text.ends_with("# total variation distance: 0.2500\n"), "{text}");
     }

@@ -41,9 +41,7 @@ impl Resolver {
         let shown = elf.display();
         match std::fs::read(elf) {
             Ok(bytes) => Resolver::from_elf(&bytes, &shown.to_string(), lines),
-            Err(e) => {
-                (Resolver::default(), vec![format!("cannot read {shown}: {e}: addresses show as [unknown]")])
-            }
+            Err(e) => (Resolver::default(), vec![format!("cannot read {shown}: {e}: addresses show as [unknown]")]),
         }
     }
 
@@ -54,9 +52,7 @@ impl Resolver {
         if symbols.is_empty() {
             warnings.push(format!("{name} has no function symbols: addresses show as [unknown]"));
         }
-        let lines = if !lines {
-            None
-        } else if symbols.is_empty() {
+        let lines = if !lines || symbols.is_empty() {
             None
         } else {
             SourceLines::from_elf(bytes).map_err(|why| warnings.push(format!("{name}: {why}: no source lines"))).ok()

@@ -49,7 +49,9 @@ fn frame(out: &mut String, p: &Profile, f: usize, o: Options, prefix: &str) {
     let frame = &p.frames[f];
     let function = &p.functions[frame.function];
     let _ = match function.start {
-        Some(start) => writeln!(out, "{prefix}{:16x} {}+{:#x} ({})", frame.addr, function.name, frame.addr - start, p.elf),
+        Some(start) => {
+            writeln!(out, "{prefix}{:16x} {}+{:#x} ({})", frame.addr, function.name, frame.addr - start, p.elf)
+        }
         None => writeln!(out, "{prefix}{:16x} {UNKNOWN} ({})", frame.addr, p.elf),
     };
     if o.srcline {

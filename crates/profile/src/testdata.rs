@@ -28,7 +28,14 @@ pub fn main_foo_qux_bar() -> crate::Profile {
 pub fn record(samples: &[SampleSpec]) -> Record {
     let samples: Vec<Sample> = samples
         .iter()
-        .map(|&(time_ns, vcpu, task, ip, chain)| Sample { time_ns, vcpu, task, ip, period: 1000, callchain: chain.to_vec() })
+        .map(|&(time_ns, vcpu, task, ip, chain)| Sample {
+            time_ns,
+            vcpu,
+            task,
+            ip,
+            period: 1000,
+            callchain: chain.to_vec(),
+        })
         .collect();
     Record {
         format: FORMAT.into(),

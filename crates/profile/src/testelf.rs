@@ -40,7 +40,8 @@ pub fn with_functions(functions: &[(&str, u64, u64)]) -> Vec<u8> {
     out.extend_from_slice(shstrtab);
     out.resize(headers_at as usize, 0);
     // (name, type, flags, addr, offset, size, link, info, align, entsize)
-    let sections: [(u32, u32, u64, u64, u64, u64, u32, u32, u64, u64); 5] = [
+    type Header = (u32, u32, u64, u64, u64, u64, u32, u32, u64, u64);
+    let sections: [Header; 5] = [
         (0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
         (1, 8, 6, text_start, 0, text_end - text_start, 0, 0, 16, 0), // .text, NOBITS, AX
         (7, 2, 0, 0, symtab_at, symtab.len() as u64, 3, 1, 8, 24),

@@ -177,5 +177,5 @@ fn every_view_gives_the_same_self_shares_and_callers() {
     for (entry, names) in report_graph_names(&p) {
         assert_eq!(names, ancestors(&callers, &entry), "report -g of {entry}");
     }
-    assert_eq!(p.shares().into_iter().map(|(k, _)| k).collect::<Vec<_>>(), shares.keys().cloned().collect::<Vec<_>>());
+    assert_eq!(p.shares().into_keys().collect::<Vec<_>>(), shares.keys().cloned().collect::<Vec<_>>());
 }

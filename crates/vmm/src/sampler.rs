@@ -7,8 +7,8 @@
 use crate::backends::perf_sys::*;
 use crate::kick;
 use crate::linear::{LinearMemory, PageWalk};
-use pmu::tsc::{SamplePeriod, TscRate};
 use kvm_ioctls::{SyncReg, VcpuFd};
+use pmu::tsc::{SamplePeriod, TscRate};
 use serde::Serialize;
 use std::time::Instant;
 use vm_memory::GuestMemoryMmap;

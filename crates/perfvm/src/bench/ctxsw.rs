@@ -1,10 +1,11 @@
 //! Suite `ctxsw` (seed 000 table 5, seed 003's 2-task test): a guest context switch with
 //! per-task counting (perf attached to the tasks) under legacy and reuse, and without.
 
-use super::stats::{fmt, ratio, Summary};
 use super::{config, count_cycles, mode_name, tsc, value, Bench};
 use crate::Failure;
 use pmu::Policy;
+use profile::measure::{fmt, ratio, Summary};
+use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use vmm::vm::BackendKind;
 
@@ -51,28 +52,33 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
     }
     let s: Vec<Vec<[Summary; 4]>> =
         per.iter().map(|m| m.iter().map(|v| v.each_ref().map(|v| Summary::of(v))).collect()).collect();
-    let mut text = format!(
-        "ctxsw — guest context switch between 2 tasks, perf backend, MSR programming, {} runs each (median µs per switch)\n\n\
-         {:<26} {:<8} {:>12} {:>12} {:>12} {:>16}\n",
-        b.reps, "configuration", "mode", "switch", "sched-out", "sched-in", "VMM PMU time"
-    );
-    let mut rows = Vec::new();
+    let mut table = Table::new(&[
+        Column::left("configuration", 26),
+        Column::left("mode", 8),
+        Column::right("switch", 12),
+        Column::right("sched-out", 12),
+        Column::right("sched-in", 12),
+        Column::right("VMM PMU time", 16),
+    ]);
+    let us = |key, s: Summary| Cell::new(key, s, format!("{} µs", fmt(s.median)));
     for (i, c) in configs.iter().enumerate() {
         for (&mode, s) in b.modes.iter().zip(&s) {
             let m = &s[i];
-            text.push_str(&format!(
-                "{:<26} {:<8} {:>9} µs {:>9} µs {:>9} µs {:>13} µs\n",
-                c.label,
-                mode_name(mode),
-                fmt(m[0].median),
-                fmt(m[1].median),
-                fmt(m[2].median),
-                fmt(m[3].median)
-            ));
-            rows.push(json!({"configuration": c.label, "mode": mode_name(mode), "switch_us": m[0], "sched_out_us": m[1], "sched_in_us": m[2], "vmm_pmu_us": m[3]}));
+            table.push(vec![
+                Cell::label("configuration", c.label),
+                Cell::label("mode", mode_name(mode)),
+                us("switch_us", m[0]),
+                us("sched_out_us", m[1]),
+                us("sched_in_us", m[2]),
+                us("vmm_pmu_us", m[3]),
+            ]);
         }
     }
-    text.push('\n');
+    let mut text = format!(
+        "ctxsw — guest context switch between 2 tasks, perf backend, MSR programming, {} runs each (median µs per switch)\n\n{}\n",
+        b.reps,
+        table.text()
+    );
     for (&mode, s) in b.modes.iter().zip(&s) {
         text.push_str(&format!(
             "legacy/reuse, {}: switch {}, sched-in {}, sched-out {}, VMM PMU time {}\n",
@@ -83,5 +89,5 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
             ratio(s[1][3].median, s[2][3].median)
         ));
     }
-    Ok((text, json!({"rows": rows, "reps": b.reps, "tsc_khz": khz})))
+    Ok((text, json!({"rows": table.json(), "reps": b.reps, "tsc_khz": khz})))
 }

@@ -12,15 +12,14 @@ mod precision;
 mod pv;
 mod rate;
 mod scaling;
-mod stats;
 mod transitions;
 
 use crate::cli::BenchArgs;
+use crate::guests;
+use crate::Failure;
 use pmu::tsc::{SamplePeriod, TscRate};
 use profile::agent::Order;
 use profile::events;
-use crate::guests;
-use crate::Failure;
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -292,7 +291,7 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
             println!("{text}");
         }
         if let (Some(dir), Some(chart)) = (&args.plot, charts::chart_for(suite, &value)) {
-            let path = chart.write(std::path::Path::new(dir), suite).map_err(Failure::usage)?;
+            let path = chart.write(std::path::Path::new(dir), suite).map_err(Failure::failed)?;
             eprintln!("perfvm bench: wrote {}", path.display());
         }
         results.insert(suite.clone(), value);

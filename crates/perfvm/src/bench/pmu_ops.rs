@@ -4,10 +4,11 @@
 //! to a PV guest (the agent sampling through the PV page, no LVTPC mask) against its floor,
 //! one bare `KVM_NMI` ioctl timed in the same runs.
 
-use super::stats::{fmt, ratio, Summary};
 use super::{config, console_value, mode_name, runs_natively, sample_cycles, Bench, NATIVE_WORK_SCALE};
 use crate::Failure;
 use pmu::Policy;
+use profile::measure::{fmt, ratio, Summary};
+use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use vmm::identity::CpuVendor;
@@ -113,32 +114,26 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
             }
         }
     }
-    let mut text = format!(
-        "pmu-ops — VMM time per guest PMU operation, {} vPMU, perf backend ({backend_detail})\n\
-         {reps} runs per policy, alternating: median of the per-run means, and the worst single operation\n\n\
-         {:<24} {:<8} {:>14} {:>12} {:>14} {:>12} {:>13}\n",
-        if vendor == CpuVendor::Amd { "AMD" } else { "Intel" },
-        "operation",
-        "mode",
-        "legacy mean",
-        "legacy max",
-        "reuse mean",
-        "reuse max",
-        "legacy/reuse"
-    );
-    let mut rows = Vec::new();
+    let mut table = Table::new(&[
+        Column::left("operation", 24),
+        Column::left("mode", 8),
+        Column::right("legacy mean", 14),
+        Column::right("legacy max", 12),
+        Column::right("reuse mean", 14),
+        Column::right("reuse max", 12),
+        Column::right("legacy/reuse", 13),
+    ]);
+    let ns = |key, v: f64| Cell::new(key, v, format!("{} ns", fmt(v)));
     let mut row = |label: &str, mode: NativeMode, [lm, lx, rm, rx]: [Summary; 4]| {
-        text.push_str(&format!(
-            "{:<24} {:<8} {:>11} ns {:>9} ns {:>11} ns {:>9} ns {:>13}\n",
-            label,
-            mode_name(mode),
-            fmt(lm.median),
-            fmt(lx.max),
-            fmt(rm.median),
-            fmt(rx.max),
-            ratio(lm.median, rm.median)
-        ));
-        rows.push(json!({"operation": label, "mode": mode_name(mode), "legacy_mean_ns": lm, "legacy_max_ns": lx.max, "reuse_mean_ns": rm, "reuse_max_ns": rx.max, "ratio": lm.median / rm.median}));
+        table.push(vec![
+            Cell::label("operation", label),
+            Cell::label("mode", mode_name(mode)),
+            Cell::new("legacy_mean_ns", lm, format!("{} ns", fmt(lm.median))),
+            ns("legacy_max_ns", lx.max),
+            Cell::new("reuse_mean_ns", rm, format!("{} ns", fmt(rm.median))),
+            ns("reuse_max_ns", rx.max),
+            Cell::new("ratio", lm.median / rm.median, ratio(lm.median, rm.median)),
+        ]);
     };
     let get = |r: &PolicyRuns, op: &PmuOp, max: bool| {
         Summary::of(if max { &r.maxes } else { &r.means }.get(op).map(Vec::as_slice).unwrap_or(&[]))
@@ -156,8 +151,13 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
         let handler = [&l.handler_mean, &l.handler_max, &r.handler_mean, &r.handler_max].map(|v| Summary::of(v));
         row("PMI handler (guest)", mode, handler);
     }
-    text.push('\n');
-    let mut value = json!({"backend": backend_detail, "reps": reps, "guest_cmdline": cmdline, "rows": rows});
+    let mut text = format!(
+        "pmu-ops — VMM time per guest PMU operation, {} vPMU, perf backend ({backend_detail})\n\
+         {reps} runs per policy, alternating: median of the per-run means, and the worst single operation\n\n{}\n",
+        if vendor == CpuVendor::Amd { "AMD" } else { "Intel" },
+        table.text()
+    );
+    let mut value = json!({"backend": backend_detail, "reps": reps, "guest_cmdline": cmdline, "rows": table.json()});
     let totals: [(&str, &str, Field); 2] = [
         ("host events created/run", "host_events_created", |p| &p.created),
         ("backend syscalls/run", "backend_syscalls", |p| &p.total_syscalls),
@@ -169,23 +169,28 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
             value[key][mode_name(mode)] = json!({"legacy": l, "reuse": r});
         }
     }
-    text.push_str(&format!(
-        "\nhost perf syscalls per operation (median of the per-run means)\n{:<24} {:<8} {:>8} {:>8}\n",
-        "operation", "mode", "legacy", "reuse"
-    ));
-    let mut per_op = Vec::new();
+    let mut per_op = Table::new(&[
+        Column::left("operation", 24),
+        Column::left("mode", 8),
+        Column::right("legacy", 8),
+        Column::right("reuse", 8),
+    ]);
     for (op, label) in OPS {
         for (&mode, [l, r]) in modes.iter().zip(&runs) {
             let [l, r] = [l, r].map(|p| Summary::of(p.syscalls.get(op).map(Vec::as_slice).unwrap_or(&[])));
             if l.n + r.n == 0 {
                 continue;
             }
-            text.push_str(&format!("{label:<24} {:<8} {:>8.2} {:>8.2}\n", mode_name(mode), l.median, r.median));
-            per_op.push(json!({"operation": label, "mode": mode_name(mode), "legacy": l, "reuse": r}));
+            per_op.push(vec![
+                Cell::label("operation", *label),
+                Cell::label("mode", mode_name(mode)),
+                Cell::new("legacy", l, format!("{:.2}", l.median)),
+                Cell::new("reuse", r, format!("{:.2}", r.median)),
+            ]);
         }
     }
-    value["syscalls_per_operation"] = json!(per_op);
-    text.push('\n');
+    text.push_str(&format!("\nhost perf syscalls per operation (median of the per-run means)\n{}\n", per_op.text()));
+    value["syscalls_per_operation"] = per_op.json();
     Ok((text, value))
 }
 
@@ -194,11 +199,13 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
 /// `KVM_NMI`, which the same runs time alone (the floor).
 fn pv_delivery(b: &Bench) -> Result<(String, Value), Failure> {
     let hz = 1000; // a sample per ms of guest cycles (vCPU time on the software clock)
-    let mut text = format!(
-        "\nPMI delivery to a PV guest (agent sampling ftest {hz} times per second of cycles, perf backend, reuse)\n{:<30} {:<8} {:>14} {:>14} {:>8}\n",
-        "", "mode", "mean", "max", "x floor"
-    );
-    let mut rows = Vec::new();
+    let mut table = Table::new(&[
+        Column::left("", 30),
+        Column::left("mode", 8),
+        Column::right("mean", 14),
+        Column::right("max", 14),
+        Column::right("x floor", 8),
+    ]);
     for &mode in &b.modes {
         let (mut delivery, mut delivery_max, mut floor, mut floor_max) = (vec![], vec![], vec![], vec![]);
         for _ in 0..b.reps {
@@ -216,21 +223,26 @@ fn pv_delivery(b: &Bench) -> Result<(String, Value), Failure> {
             }
         }
         let [d, dx, f, fx] = [&delivery, &delivery_max, &floor, &floor_max].map(|v| Summary::of(v));
-        for (label, mean, max, x) in [
-            ("PMI delivery (PV, no mask)", d.median, dx.max, ratio(d.median, f.median)),
-            ("KVM_NMI ioctl (floor)", f.median, fx.max, String::new()),
-        ] {
-            text.push_str(&format!(
-                "{label:<30} {:<8} {:>11} ns {:>11} ns {:>8}\n",
-                mode_name(mode),
-                fmt(mean),
-                fmt(max),
-                x
-            ));
-        }
-        rows.push(
-            json!({"mode": mode_name(mode), "pmi_delivery_ns": d, "kvm_nmi_ns": f, "ratio": d.median / f.median}),
-        );
+        let ns = |v: f64| format!("{} ns", fmt(v));
+        table.push(vec![
+            Cell::text("PMI delivery (PV, no mask)"),
+            Cell::label("mode", mode_name(mode)),
+            Cell::new("pmi_delivery_ns", d, ns(d.median)),
+            Cell::text(ns(dx.max)),
+            Cell::new("ratio", d.median / f.median, ratio(d.median, f.median)),
+            Cell::json("kvm_nmi_ns", f),
+        ]);
+        // The floor's line: its numbers are in the row above's JSON.
+        table.push(vec![
+            Cell::text("KVM_NMI ioctl (floor)"),
+            Cell::text(mode_name(mode)),
+            Cell::text(ns(f.median)),
+            Cell::text(ns(fx.max)),
+        ]);
     }
-    Ok((text, json!(rows)))
+    let text = format!(
+        "\nPMI delivery to a PV guest (agent sampling ftest {hz} times per second of cycles, perf backend, reuse)\n{}",
+        table.text()
+    );
+    Ok((text, table.json()))
 }

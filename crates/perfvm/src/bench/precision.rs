@@ -3,16 +3,17 @@
 //! as total variation distance; samples per second of guest run time, legacy vs reuse; and
 //! the cost of sampling at the default rate.
 
-use super::stats::{fmt, Summary};
 use super::{config, count_cycles, in_mode, mode_name, pmu, runs_natively, Bench, NATIVE_WORK_SCALE};
 use crate::cli::default_record_freq;
 use crate::record::{record, Capture};
 use crate::Failure;
 use pmu::tsc::SamplePeriod;
-use profile::events;
-use profile::profile::tvd;
-use profile::Mode;
 use pmu::Policy;
+use profile::events;
+use profile::measure::{fmt, Summary};
+use profile::profile::tvd;
+use profile::table::{Cell, Column, Table};
+use profile::Mode;
 use serde_json::{json, Value};
 use std::time::Instant;
 use vmm::native::NativeMode;
@@ -77,7 +78,8 @@ fn shares(f: &Capture) -> Value {
 
 /// One mode's results: table lines (label, cells) with their JSON, then the summary lines.
 struct ModeResult {
-    lines: Vec<(String, String, Value)>,
+    /// Per line: the profile's cells before the mode's, and after it.
+    lines: Vec<(Vec<Cell>, Vec<Cell>)>,
     reference: Option<Capture>,
     exact: Option<Capture>,
     summary: String,
@@ -93,19 +95,26 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
     let sampled = profile(b, mode, exact, "instructions", SamplePeriod::Count(997), false)?;
     let samples = |f: &Option<Capture>| f.as_ref().map_or(f64::NAN, |f| f.record.sample_count() as f64);
     let tvd_to = |f: &Capture| reference.as_ref().map_or(f64::NAN, |r| tvd(&r.profile, &f.profile));
-    let mut lines = vec![(
-        "reference (exact, every instruction)".to_owned(),
-        format!("{:>10} {:>8}", fmt(samples(&reference)), "0"),
-        json!({"profile": "reference: exact, every retired instruction", "samples": samples(&reference), "tvd": 0.0,
-               "shares": reference.as_ref().map(shares)}),
-    )];
+    let profile_cells = |text: &str, json: &str| vec![Cell::text(text), Cell::json("profile", json)];
     let t = sampled.as_ref().map_or(f64::NAN, tvd_to);
-    lines.push((
-        "record -e instructions -c 997, exact".to_owned(),
-        format!("{:>10} {:>8}", fmt(samples(&sampled)), tvd4(t)),
-        json!({"profile": "record -e instructions -c 997 --backend exact", "samples": samples(&sampled), "tvd": t,
-               "shares": sampled.as_ref().map(shares)}),
-    ));
+    let mut lines = vec![
+        (
+            profile_cells("reference (exact, every instruction)", "reference: exact, every retired instruction"),
+            vec![
+                Cell::new("samples", samples(&reference), fmt(samples(&reference))),
+                Cell::new("tvd", 0.0, "0"),
+                Cell::json("shares", reference.as_ref().map(shares)),
+            ],
+        ),
+        (
+            profile_cells("record -e instructions -c 997, exact", "record -e instructions -c 997 --backend exact"),
+            vec![
+                Cell::new("samples", samples(&sampled), fmt(samples(&sampled))),
+                Cell::new("tvd", t, tvd4(t)),
+                Cell::json("shares", sampled.as_ref().map(shares)),
+            ],
+        ),
+    ];
     for (label, period) in [
         (format!("record -e cycles -F {default_freq} (default), perf"), default_period),
         ("record -e cycles -F 2000, perf".to_owned(), fast_period),
@@ -117,10 +126,11 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
             n.push(f.record.sample_count() as f64);
         }
         let (t, n) = (Summary::of(&tvds), Summary::of(&n));
-        let spread =
-            if t.n > 0 { format!("  (median of {}, {:.4}–{:.4})", t.n, t.min, t.max) } else { String::new() };
-        let cells = format!("{:>10} {:>8}{spread}", fmt(n.median), tvd4(t.median));
-        lines.push((label.clone(), cells, json!({"profile": label, "samples": n, "tvd": t})));
+        let spread = if t.n > 0 { format!(" (median of {}, {:.4}–{:.4})", t.n, t.min, t.max) } else { String::new() };
+        lines.push((
+            profile_cells(&label, &label),
+            vec![Cell::new("samples", n, fmt(n.median)), Cell::new("tvd", t, tvd4(t.median)), Cell::text(spread)],
+        ));
     }
 
     // Samples in the same guest run time, and what sampling costs, on the perf backend.
@@ -196,17 +206,22 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
             "native sampling runs do {NATIVE_WORK_SCALE}x ftest's work, to sample as long as emulated runs\n"
         ));
     }
-    text.push_str(&format!("\n{:<46} {:<8} {:>10} {:>8}\n", "profile", "mode", "samples", "TVD"));
-    let mut rows = Vec::new();
+    let mut table = Table::new(&[
+        Column::left("profile", 46),
+        Column::left("mode", 8),
+        Column::right("samples", 10),
+        Column::right("TVD", 8),
+        Column::left("", 0),
+    ]);
     for i in 0..results[0].lines.len() {
         for (&mode, r) in b.modes.iter().zip(&results) {
-            let (label, cells, row) = &r.lines[i];
-            text.push_str(&format!("{label:<46} {:<8} {cells}\n", mode_name(mode)));
-            let mut row = row.clone();
-            row["mode"] = json!(mode_name(mode));
-            rows.push(row);
+            let (before, after) = &r.lines[i];
+            let mode = Cell::label("mode", mode_name(mode));
+            table.push(before.iter().cloned().chain([mode]).chain(after.iter().cloned()).collect());
         }
     }
+    text.push('\n');
+    text.push_str(&table.text());
     text.push_str("\nshares (reference | exact sampled):\n");
     for (&mode, r) in b.modes.iter().zip(&results) {
         let (Some(reference), Some(exact)) = (&r.reference, &r.exact) else { continue };
@@ -225,5 +240,5 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         text.push_str(&r.summary);
         by_mode.insert(mode_name(mode).into(), r.json.clone());
     }
-    Ok((text, json!({"rows": rows, "by_mode": by_mode})))
+    Ok((text, json!({"rows": table.json(), "by_mode": by_mode})))
 }

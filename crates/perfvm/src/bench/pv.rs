@@ -2,9 +2,10 @@
 //! counters through the paravirtual page (one doorbell) vs plain MSRs; a 2-task switch and a
 //! ring of N tasks; exits to program 8 counters.
 
-use super::stats::{fmt, ratio, Summary};
 use super::{config, count_cycles, mode_name, tsc, value, Bench};
 use crate::Failure;
+use profile::measure::{fmt, ratio, Summary};
+use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use vmm::vm::PmuSettings;
 
@@ -31,12 +32,16 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         text.push_str(&format!("exits to program 8 counters, {}: MSRs {msr} | PV page {pv}\n", mode_name(mode)));
         programming.insert(mode_name(mode).into(), json!({"msr": msr, "pv": pv}));
     }
-    let mut rows = Vec::new();
     let sizes: &[u32] = if b.quick { &[2, 8] } else { &[2, 4, 8, 16, 32, 64] };
-    text.push_str(&format!(
-        "\n{:<22} {:<8} {:>16} {:>16} {:>10} {:>14} {:>14}\n",
-        "workload", "mode", "MSR µs/switch", "PV µs/switch", "MSR/PV", "MSR exits/sw", "PV exits/sw"
-    ));
+    let mut table = Table::new(&[
+        Column::left("workload", 22),
+        Column::left("mode", 8),
+        Column::right("MSR µs/switch", 16),
+        Column::right("PV µs/switch", 16),
+        Column::right("MSR/PV", 10),
+        Column::right("MSR exits/sw", 14),
+        Column::right("PV exits/sw", 14),
+    ]);
     let mut line = |label: String, guest: &str, args: String, total_key: &str| -> Result<(), Failure> {
         for &mode in &b.modes {
             let mut per = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
@@ -50,17 +55,15 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
                 }
             }
             let s = per.each_ref().map(|v| Summary::of(v));
-            text.push_str(&format!(
-                "{:<22} {:<8} {:>16} {:>16} {:>10} {:>14} {:>14}\n",
-                label,
-                mode_name(mode),
-                fmt(s[0].median),
-                fmt(s[1].median),
-                ratio(s[0].median, s[1].median),
-                fmt(s[2].median),
-                fmt(s[3].median)
-            ));
-            rows.push(json!({"workload": label, "mode": mode_name(mode), "msr_us_per_switch": s[0], "pv_us_per_switch": s[1], "msr_exits_per_switch": s[2], "pv_exits_per_switch": s[3]}));
+            table.push(vec![
+                Cell::label("workload", label.clone()),
+                Cell::label("mode", mode_name(mode)),
+                Cell::new("msr_us_per_switch", s[0], fmt(s[0].median)),
+                Cell::new("pv_us_per_switch", s[1], fmt(s[1].median)),
+                Cell::text(ratio(s[0].median, s[1].median)),
+                Cell::new("msr_exits_per_switch", s[2], fmt(s[2].median)),
+                Cell::new("pv_exits_per_switch", s[3], fmt(s[3].median)),
+            ]);
         }
         Ok(())
     };
@@ -73,5 +76,7 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
             "ring.total_cycles",
         )?;
     }
-    Ok((text, json!({"exits_per_8_counter_programming": programming, "rows": rows, "reps": b.reps})))
+    text.push('\n');
+    text.push_str(&table.text());
+    Ok((text, json!({"exits_per_8_counter_programming": programming, "rows": table.json(), "reps": b.reps})))
 }

@@ -4,10 +4,11 @@
 //! port IO (`portio`, vPMU off) and a filtered MSR (`rate N msr`: RDMSR of GLOBAL_CTRL,
 //! which the vPMU takes from KVM's MSR filter).
 
-use super::stats::{fmt, per_second, Summary};
 use super::transitions::portio_ns;
 use super::{config, console_value, mode_name, runs_natively, Bench};
 use crate::Failure;
+use profile::measure::{fmt, per_second, Summary};
+use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::time::Instant;
 use vmm::native::NativeMode;
@@ -72,22 +73,19 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         }
     }
     let host = Summary::of(&host);
-    let mut text = format!(
-        "rate — the same dec/jnz loop (2 instructions per iteration) on a host thread and in the guest (TSC-timed),\n\
-         and an exit's roundtrip seen from the guest (portio's OUT, rate's RDMSR); {} runs each (median)\n\n\
-         {:<12} {:>14} {:>12} {:>16} {:>16}\n\
-         {:<12} {:>14} {:>12}\n",
-        b.reps,
-        "where",
-        "iterations",
-        "instr/s",
-        "port-IO exit",
-        "filtered RDMSR",
-        "host thread",
-        fmt(host_n as f64),
-        per_second(host.median)
-    );
-    let mut rows = vec![json!({"mode": "host", "iterations": host_n, "instr_per_s": host})];
+    let mut table = Table::new(&[
+        Column::left("where", 12),
+        Column::right("iterations", 14),
+        Column::right("instr/s", 12),
+        Column::right("port-IO exit", 16),
+        Column::right("filtered RDMSR", 16),
+    ]);
+    table.push(vec![
+        Cell::text("host thread"),
+        Cell::json("mode", "host"),
+        Cell::new("iterations", host_n, fmt(host_n as f64)),
+        Cell::new("instr_per_s", host, per_second(host.median)),
+    ]);
     let mut medians = Vec::new();
     let mut sampling = String::new();
     for (&mode, (n, v)) in b.modes.iter().zip(&per) {
@@ -100,20 +98,24 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
             per_second(sampled.median),
             per_second(rate.median),
         ));
-        text.push_str(&format!(
-            "{:<12} {:>14} {:>12} {:>13} ns {:>13} ns\n",
-            mode_name(mode),
-            fmt(*n as f64),
-            per_second(rate.median),
-            fmt(portio.median),
-            fmt(rdmsr.median)
-        ));
-        rows.push(json!({"mode": mode_name(mode), "iterations": n, "instr_per_s": rate,
-                         "portio_roundtrip_ns": portio, "rdmsr_roundtrip_ns": rdmsr,
-                         "vmm_sampled_instr_per_s": sampled, "vmm_sampling_overhead_percent": slowdown}));
+        table.push(vec![
+            Cell::label("mode", mode_name(mode)),
+            Cell::new("iterations", n, fmt(*n as f64)),
+            Cell::new("instr_per_s", rate, per_second(rate.median)),
+            Cell::new("portio_roundtrip_ns", portio, format!("{} ns", fmt(portio.median))),
+            Cell::new("rdmsr_roundtrip_ns", rdmsr, format!("{} ns", fmt(rdmsr.median))),
+            Cell::json("vmm_sampled_instr_per_s", sampled),
+            Cell::json("vmm_sampling_overhead_percent", slowdown),
+        ]);
         medians.push([rate.median, portio.median, rdmsr.median]);
     }
-    let mut value = json!({"rows": rows, "reps": b.reps});
+    let mut text = format!(
+        "rate — the same dec/jnz loop (2 instructions per iteration) on a host thread and in the guest (TSC-timed),\n\
+         and an exit's roundtrip seen from the guest (portio's OUT, rate's RDMSR); {} runs each (median)\n\n{}",
+        b.reps,
+        table.text()
+    );
+    let mut value = json!({"rows": table.json(), "reps": b.reps});
     let of = |mode| b.modes.iter().position(|m| *m == mode).map(|i| medians[i]);
     if let (Some(native), Some(emulated)) = (of(NativeMode::On), of(NativeMode::Off)) {
         let x = |a: f64, b: f64| format!("{}x", fmt(a / b));

@@ -1,10 +1,11 @@
 //! Suite `scaling`: how the VMM cost of guest PMU operations grows with the number of
 //! counters (1..8) and of vCPUs (1..2), legacy vs reuse (pmuops, perf backend).
 
-use super::stats::{fmt, ratio, Summary};
 use super::{mode_name, Bench};
 use crate::Failure;
 use pmu::Policy;
+use profile::measure::{fmt, ratio, Summary};
+use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use vmm::native::NativeMode;
 use vmm::vm::PmuSettings;
@@ -40,14 +41,13 @@ fn measure(
 pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
     let rounds = if b.quick { 30 } else { 100 };
     let reps = b.reps.min(3);
-    let mut text = format!(
-        "scaling — VMM ns per GLOBAL_CTRL enable (all counters on), pmuops {rounds} rounds, {reps} runs each\n\n"
-    );
-    text.push_str(&format!(
-        "{:<18} {:<8} {:>14} {:>14} {:>13}\n",
-        "counters x vCPUs", "mode", "legacy", "reuse", "legacy/reuse"
-    ));
-    let mut rows = Vec::new();
+    let mut table = Table::new(&[
+        Column::left("counters x vCPUs", 18),
+        Column::left("mode", 8),
+        Column::right("legacy", 14),
+        Column::right("reuse", 14),
+        Column::right("legacy/reuse", 13),
+    ]);
     let counters: &[u8] = if b.quick { &[1, 4, 8] } else { &[1, 2, 3, 4, 5, 6, 7, 8] };
     let mut grid: Vec<(u8, u32)> = counters.iter().map(|&c| (c, 1)).collect();
     grid.push((4, 2));
@@ -55,16 +55,20 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         for &mode in &b.modes {
             let (l, _) = measure(b, mode, (c, v), Policy::Legacy, reps, rounds)?;
             let (r, _) = measure(b, mode, (c, v), Policy::default(), reps, rounds)?;
-            text.push_str(&format!(
-                "{:<18} {:<8} {:>11} ns {:>11} ns {:>13}\n",
-                format!("{c} x {v}"),
-                mode_name(mode),
-                fmt(l.median),
-                fmt(r.median),
-                ratio(l.median, r.median)
-            ));
-            rows.push(json!({"counters": c, "vcpus": v, "mode": mode_name(mode), "legacy_ns": l, "reuse_ns": r}));
+            table.push(vec![
+                Cell::text(format!("{c} x {v}")),
+                Cell::json("counters", c),
+                Cell::json("vcpus", v),
+                Cell::label("mode", mode_name(mode)),
+                Cell::new("legacy_ns", l, format!("{} ns", fmt(l.median))),
+                Cell::new("reuse_ns", r, format!("{} ns", fmt(r.median))),
+                Cell::text(ratio(l.median, r.median)),
+            ]);
         }
     }
-    Ok((text, json!({"rows": rows, "rounds": rounds, "reps": reps})))
+    let text = format!(
+        "scaling — VMM ns per GLOBAL_CTRL enable (all counters on), pmuops {rounds} rounds, {reps} runs each\n\n{}",
+        table.text()
+    );
+    Ok((text, json!({"rows": table.json(), "rounds": rounds, "reps": reps})))
 }

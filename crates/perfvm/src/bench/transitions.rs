@@ -1,9 +1,10 @@
 //! Suite `transitions` (seed 001): the cheapest exit's roundtrip seen from the guest, and the
 //! vCPU thread's syscalls per KVM_RUN, with the vPMU off, on but idle, and on and counting.
 
-use super::stats::{fmt, Summary};
 use super::{config, mode_name, Bench};
 use crate::Failure;
+use profile::measure::{fmt, Summary};
+use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use vmm::vm::PmuSettings;
 use vmm::RunReport;
@@ -24,11 +25,12 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         ("vPMU on, PEBS counting", Some(pebs), "count pebs"),
     ];
     let counting = vmm::syscount::unavailable_reason();
-    let mut text = format!(
-        "transitions — port-IO exit roundtrip seen from the guest (portio, median of 1001), {} runs each\n\n{:<22} {:<8} {:>14} {:>20}\n",
-        b.reps, "configuration", "mode", "roundtrip", "syscalls per KVM_RUN"
-    );
-    let mut rows = Vec::new();
+    let mut table = Table::new(&[
+        Column::left("configuration", 22),
+        Column::left("mode", 8),
+        Column::right("roundtrip", 14),
+        Column::right("syscalls per KVM_RUN", 20),
+    ]);
     for (label, pmu, cmdline) in configs {
         for &mode in &b.modes {
             let (mut ns, mut per_run) = (Vec::new(), Vec::new());
@@ -42,20 +44,21 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
                 }
             }
             let (n, p) = (Summary::of(&ns), Summary::of(&per_run));
-            text.push_str(&format!(
-                "{:<22} {:<8} {:>11} ns {:>20}\n",
-                label,
-                mode_name(mode),
-                fmt(n.median),
-                if p.n > 0 { format!("{:.4}", p.median) } else { "n/a".into() }
-            ));
-            rows.push(
-                json!({"configuration": label, "mode": mode_name(mode), "roundtrip_ns": n, "syscalls_per_entry": p}),
-            );
+            table.push(vec![
+                Cell::label("configuration", label),
+                Cell::label("mode", mode_name(mode)),
+                Cell::new("roundtrip_ns", n, format!("{} ns", fmt(n.median))),
+                Cell::new("syscalls_per_entry", p, if p.n > 0 { format!("{:.4}", p.median) } else { "n/a".into() }),
+            ]);
         }
     }
+    let mut text = format!(
+        "transitions — port-IO exit roundtrip seen from the guest (portio, median of 1001), {} runs each\n\n{}",
+        b.reps,
+        table.text()
+    );
     if let Some(reason) = counting {
         text.push_str(&format!("(syscalls not counted: {reason})\n"));
     }
-    Ok((text, json!({"rows": rows, "reps": b.reps})))
+    Ok((text, json!({"rows": table.json(), "reps": b.reps})))
 }

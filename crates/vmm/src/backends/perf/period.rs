@@ -28,7 +28,9 @@ impl PerfMode {
     pub(crate) fn in_event_units(self, raw: u64) -> u64 {
         match self {
             PerfMode::Hardware => raw,
-            PerfMode::SoftwareClock { tsc_khz } => pmu::tsc::TscRate::from_khz(tsc_khz).map_or(0, |tsc| tsc.ns_to_cycles(raw)),
+            PerfMode::SoftwareClock { tsc_khz } => {
+                pmu::tsc::TscRate::from_khz(tsc_khz).map_or(0, |tsc| tsc.ns_to_cycles(raw))
+            }
         }
     }
 }

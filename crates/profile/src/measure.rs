@@ -1,17 +1,22 @@
-//! Medians and spread of repeated measurements.
+//! Medians and spread of repeated measurements, and how `perfvm bench` shows numbers.
 
 use serde::Serialize;
 
 /// Median with min and max of a set of measurements.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct Summary {
+    /// The median (NaN without measurements).
     pub median: f64,
+    /// The smallest.
     pub min: f64,
+    /// The largest.
     pub max: f64,
+    /// How many finite measurements.
     pub n: usize,
 }
 
 impl Summary {
+    /// The summary of `values`, non-finite ones left out.
     pub fn of(values: &[f64]) -> Summary {
         let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
         if v.is_empty() {
@@ -30,7 +35,7 @@ pub fn fmt(x: f64) -> String {
         return "n/a".into();
     }
     if x.abs() >= 100.0 {
-        profile::format::thousands(x.round() as u64)
+        crate::format::thousands(x.round() as u64)
     } else {
         format!("{x:.2}")
     }
