@@ -7,7 +7,7 @@ use crate::run::{boot_under_agent, vm_config};
 use crate::Failure;
 use pmu::{CountSource, EventSet};
 use profile::agent::Order;
-use profile::counts::{fold, line_json, offered, Count, Run, Table};
+use profile::counts::{fold, line_json, Count, Run, Table};
 use profile::events;
 use serde_json::json;
 use std::time::Instant;
@@ -68,7 +68,7 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
         reports.iter().map(|r| r.agent.workload_ns().unwrap_or(r.stats.wall_ns) as f64 / 1e9).collect();
     let pmu = last.stats.pmu.as_ref();
     let runs: Vec<Run> = reports.iter().map(|r| run_of(&r.agent)).collect();
-    let lines = fold(&runs.iter().collect::<Vec<_>>(), pmu.map(|p| offered(p.vendor, p.available, p.cpuid_0xa)));
+    let lines = fold(&runs.iter().collect::<Vec<_>>(), pmu.map(|p| p.available));
     let backend = pmu.map(|p| p.backend_detail.clone()).unwrap_or_default();
     let table = Table {
         command: &command,

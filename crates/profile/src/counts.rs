@@ -70,25 +70,11 @@ impl Status {
     }
 }
 
-/// Whether the vPMU (its events, [`offered`]; None without one) offers the event `raw`.
+/// Whether the vPMU offers the event `raw`: `offered` is what its capabilities say it
+/// counts (on Intel what CPUID leaf 0xA advertises, on AMD the PMU caps'); None without a
+/// vPMU.
 fn advertised(raw: u16, offered: Option<EventSet>) -> bool {
     matches!((offered, events::architectural(raw)), (Some(set), Some(event)) if set.contains(event))
-}
-
-/// The events a vPMU offers its guest: what CPUID leaf 0xA advertises on Intel (version 2
-/// or later, EBX bit clear within its length); on AMD, which has no such leaf, the PMU caps'
-/// events (each with its AMD encoding, `perfvm list`).
-pub fn offered(vendor: pmu::Vendor, available: EventSet, cpuid_0xa: [u32; 4]) -> EventSet {
-    match vendor {
-        pmu::Vendor::Amd => available,
-        _ => offered_by_cpuid_0xa(cpuid_0xa),
-    }
-}
-
-/// The events CPUID leaf 0xA `[eax, ebx, ..]` advertises.
-fn offered_by_cpuid_0xa([eax, ebx, ..]: [u32; 4]) -> EventSet {
-    let (version, vector_len) = (eax & 0xff, (eax >> 24) & 0xff);
-    EventSet::from_fn(|e| version >= 2 && e.cpuid_bit() < vector_len && ebx & (1 << e.cpuid_bit()) == 0)
 }
 
 /// Whose count a line is.
@@ -364,10 +350,9 @@ mod tests {
         EventSet::from_fn(|e| !matches!(e, ArchEvent::LlcReferences | ArchEvent::LlcMisses | ArchEvent::BranchMisses))
     }
 
-    /// CPUID.0AH of a perfmon v2 PMU with 7 events, of which `missing` (EBX bits) are not
-    /// available.
+    /// A PMU offering the 7 architectural events but those of `missing` (CPUID.0AH:EBX bits).
     fn cpuid(missing: u32) -> Option<EventSet> {
-        Some(offered_by_cpuid_0xa([0x0730_0402, missing, 0, 0x0600]))
+        Some(EventSet::from_fn(|e| missing & (1 << e.cpuid_bit()) == 0))
     }
 
     /// A count the agent found no counter for.

@@ -38,7 +38,8 @@ fn host_rate(n: u64) -> f64 {
 /// Instructions per second of the guest's loop, from its `rate: loop` line.
 fn guest_rate(report: &RunReport) -> Option<f64> {
     let get = |key| console_value(report, "rate: loop", key);
-    let seconds = get("tsc")? / (get("tsc_khz")? * 1000.0);
+    let tsc = pmu::tsc::TscRate::from_khz(get("tsc_khz")? as u64)?;
+    let seconds = tsc.cycles_to_ns(get("tsc")? as u64) as f64 / 1e9;
     Some(get("instructions")? / seconds)
 }
 
