@@ -9,8 +9,9 @@
  *
  * Orders come on the guest command line, before the workload's own arguments:
  *   <guest> stat   -e <ev>[,<ev>...] [-p] -- <args>
- *   <guest> record -e <ev> -c <period> [-p] [-g] -- <args>
+ *   <guest> record -e <ev> -c <period> | -F <hz> [-p] [-g] -- <args>
  * where <ev> is a raw event "0xUUEE" (EE = event select, UU = umask, as in EVENTSEL[15:0]),
+ * -F asks for <hz> samples per second of the boot info's TSC rate instead of a period,
  * -p asks for per-task counting (save/restore on every guest context switch) and -g for
  * frame-pointer call chains with every sample.
  */
