@@ -29,6 +29,7 @@ pub mod stats;
 pub mod stepping;
 pub mod syscount;
 pub mod throttle;
+pub mod transition;
 pub mod vcpu;
 pub mod vm;
 pub mod vpmu;
