@@ -10,6 +10,7 @@ pub mod devices;
 pub mod error;
 pub mod exit;
 pub mod identity;
+pub mod kallsyms;
 pub mod kick;
 pub mod kvm;
 pub mod kvm_stats;
