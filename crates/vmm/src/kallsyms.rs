@@ -160,7 +160,7 @@ fn find_relative_base(ro: &[u8], text: u64, tokens: &Tokens) -> Option<(usize, u
     while let Some(found) = find(&ro[from..], &needle) {
         let at = from + found;
         from = at + 1;
-        if at % 8 != 0 || at >= tokens.start {
+        if !at.is_multiple_of(8) || at >= tokens.start {
             continue;
         }
         let count = u32::from_le_bytes(ro.get(at + 8..at + 12)?.try_into().ok()?);
@@ -213,7 +213,7 @@ mod tests {
             let offset = if addr < TEXT { addr as i32 } else { -1 - (addr - TEXT) as i32 };
             ro.extend_from_slice(&offset.to_le_bytes());
         }
-        while ro.len() % 8 != 0 {
+        while !ro.len().is_multiple_of(8) {
             ro.push(0);
         }
         ro.extend_from_slice(&TEXT.to_le_bytes());
@@ -222,11 +222,11 @@ mod tests {
             ro.push(name.len() as u8);
             ro.extend_from_slice(name.as_bytes());
         }
-        while ro.len() % 8 != 0 {
+        while !ro.len().is_multiple_of(8) {
             ro.push(0);
         }
         ro.extend_from_slice(&0u32.to_le_bytes()); // one block of names: marker 0
-        while ro.len() % 8 != 0 {
+        while !ro.len().is_multiple_of(8) {
             ro.push(0);
         }
         let start = ro.len();
@@ -237,7 +237,7 @@ mod tests {
             ro.push(if t == 0 { 1 } else { t });
             ro.push(0);
         }
-        while ro.len() % 8 != 0 {
+        while !ro.len().is_multiple_of(8) {
             ro.push(0);
         }
         for o in offsets {
