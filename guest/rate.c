@@ -4,6 +4,9 @@
  * `rate N msr` then also times a filtered-MSR exit (needs the vPMU, whose MSRs the VMM
  * takes from KVM's MSR filter): the median of 101 RDMSRs of IA32_PERF_GLOBAL_CTRL,
  *   rate: rdmsr median_tsc=<ticks> ns=<ns>
+ * `rate N lock` then also times N locked read-modify-writes (lock xadd on an aligned word,
+ * 3 instructions per iteration), the loop the bench runs on a host thread beside it,
+ *   rate: lock instructions=<3N> tsc=<ticks> tsc_khz=<kHz>
  * The bench's host column runs the identical loop (crates/perfvm/src/bench/rate.rs).
  * Interrupts stay off: nothing but the loop runs. */
 #include "kit.h"
@@ -27,6 +30,15 @@ static uint64_t rdmsr_median(void)
 	return d[SAMPLES / 2];
 }
 
+static uint64_t lock_word __attribute__((aligned(64)));
+
+static uint64_t locked_loop(uint64_t n)
+{
+	uint64_t one = 1, t0 = rdtsc();
+	asm volatile("1: lock xaddq %1, %2\n\tdec %0\n\tjnz 1b" : "+r"(n), "+r"(one), "+m"(lock_word) : : "cc");
+	return rdtsc() - t0;
+}
+
 int main(int argc, char **argv)
 {
 	uint64_t n = argc > 1 ? strtoul(argv[1], 0, 0) : 1000000;
@@ -37,6 +49,10 @@ int main(int argc, char **argv)
 	asm volatile("1: dec %0\n\tjnz 1b" : "+r"(n) : : "cc");
 	uint64_t ticks = rdtsc() - t0;
 	printf("rate: loop instructions=%lu tsc=%lu tsc_khz=%lu\n", 2 * iterations, ticks, tsc_khz);
+	if (has_arg(argc, argv, "lock")) {
+		uint64_t t = locked_loop(iterations);
+		printf("rate: lock instructions=%lu tsc=%lu tsc_khz=%lu\n", 3 * iterations, t, tsc_khz);
+	}
 	if (has_arg(argc, argv, "msr")) {
 		uint64_t m = rdmsr_median();
 		printf("rate: rdmsr median_tsc=%lu ns=%lu\n", m, tsc_khz ? m * 1000000 / tsc_khz : 0);

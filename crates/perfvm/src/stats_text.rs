@@ -121,6 +121,14 @@ fn pmu_report(r: &PmuReport) -> String {
             "overflow notifications", n.taken, n.lost, n.throttled
         ));
     }
+    if let Some(t) = &r.throttle {
+        out.push_str(&format!(
+            "  {:<22} at most {}% of vCPU time; an exit costs {:.1} us here (measured)\n",
+            "PMI throttle",
+            t.max_percent,
+            t.exit_roundtrip_ns as f64 / 1e3
+        ));
+    }
     if m.pebs_records + m.pebs_dropped > 0 {
         out.push_str(&format!(
             "  {:<22} {} written, {} dropped, {} buffer PMIs\n",

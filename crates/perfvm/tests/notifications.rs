@@ -4,12 +4,17 @@
 mod common;
 use common::*;
 
-/// `(taken, lost, throttled)` from `record --stats`, and the whole stderr.
+/// `(taken, lost, throttled)` from `record --stats` of an emulated ftest, and the whole
+/// stderr.
 fn record(env: &[(&str, &str)], extra: &[&str]) -> ((u64, u64, u64), String) {
-    let out = temp_file("notifications.json", b"");
-    let mut args = vec!["record", "--stats", "--native", "off", "-o", &out];
+    record_in("off", env, extra, &["ftest", "1"])
+}
+
+fn record_in(mode: &str, env: &[(&str, &str)], extra: &[&str], guest: &[&str]) -> ((u64, u64, u64), String) {
+    let out = temp_file(&format!("notifications-{mode}.json"), b"");
+    let mut args = vec!["record", "--stats", "--native", mode, "-o", &out];
     args.extend_from_slice(extra);
-    args.extend_from_slice(&["ftest", "1"]);
+    args.extend_from_slice(guest);
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
         .args(&args)
         .envs(env.iter().copied())
@@ -41,4 +46,17 @@ fn a_period_too_short_is_throttled_and_the_guest_progresses() {
     let ((taken, _, throttled), err) = record(&[], &["-c", "1000", "--pmi-max-percent", "5"]);
     assert!(throttled > 0 && taken > 0, "{taken} taken, {throttled} throttled");
     assert!(err.contains("periods throttled"), "{err}");
+}
+
+/// A period shorter than one exit on this host (40 us of cycles; a native exit is 25-60 us
+/// on the hosts here) used to livelock a native guest: each notification's exit took the
+/// whole period. The throttle charges the exit it measured and the run ends.
+#[test]
+fn a_period_shorter_than_the_hosts_exit_is_throttled_natively() {
+    require_native!();
+    let ((taken, _, throttled), err) = record_in("on", &[], &["-c", "100000", "--timeout", "120"], &["ftest"]);
+    assert!(throttled > 0 && taken > 0, "{taken} taken, {throttled} throttled");
+    let line = err.lines().find(|l| l.contains("PMI throttle")).unwrap_or_else(|| panic!("{err}"));
+    let exit_us: f64 = line.split("costs ").nth(1).and_then(|w| w.split(' ').next()).unwrap().parse().unwrap();
+    assert!(exit_us > 1.0, "the exit roundtrip was measured: {line}");
 }

@@ -57,6 +57,11 @@ impl TscRate {
         cycles * 1_000_000 / i128::from(self.khz)
     }
 
+    /// Seconds of `cycles`, for measurements.
+    pub fn seconds(self, cycles: f64) -> f64 {
+        cycles / (self.khz as f64 * 1000.0)
+    }
+
     /// Microseconds of `cycles`, for measurements.
     pub fn cycles_to_us(self, cycles: f64) -> f64 {
         cycles * 1000.0 / self.khz as f64
@@ -96,6 +101,7 @@ mod tests {
         assert_eq!(tsc.cycles_of(SamplePeriod::Hz(2000)), 1_000_000);
         assert_eq!(tsc.cycles_of(SamplePeriod::Count(7)), 7);
         assert!((tsc.cycles_to_us(4_000.0) - 2.0).abs() < 1e-12);
+        assert!((tsc.seconds(3e9) - 1.5).abs() < 1e-12);
         assert_eq!(TscRate::from_khz(0), None);
         assert_eq!(tsc.cycles_to_ns(u64::MAX), u64::MAX / 2, "no overflow");
         assert_eq!(TscRate::from_khz(1).unwrap().cycles_to_ns(u64::MAX), u64::MAX, "saturates");

@@ -216,7 +216,10 @@ fn build_pmus(
             let mut vpmu = VcpuPmu::new(Pmu::new(config.clone(), backend)?, long_mode);
             vpmu.vif = native.then(|| native::vif_page(index));
             let throttled = settings.backend == BackendKind::Perf && settings.pmi_max_percent < 100;
-            vpmu.throttle = throttled.then(|| crate::throttle::Throttle::new(settings.pmi_max_percent));
+            vpmu.throttle = throttled.then(|| {
+                let exit_ns = crate::transition::roundtrip_ns(native).unwrap_or(0);
+                crate::throttle::Throttle::new(settings.pmi_max_percent, exit_ns)
+            });
             vpmu.pv_offered = settings.pv;
             if settings.trace_rips && settings.backend == BackendKind::Exact {
                 vpmu.rip_profile = Some(Default::default());

@@ -9,6 +9,15 @@ use crate::vpmu::{VcpuPmu, VpmuStats};
 use pmu::{PmuStats, Policy};
 use serde::Serialize;
 
+/// The PMI throttle of a run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ThrottleReport {
+    /// The share of vCPU time overflow handling may take, percent.
+    pub max_percent: u8,
+    /// One exit roundtrip on this host in the run's mode, thread CPU ns (0: not measured).
+    pub exit_roundtrip_ns: u64,
+}
+
 /// The vPMU's configuration and telemetry for one run, all vCPUs summed.
 #[derive(Debug, Clone, Serialize)]
 pub struct PmuReport {
@@ -47,6 +56,8 @@ pub struct PmuReport {
     pub host_events_created: usize,
     /// Overflow notifications of the perf backend: taken, lost, throttled.
     pub notifications: crate::backends::perf::NotificationStats,
+    /// The PMI throttle (perf backend): its share of vCPU time and the exit it counts.
+    pub throttle: Option<ThrottleReport>,
     #[serde(skip)]
     budget: Option<std::sync::Arc<crate::backends::perf::EventBudget>>,
     #[serde(skip)]
@@ -87,6 +98,9 @@ impl PmuReport {
             host_events_refused: 0,
             host_events_created: 0,
             notifications: Default::default(),
+            throttle: pmu
+                .throttle
+                .map(|t| ThrottleReport { max_percent: t.max_percent(), exit_roundtrip_ns: t.exit_ns() }),
             budget: Some(budget),
             syscalls_at_start: perf_sys::syscalls(),
         }

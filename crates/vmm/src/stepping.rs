@@ -209,6 +209,12 @@ impl StepCpu for VcpuStep<'_> {
         self.vcpu.get_regs().ok().map(|r| r.rip)
     }
 
+    /// From the segment registers KVM copied out at this exit (`KVM_SYNC_X86_SREGS`, which
+    /// the vCPU enables while it has a stepping backend): no ioctl per step.
+    fn user_mode(&mut self) -> bool {
+        self.vcpu.sync_regs().sregs.cs.selector & 3 != 0
+    }
+
     fn skip(&mut self, len: u64) -> Option<u64> {
         let mut regs = self.vcpu.get_regs().ok()?;
         regs.rip += len;

@@ -106,6 +106,10 @@ impl Vcpu {
         let syscalls = if self.count_syscalls { crate::syscount::SyscallCounter::start().ok() } else { None };
         let kvm_stats = crate::kvm_stats::KvmStatsFile::open(&self.fd);
         let mut sampler = self.start_sampler();
+        if self.pmu.as_ref().is_some_and(|p| crate::backends::VmmSource::counts_by_steps(p.pmu.backend())) {
+            // Each step retires at the privilege level in CS: have KVM copy it out.
+            self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::SystemRegister);
+        }
         // Thread CPU time when KVM_RUN last returned for a signal (an overflow notification
         // is one): what handling it costs the VMM, in the same time the software clock counts.
         let mut signal_exit_cpu_ns = None;

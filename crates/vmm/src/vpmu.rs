@@ -428,9 +428,9 @@ impl StepCounting<'_> {
 }
 
 impl Counting for StepCounting<'_> {
-    fn retire(&mut self, rip: u64, class: InsnClass) {
+    fn retire(&mut self, rip: u64, class: InsnClass, user: bool) {
         self.stats.steps += 1;
-        self.profile(rip, 1).retire(class);
+        self.profile(rip, 1).retire(class, user);
     }
 
     fn rdpmc(&mut self, ecx: u32) -> Option<u64> {

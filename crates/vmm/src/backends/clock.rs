@@ -123,7 +123,7 @@ impl ClockSource {
 
     /// Point the sampling timer at the nearest overflow of a running counter, unless it
     /// already fires there. With none left, a timer is let be: it is put off at the
-    /// notification it brings (`disarm_if_idle`), not at every stop.
+    /// notification it brings (`after_notification`), not at every stop.
     fn sync_timer(&mut self, now: u64) {
         let wanted = self.counters.iter().flatten().filter_map(|c| self.deadline(c, now)).min();
         let Some(wanted) = wanted else { return };
@@ -143,14 +143,12 @@ impl ClockSource {
         self.timer = Some(Timer { due: wanted, period });
     }
 
-    /// A notification found no running counter armed: stop the timer.
-    fn disarm_if_idle(&mut self, now: u64) {
-        if self.timer.is_some() && self.counters.iter().flatten().all(|c| self.deadline(c, now).is_none()) {
-            if let Some(clock) = &self.clock {
-                let _ = clock.set_period(NEVER);
-            }
-            self.timer = None;
+    /// Stop the sampling timer.
+    fn stop_timer(&mut self) {
+        if let Some(clock) = &self.clock {
+            let _ = clock.set_period(NEVER);
         }
+        self.timer = None;
     }
 
     /// Counter `pmc` is re-armed or stopped at clock `now`: if it ran, count the
@@ -174,8 +172,17 @@ impl ClockSource {
     pub fn after_notification(&mut self) {
         self.in_notification = false;
         let now = self.now();
+        // The timer just fired: set it afresh from here. Between notifications the kernel
+        // keeps a periodic timer in phase only while the thread runs; it restarts a
+        // descheduled thread's timer from what remained, so on a busy host its phase
+        // drifts from what `lands` assumes, and a counter reloaded at the wrap would then
+        // be noticed up to a period late, every period.
+        let fired = self.timer.take();
         self.sync_timer(now);
-        self.disarm_if_idle(now);
+        if fired.is_some() && self.timer.is_none() {
+            // No running counter is armed any more.
+            self.stop_timer();
+        }
     }
 
     /// Open the clock for the first counter.

@@ -11,6 +11,8 @@ pub enum InsnClass {
     SoftInt(u8),
     /// `IRETQ` (`REX.W CF`), a branch too.
     Iret,
+    /// SYSCALL, SYSENTER, SYSRET, SYSEXIT: a branch that changes privilege level by design.
+    SysCall,
     /// `0F 33`.
     Rdpmc,
     /// LFENCE, MFENCE, SFENCE (`0F AE` /5, /6, /7 with a register operand).
@@ -24,7 +26,13 @@ pub enum InsnClass {
 impl InsnClass {
     /// Whether the instruction counts as a branch instruction retired.
     pub fn is_branch(self) -> bool {
-        matches!(self, InsnClass::Branch | InsnClass::SoftInt(_) | InsnClass::Iret)
+        matches!(self, InsnClass::Branch | InsnClass::SoftInt(_) | InsnClass::Iret | InsnClass::SysCall)
+    }
+
+    /// Whether the instruction moves between user and kernel mode when it retires (the
+    /// calls into the kernel and the returns from it), rather than by faulting.
+    pub fn changes_privilege(self) -> bool {
+        matches!(self, InsnClass::SoftInt(_) | InsnClass::Iret | InsnClass::SysCall)
     }
 }
 
@@ -74,7 +82,8 @@ pub fn decode(bytes: &[u8], long_mode: bool) -> Insn {
         0x9a | 0xea if !long_mode => InsnClass::Branch,
         0x6c..=0x6f | 0xa4..=0xa7 | 0xaa..=0xaf if rep => InsnClass::RepString,
         0x0f => match (bytes.get(i + 1), bytes.get(i + 2)) {
-            (Some(0x80..=0x8f | 0x05 | 0x07 | 0x34 | 0x35), _) => InsnClass::Branch,
+            (Some(0x80..=0x8f), _) => InsnClass::Branch,
+            (Some(0x05 | 0x07 | 0x34 | 0x35), _) => InsnClass::SysCall,
             (Some(0x33), _) => return insn(InsnClass::Rdpmc, 2),
             (Some(0xae), Some(0xe8..=0xff)) if !other_prefix => return insn(InsnClass::Fence, 3),
             _ => InsnClass::Other,
@@ -116,7 +125,6 @@ mod tests {
             &[0xff, 0xd0],                   // call *%rax
             &[0x41, 0xff, 0xe3],             // jmp *%r11
             &[0xff, 0x24, 0xc5, 0, 0, 0, 0], // jmp *table(,%rax,8)
-            &[0x0f, 0x05],                   // syscall
             &[0x3e, 0x74, 0x00],             // ds-prefixed (hint) je
         ];
         for bytes in cases {
@@ -140,6 +148,17 @@ mod tests {
         for bytes in cases {
             assert_eq!(classify(bytes, true), Other, "{bytes:02x?}");
         }
+    }
+
+    #[test]
+    fn system_calls_and_returns_change_privilege() {
+        for bytes in [&[0x0f, 0x05][..], &[0x0f, 0x34], &[0x48, 0x0f, 0x07], &[0x0f, 0x35]] {
+            let class = classify(bytes, true);
+            assert_eq!(class, SysCall, "{bytes:02x?}");
+            assert!(class.is_branch() && class.changes_privilege());
+        }
+        assert!(SoftInt(0x80).changes_privilege() && Iret.changes_privilege());
+        assert!(!Branch.changes_privilege() && !Other.changes_privilege());
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! retired instruction, as instruction-set emulators define theirs. Reference cycles tick
 //! with the TSC, as on hardware, so ref-cycles / RDTSC over a window is about 1.
 //!
-//! The guest is assumed to run at CPL0 (all perfvm guests do): an OS-flagged counter
-//! counts, a USR-only counter counts nothing.
+//! Each retired instruction counts by the privilege level it ran at, as hardware decides
+//! with EVENTSEL's USR and OS bits (FIXED_CTR_CTRL's per counter): user mode (CPL > 0) for
+//! USR, the kernel (CPL 0) for OS. Reference cycles follow the TSC while an OS-flagged
+//! counter runs, whatever the privilege level (the TSC cannot tell them apart).
 
 use super::decode::InsnClass;
 use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx, PMC_SLOTS};
@@ -24,9 +26,10 @@ struct ExactCounter {
 }
 
 impl ExactCounter {
-    /// Occurrences of the event in one step (one model cycle).
-    fn occurrences(&self, class: InsnClass) -> u64 {
-        if !self.config.os {
+    /// Occurrences of the event in one step (one model cycle) in user mode (`user`) or
+    /// the kernel.
+    fn occurrences(&self, class: InsnClass, user: bool) -> u64 {
+        if !(if user { self.config.usr } else { self.config.os }) {
             return 0;
         }
         match self.config.event {
@@ -38,12 +41,12 @@ impl ExactCounter {
 
     /// Apply CMASK / INV / EDGE (SDM): with a CMASK the counter counts cycles in which the
     /// event occurred at least CMASK times (fewer, with INV); EDGE counts false->true.
-    fn step(&mut self, class: InsnClass) -> u64 {
+    fn step(&mut self, class: InsnClass, user: bool) -> u64 {
         let cfg = self.config;
         if cfg.event == ArchEvent::RefCycles {
             return 0; // counted by the TSC (`tsc`)
         }
-        let n = self.occurrences(class);
+        let n = self.occurrences(class, user);
         if cfg.cmask == 0 {
             return n;
         }
@@ -109,22 +112,22 @@ impl ExactSource {
         self.enabled_mask != 0
     }
 
-    /// One instruction of class `class` retired.
-    pub fn retire(&mut self, class: InsnClass) {
+    /// One instruction of class `class` retired, in user mode (`user`) or the kernel.
+    pub fn retire(&mut self, class: InsnClass, user: bool) {
         self.steps += 1;
         let now = (self.tsc)();
         for slot in PmcIdx::iter_mask(self.enabled_mask).map(PmcIdx::slot) {
             match self.counters[slot].expect("enabled implies open").tsc {
                 Some(_) => self.check_deadline(slot, now),
-                None => self.count_one(slot, class),
+                None => self.count_one(slot, class, user),
             }
         }
     }
 
     /// The counter in `slot` sees one instruction of class `class` retire.
-    fn count_one(&mut self, slot: usize, class: InsnClass) {
+    fn count_one(&mut self, slot: usize, class: InsnClass, user: bool) {
         let c = self.counters[slot].as_mut().expect("open");
-        let n = c.step(class);
+        let n = c.step(class, user);
         c.count += n;
         if n > 0 {
             self.check_deadline(slot, 0);
@@ -142,14 +145,15 @@ impl ExactSource {
 
     /// A guest WRMSR exits: it retires before its write takes effect, so the counters that
     /// count now count it and a counter it enables does not (docs/DESIGN.md). Undone by
-    /// [`ExactSource::faulted`] if the write #GPs.
+    /// [`ExactSource::faulted`] if the write #GPs. WRMSR is privileged: it retires in the
+    /// kernel.
     pub fn retire_early(&mut self) {
         self.checkpoint = Some(Box::new(Checkpoint {
             counters: self.counters,
             overflow_pending: self.overflow_pending,
             steps: self.steps,
         }));
-        self.retire(InsnClass::Other);
+        self.retire(InsnClass::Other, false);
     }
 
     /// The instruction retired early faulted instead: it did not retire.
@@ -246,12 +250,12 @@ mod tests {
         src.enable(p1);
         assert!(src.counting());
         for class in [InsnClass::Other, InsnClass::Branch, InsnClass::Other, InsnClass::Branch] {
-            src.retire(class);
+            src.retire(class, false);
         }
         assert_eq!((src.read(p0), src.read(p1)), (4, 2));
         src.retire_early(); // the WRMSR that disables p0 counts
         src.disable(p0);
-        src.retire(InsnClass::Branch);
+        src.retire(InsnClass::Branch, false);
         assert_eq!((src.read(p0), src.read(p1)), (5, 3));
     }
 
@@ -267,7 +271,7 @@ mod tests {
         src.faulted();
         assert_eq!(src.read(p), 0, "taken back");
         assert!(!src.take_overflow(), "and so is the overflow it caused");
-        src.retire(InsnClass::Other);
+        src.retire(InsnClass::Other, false);
         assert!(src.take_overflow(), "the deadline still holds");
     }
 
@@ -278,12 +282,12 @@ mod tests {
         src.open(p, &config(ArchEvent::Instructions)).unwrap();
         src.enable(p);
         src.arm_overflow(p, Some(3));
-        src.retire(InsnClass::Other);
-        src.retire(InsnClass::Other);
+        src.retire(InsnClass::Other, false);
+        src.retire(InsnClass::Other, false);
         assert!(!src.take_overflow());
-        src.retire(InsnClass::Other);
+        src.retire(InsnClass::Other, false);
         assert!(src.take_overflow());
-        src.retire(InsnClass::Other);
+        src.retire(InsnClass::Other, false);
         assert!(!src.take_overflow(), "a deadline fires once");
     }
 
@@ -293,7 +297,7 @@ mod tests {
         let p = PmcIdx::gp(0).unwrap();
         src.open(p, &HostEventConfig { os: false, usr: true, ..config(ArchEvent::Instructions) }).unwrap();
         src.enable(p);
-        src.retire(InsnClass::Other);
+        src.retire(InsnClass::Other, false);
         assert_eq!(src.read(p), 0);
     }
 
@@ -305,7 +309,7 @@ mod tests {
         src.open(p, &HostEventConfig { cmask: 1, inv: true, ..config(ArchEvent::Branches) }).unwrap();
         src.enable(p);
         for class in [InsnClass::Other, InsnClass::Branch, InsnClass::Other, InsnClass::Other] {
-            src.retire(class);
+            src.retire(class, false);
         }
         assert_eq!(src.read(p), 3);
         // Edge: transitions into "a branch retired".
@@ -313,7 +317,7 @@ mod tests {
         src.open(q, &HostEventConfig { cmask: 1, edge: true, ..config(ArchEvent::Branches) }).unwrap();
         src.enable(q);
         for class in [InsnClass::Branch, InsnClass::Branch, InsnClass::Other, InsnClass::Branch] {
-            src.retire(class);
+            src.retire(class, false);
         }
         assert_eq!(src.read(q), 2);
     }
@@ -328,14 +332,14 @@ mod tests {
         src.open(p, &config(ArchEvent::RefCycles)).unwrap();
         src.enable(p);
         FAKE_TSC.fetch_add(500, Relaxed);
-        src.retire(InsnClass::Other);
+        src.retire(InsnClass::Other, false);
         assert_eq!(src.read(p), 500, "ticks with the TSC, not per instruction");
         src.arm_overflow(p, Some(1000));
         FAKE_TSC.fetch_add(999, Relaxed);
-        src.retire(InsnClass::Other);
+        src.retire(InsnClass::Other, false);
         assert!(!src.take_overflow());
         FAKE_TSC.fetch_add(1, Relaxed);
-        src.retire(InsnClass::Other);
+        src.retire(InsnClass::Other, false);
         assert!(src.take_overflow(), "overflows when the TSC reaches the deadline");
         src.disable(p);
         FAKE_TSC.fetch_add(10_000, Relaxed);

@@ -48,8 +48,9 @@ pub trait VmmSource: CountSource {
     fn counts_at_tsc_rate(&self, _event: ArchEvent) -> bool {
         false
     }
-    /// Single-stepping: one instruction of `class` retired.
-    fn retire(&mut self, _class: decode::InsnClass) {}
+    /// Single-stepping: one instruction of `class` retired, in user mode (`user`) or the
+    /// kernel.
+    fn retire(&mut self, _class: decode::InsnClass, _user: bool) {}
     /// Single-stepping: the WRMSR now exiting retires before its write takes effect.
     fn retire_early(&mut self) {}
     /// Single-stepping: what `retire_early` retired faulted instead.
@@ -116,8 +117,8 @@ impl VmmSource for ExactSource {
     fn wants_steps(&self, any_programmed: bool) -> bool {
         self.counting() || any_programmed
     }
-    fn retire(&mut self, class: decode::InsnClass) {
-        ExactSource::retire(self, class);
+    fn retire(&mut self, class: decode::InsnClass, user: bool) {
+        ExactSource::retire(self, class, user);
     }
     fn retire_early(&mut self) {
         ExactSource::retire_early(self);
@@ -223,8 +224,8 @@ impl VmmSource for Backend {
     fn counts_at_tsc_rate(&self, event: ArchEvent) -> bool {
         self.source_ref().counts_at_tsc_rate(event)
     }
-    fn retire(&mut self, class: decode::InsnClass) {
-        self.source().retire(class)
+    fn retire(&mut self, class: decode::InsnClass, user: bool) {
+        self.source().retire(class, user)
     }
     fn retire_early(&mut self) {
         self.source().retire_early()

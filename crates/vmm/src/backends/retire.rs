@@ -11,7 +11,12 @@
 //!   inside KVM: the VMM emulates it;
 //! * an exception the host delivers while stepping traps after the handler's first
 //!   instruction: the faulting instruction is counted in its place (the total is right;
-//!   the class is the faulting one's).
+//!   the class is the faulting one's, the privilege level the handler's).
+//!
+//! Each instruction counts at the privilege level it began at (user mode for CPL > 0),
+//! which for SYSCALL-class instructions, INT n and IRET is the level they leave. An
+//! instruction of any other kind found to have changed the level faulted: what retired was
+//! the handler's first instruction, at the handler's level.
 //!
 //! Everything the rules need from the vCPU is behind [`StepCpu`], so they are unit-tested
 //! against a mock.
@@ -24,6 +29,8 @@ pub trait StepCpu {
     fn code(&mut self, va: u64) -> [u8; MAX_INSN_LEN];
     /// The current RIP.
     fn rip(&mut self) -> Option<u64>;
+    /// Whether the vCPU is in user mode now (CPL > 0).
+    fn user_mode(&mut self) -> bool;
     /// RIP += `len` (an instruction the VMM ran); the new RIP.
     fn skip(&mut self, len: u64) -> Option<u64>;
     /// RDPMC: EDX:EAX := `read(ECX)`, RIP += `len`; the new RIP. `None` when `read` says
@@ -37,8 +44,8 @@ pub trait StepCpu {
 
 /// Where retired instructions go, and what RDPMC reads.
 pub trait Counting {
-    /// The instruction of `class` at `rip` retired.
-    fn retire(&mut self, rip: u64, class: InsnClass);
+    /// The instruction of `class` at `rip` retired, in user mode (`user`) or the kernel.
+    fn retire(&mut self, rip: u64, class: InsnClass, user: bool);
     /// What RDPMC with `ecx` reads, or None where it #GPs.
     fn rdpmc(&mut self, ecx: u32) -> Option<u64>;
 }
@@ -48,6 +55,8 @@ pub trait Counting {
 pub struct Retirement {
     rip: u64,
     insn: Insn,
+    /// The instruction at `rip` began in user mode.
+    user: bool,
     /// RIP of an instruction the VMM has accounted for already: one retired early (a WRMSR
     /// whose exit it handled) or one it knows faults (an RDPMC the model #GPs). The step that
     /// completes it retires nothing.
@@ -58,7 +67,7 @@ pub struct Retirement {
 impl Retirement {
     /// Rules for a guest in long mode (`long_mode`) or 32-bit mode; nothing to retire yet.
     pub fn new(long_mode: bool) -> Self {
-        Retirement { rip: 0, insn: Insn { class: InsnClass::Other, len: 0 }, accounted: None, long_mode }
+        Retirement { rip: 0, insn: Insn { class: InsnClass::Other, len: 0 }, user: false, accounted: None, long_mode }
     }
 
     /// Stepping begins at `pc`; `exited` says the instruction there already exited to the
@@ -71,6 +80,8 @@ impl Retirement {
     /// Stepping goes on (after a step or a write exit) at `pc`.
     fn start(&mut self, cpu: &mut impl StepCpu, counting: &mut impl Counting, pc: u64) {
         let mut pc = pc;
+        // The VMM runs only instructions that keep the privilege level: one look per entry.
+        self.user = cpu.user_mode();
         loop {
             self.rip = pc;
             self.insn = decode(&cpu.code(pc), self.long_mode);
@@ -85,7 +96,7 @@ impl Retirement {
                 self.accounted = Some(pc); // it faults: it does not retire
             }
             let Some(next) = ran else { return };
-            counting.retire(pc, self.insn.class);
+            counting.retire(pc, self.insn.class, self.user);
             pc = next;
         }
     }
@@ -100,9 +111,19 @@ impl Retirement {
         }
         let accounted = self.accounted.take() == Some(self.rip);
         if !iteration && !accounted {
-            counting.retire(self.rip, self.insn.class);
+            let user = self.retired_in_user_mode(cpu);
+            counting.retire(self.rip, self.insn.class, user);
         }
         self.start(cpu, counting, pc);
+    }
+
+    /// The privilege level the step that just ended retired its instruction at: the one
+    /// it began at, unless it faulted into a handler at another level (module docs).
+    fn retired_in_user_mode(&self, cpu: &mut impl StepCpu) -> bool {
+        if self.insn.class.changes_privilege() {
+            return self.user;
+        }
+        cpu.user_mode()
     }
 
     /// The instruction the next step retires is retired by the VMM now (a WRMSR, as its
@@ -120,7 +141,7 @@ impl Retirement {
     pub fn write_exit(&mut self, cpu: &mut impl StepCpu, counting: &mut impl Counting) {
         match cpu.rip() {
             Some(pc) if pc != self.rip => {
-                counting.retire(self.rip, self.insn.class);
+                counting.retire(self.rip, self.insn.class, self.user);
                 self.start(cpu, counting, pc);
             }
             _ => {}
@@ -141,6 +162,7 @@ mod tests {
         handler: u64,
         stack: Vec<u64>,
         gp_on_rdpmc: bool,
+        user: bool,
     }
 
     impl StepCpu for Mock {
@@ -153,6 +175,9 @@ mod tests {
         }
         fn rip(&mut self) -> Option<u64> {
             Some(self.rip)
+        }
+        fn user_mode(&mut self) -> bool {
+            self.user
         }
         fn skip(&mut self, len: u64) -> Option<u64> {
             self.rip += len;
@@ -176,12 +201,17 @@ mod tests {
     #[derive(Default)]
     struct Log {
         retired: Vec<(u64, InsnClass)>,
+        /// The RIPs that retired in user mode.
+        user: Vec<u64>,
         rdpmc_reads: usize,
     }
 
     impl Counting for Log {
-        fn retire(&mut self, rip: u64, class: InsnClass) {
+        fn retire(&mut self, rip: u64, class: InsnClass, user: bool) {
             self.retired.push((rip, class));
+            if user {
+                self.user.push(rip);
+            }
         }
         fn rdpmc(&mut self, _ecx: u32) -> Option<u64> {
             self.rdpmc_reads += 1;
@@ -301,5 +331,40 @@ mod tests {
         step(&mut r, &mut cpu, &mut log, 0x82);
         step(&mut r, &mut cpu, &mut log, 0x83);
         assert_eq!(log.retired, vec![(0x82, InsnClass::Other)]);
+    }
+
+    #[test]
+    fn each_instruction_counts_at_its_privilege_level() {
+        const SYSCALL: &[u8] = &[0x0f, 0x05];
+        const SYSRET: &[u8] = &[0x48, 0x0f, 0x07];
+        // User NOP, SYSCALL into the kernel's NOP, SYSRET back to a user NOP.
+        let mut cpu = mock(&[(0x100, NOP), (0x101, SYSCALL), (0x900, NOP), (0x901, SYSRET), (0x103, NOP)]);
+        cpu.user = true;
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x100, false);
+        step(&mut r, &mut cpu, &mut log, 0x101);
+        cpu.user = false;
+        step(&mut r, &mut cpu, &mut log, 0x900); // SYSCALL retired: a user instruction
+        step(&mut r, &mut cpu, &mut log, 0x901);
+        cpu.user = true;
+        step(&mut r, &mut cpu, &mut log, 0x103); // SYSRET retired: a kernel instruction
+        step(&mut r, &mut cpu, &mut log, 0x104);
+        assert_eq!(log.retired.len(), 5);
+        assert_eq!(log.user, vec![0x100, 0x101, 0x103]);
+    }
+
+    #[test]
+    fn a_user_fault_retires_the_handlers_first_instruction_in_the_kernel() {
+        // A user load faults; the host delivers #PF and traps after the handler's first
+        // instruction: one kernel instruction retired, not a user one.
+        let mut cpu = mock(&[(0x100, &[0x8b, 0x00]), (0xa00, NOP), (0xa01, NOP)]);
+        cpu.user = true;
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x100, false);
+        cpu.user = false;
+        step(&mut r, &mut cpu, &mut log, 0xa01);
+        step(&mut r, &mut cpu, &mut log, 0xa02);
+        assert_eq!(log.retired.len(), 2);
+        assert!(log.user.is_empty(), "{:?}", log.user);
     }
 }
