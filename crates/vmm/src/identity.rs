@@ -6,6 +6,15 @@
 //! Also hidden: KVM paravirtual features (their hypercalls hang on this host), and the
 //! speculation-control MSRs, which this host's KVM accepts even when CPUID does not
 //! advertise them; `UNADVERTISED_MSRS` #GP as on hardware (the MSR filter sends them here).
+//!
+//! And what this host's CPL0 emulator cannot run, so that a stock kernel (which picks its
+//! instructions from CPUID, at boot and in its alternatives) never executes it: CX16
+//! (cmpxchg16b, which SLUB uses), XSAVE and everything AVX/AVX-512/AMX (xsave/xrstor, VEX),
+//! PCID/INVPCID, FSGSBASE, PKU, LA57, SMAP (stac/clac) and SMEP, UMIP, RDRAND/RDSEED,
+//! RDTSCP/RDPID, SERIALIZE, MONITOR/MWAIT, the AES/SHA/GFNI instructions, and ERMS/FSRM (so
+//! kernel copies use `rep movsq` rather than eight times as many emulated `rep movsb`
+//! iterations). What remains is one plausible CPU: the family-6 model-0x17 (Penryn) the
+//! identity names had none of these either.
 
 use kvm_bindings::kvm_cpuid_entry2;
 use serde::Serialize;
@@ -53,6 +62,7 @@ impl CpuVendor {
 
 /// CPUID.7.0:EDX: IBRS/IBPB (SPEC_CTRL, PRED_CMD), STIBP, L1D_FLUSH (FLUSH_CMD), ARCH_CAPABILITIES
 /// and SSBD.
+#[cfg(test)]
 const LEAF7_EDX_SPECULATION: u32 = 1 << 26 | 1 << 27 | 1 << 28 | 1 << 29 | 1 << 31;
 /// CPUID.0x80000008:EBX: AMD's IBPB, IBRS, STIBP, SSBD, VIRT_SSBD.
 const LEAF_8000_0008_EBX_SPECULATION: u32 = 1 << 12 | 1 << 14 | 1 << 15 | 1 << 24 | 1 << 25;
@@ -79,6 +89,39 @@ pub const PMU_MSR_RANGES: [(u32, u32); 11] = [
     (0xc000_0300, 4),
 ];
 
+/// CPUID.1:ECX bits hidden: MONITOR (3), VMX (5), SMX (6), EST (7), TM2 (8), FMA (12),
+/// CX16 (13), PCID (17), DCA (18), AES (25), XSAVE (26), OSXSAVE (27), AVX (28), F16C (29),
+/// RDRAND (30).
+const LEAF1_ECX_HIDDEN: u32 = 1 << 3
+    | 1 << 5
+    | 1 << 6
+    | 1 << 7
+    | 1 << 8
+    | 1 << 12
+    | 1 << 13
+    | 1 << 17
+    | 1 << 18
+    | 1 << 25
+    | 1 << 26
+    | 1 << 27
+    | 1 << 28
+    | 1 << 29
+    | 1 << 30;
+/// CPUID.1:EDX bits hidden: ACPI thermal (22), TM (29), PBE (31).
+const LEAF1_EDX_HIDDEN: u32 = 1 << 22 | 1 << 29 | 1 << 31;
+/// CPUID.7.0:EBX bits kept (BMI1, BMI2, ADX: general-register instructions); the rest
+/// (FSGSBASE, AVX2, SMEP, ERMS, INVPCID, RTM, AVX-512, RDSEED, SMAP, SHA, ...) is hidden,
+/// as are all of ECX (PKU, LA57, UMIP, RDPID, GFNI, ...) and EDX (FSRM, SERIALIZE, AMX,
+/// the speculation controls).
+const LEAF7_EBX_KEPT: u32 = 1 << 3 | 1 << 8 | 1 << 19;
+/// CPUID.0x80000001:ECX bits hidden: SSE4A (6), misaligned SSE (7), 3DNow! prefetch (8),
+/// XOP (11), SKINIT (12), LWP (15), FMA4 (16), TBM (21), MWAITX (29).
+const LEAF_8000_0001_ECX_HIDDEN: u32 =
+    1 << 6 | 1 << 7 | 1 << 8 | 1 << 11 | 1 << 12 | 1 << 15 | 1 << 16 | 1 << 21 | 1 << 29;
+/// CPUID.0x80000001:EDX bits hidden: MMX extensions (22), FXSR optimizations (25),
+/// RDTSCP (27), 3DNow! (30, 31).
+const LEAF_8000_0001_EDX_HIDDEN: u32 = 1 << 22 | 1 << 25 | 1 << 27 | 1 << 30 | 1 << 31;
+
 /// IA32_SPEC_CTRL, IA32_PRED_CMD, IA32_FLUSH_CMD: #GP, as CPUID no longer advertises them.
 pub const UNADVERTISED_MSRS: [u32; 3] = [0x48, 0x49, 0x10b];
 
@@ -94,10 +137,20 @@ pub fn apply(entries: &mut [kvm_cpuid_entry2], vendor: CpuVendor) {
                     CpuVendor::Intel => [0; 3],
                 }
             }
-            1 => e.eax = vendor.signature(),
-            7 if e.index == 0 => e.edx &= !LEAF7_EDX_SPECULATION,
+            1 => {
+                e.eax = vendor.signature();
+                e.ecx &= !LEAF1_ECX_HIDDEN;
+                e.edx &= !LEAF1_EDX_HIDDEN;
+            }
+            7 if e.index == 0 => [e.ebx, e.ecx, e.edx] = [e.ebx & LEAF7_EBX_KEPT, 0, 0],
+            // Subleaf 1 (AVX-VNNI, AVX512_BF16, LAM, ...), XSAVE state (0xD: no XSAVE), Intel PT,
+            // SGX.
+            7 | 0xd | 0x12 | 0x14 => [e.eax, e.ebx, e.ecx, e.edx] = [0; 4],
             0x4000_0001 => [e.eax, e.ebx, e.ecx, e.edx] = [0; 4],
-            0x8000_0001 => e.ecx &= !LEAF_8000_0001_ECX_AMD_PMU,
+            0x8000_0001 => {
+                e.ecx &= !(LEAF_8000_0001_ECX_AMD_PMU | LEAF_8000_0001_ECX_HIDDEN);
+                e.edx &= !LEAF_8000_0001_EDX_HIDDEN;
+            }
             0x8000_0008 => e.ebx &= !LEAF_8000_0008_EBX_SPECULATION,
             0x8000_0022 => [e.eax, e.ebx, e.ecx, e.edx] = [0; 4],
             _ => {}
@@ -159,6 +212,35 @@ mod tests {
         assert_eq!(get(0x4000_0001).eax, 0, "no KVM paravirtual feature");
         assert_eq!(get(7).edx & LEAF7_EDX_SPECULATION, 0, "SPEC_CTRL, PRED_CMD, FLUSH_CMD not advertised");
         assert_eq!(get(0x8000_0008).ebx & LEAF_8000_0008_EBX_SPECULATION, 0);
+    }
+
+    #[test]
+    fn what_the_host_emulator_cannot_run_is_hidden() {
+        let mut e = vec![
+            leaf(1, [0, 0, u32::MAX, u32::MAX]),
+            kvm_cpuid_entry2 { function: 7, index: 0, ebx: u32::MAX, ecx: u32::MAX, edx: u32::MAX, ..Default::default() },
+            kvm_cpuid_entry2 { function: 7, index: 1, eax: u32::MAX, ..Default::default() },
+            leaf(0xd, [7, 0x340, 0x340, 0]),
+            leaf(0x8000_0001, [0, 0, u32::MAX, u32::MAX]),
+        ];
+        for vendor in [CpuVendor::Intel, CpuVendor::Amd] {
+            apply(&mut e, vendor);
+            let (l1, l7, l7_1) = (e[0], e[1], e[2]);
+            for (bit, name) in [(13, "CX16"), (26, "XSAVE"), (28, "AVX"), (17, "PCID"), (30, "RDRAND")] {
+                assert_eq!(l1.ecx & 1 << bit, 0, "{name}");
+            }
+            assert_ne!(l1.ecx & 1 << 0, 0, "SSE3 stays (user code runs it natively)");
+            assert_ne!(l1.edx & 1 << 25, 0, "SSE stays");
+            for (bit, name) in [(0, "FSGSBASE"), (5, "AVX2"), (7, "SMEP"), (9, "ERMS"), (10, "INVPCID"), (20, "SMAP")] {
+                assert_eq!(l7.ebx & 1 << bit, 0, "{name}");
+            }
+            assert_eq!(l7.ebx, LEAF7_EBX_KEPT);
+            assert_eq!([l7.ecx, l7.edx], [0, 0], "PKU, LA57, UMIP, FSRM, SERIALIZE, ...");
+            assert_eq!(l7_1.eax, 0);
+            assert_eq!(e[3].eax, 0, "no XSAVE state components");
+            assert_eq!(e[4].edx & 1 << 27, 0, "RDTSCP");
+            assert_ne!(e[4].edx & 1 << 29, 0, "long mode stays");
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod backends;
 pub mod boot;
 pub mod builder;
+pub mod complete;
 pub mod config;
 pub mod cpuid;
 pub mod devices;

@@ -1,10 +1,8 @@
 //! One vCPU thread: KVM_RUN, dispatch the exit, repeat until the VM ends.
 
-use crate::backends::decode::{decode, InsnClass, MAX_INSN_LEN};
 use crate::devices::{DeviceAction, PioBus};
 use crate::exit::VmEnd;
 use crate::kick;
-use crate::linear::{LinearMemory, VcpuLinear};
 use crate::requests::RequestOrder;
 use crate::softint::FlagHome;
 use crate::stats::VcpuStats;
@@ -49,6 +47,8 @@ enum Next {
     End(VmEnd),
     TripleFault,
     InternalError,
+    /// The CPU reset line was pulsed: a reboot, or a panic's (warm-reset flag).
+    Reset,
 }
 
 /// A vCPU and its loop.
@@ -219,8 +219,8 @@ impl Vcpu {
                 None
             }
             Next::TripleFault => Some(VmEnd::TripleFault { vcpu: self.index, rip: self.rip() }),
-            Next::InternalError if self.deliver_soft_int() => None,
-            Next::InternalError => Some(self.internal_error()),
+            Next::InternalError => self.complete_or_stop(),
+            Next::Reset => Some(self.reset()),
             Next::End(end) => Some(end),
             Next::Continue => None,
         }
@@ -304,28 +304,38 @@ impl Vcpu {
         VmEnd::Failed { vcpu: self.index, reason }
     }
 
-    /// The host's emulator rejects `INT n`: deliver it here (`softint`) and go on.
-    fn deliver_soft_int(&mut self) -> bool {
-        let Ok(regs) = self.fd.get_regs() else { return false };
-        let mut bytes = [0u8; MAX_INSN_LEN];
-        if VcpuLinear::new(&self.fd, &self.mem).read(regs.rip, &mut bytes[..2]).is_none() {
-            return false;
-        }
-        let InsnClass::SoftInt(vector) = decode(&bytes, true).class else { return false };
-        let home = match self.native {
-            true => FlagHome::Vif(crate::native::vif_page(self.index)),
-            false => FlagHome::Rflags,
-        };
-        let run = crate::softint::Run::Int { vector, len: 2 };
-        let delivered = crate::softint::run_on(&self.fd, &self.mem, home, run).is_some();
-        self.stats.soft_ints += u64::from(delivered);
-        delivered
-    }
-
-    fn internal_error(&mut self) -> VmEnd {
+    /// The host's emulator rejected an instruction: complete it here (`complete`) and go
+    /// on, or end the run with the instruction in the message.
+    fn complete_or_stop(&mut self) -> Option<VmEnd> {
         // SAFETY: the exit reason was KVM_EXIT_INTERNAL_ERROR, so `internal` is the live union member.
         let suberror = unsafe { self.fd.get_kvm_run().__bindgen_anon_1.internal.suberror };
-        VmEnd::InternalError { vcpu: self.index, suberror, rip: self.rip() }
+        let insn = if suberror == kvm_bindings::KVM_INTERNAL_ERROR_EMULATION {
+            let home = match self.native {
+                true => FlagHome::Vif(crate::native::vif_page(self.index)),
+                false => FlagHome::Rflags,
+            };
+            match crate::complete::complete(&self.fd, &self.mem, home) {
+                crate::complete::Completed::Done(kind) => {
+                    *self.stats.completed.entry(kind).or_default() += 1;
+                    return None;
+                }
+                crate::complete::Completed::Left(insn) => insn,
+            }
+        } else {
+            None
+        };
+        Some(VmEnd::InternalError { vcpu: self.index, suberror, rip: self.rip(), insn })
+    }
+
+    /// A reset from the guest: a panic if the BIOS warm-reset flag (0x472) holds 0x1234, as
+    /// Linux leaves it for `reboot=panic_warm`, else a reboot.
+    fn reset(&self) -> VmEnd {
+        use vm_memory::Bytes;
+        const WARM_RESET_FLAG: u64 = 0x472;
+        match self.mem.read_obj::<u16>(vm_memory::GuestAddress(WARM_RESET_FLAG)) {
+            Ok(0x1234) => VmEnd::KernelPanic,
+            _ => VmEnd::Reboot,
+        }
     }
 }
 
@@ -348,6 +358,8 @@ fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu
             DeviceAction::Nmi(after) => ("io-out", Next::Nmi(after)),
             DeviceAction::PvRegister(gpa) => ("pv-register", Next::PvRegister(gpa)),
             DeviceAction::PvDoorbell => ("pv-doorbell", Next::PvDoorbell),
+            DeviceAction::Reset => ("io-out", Next::Reset),
+            DeviceAction::PowerOff => ("serial", Next::End(VmEnd::PowerOff)),
         },
         VcpuExit::IoIn(port, data) => {
             shared.bus.lock().unwrap().read(port, data);
