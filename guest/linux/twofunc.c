@@ -1,27 +1,27 @@
 /*
  * twofunc [K]: a two-function profile target. hot() runs 3*K iterations and cold() K
- * iterations of the same 3-instruction loop, so of the instructions in the two functions
- * hot has 75% and cold 25% (each call adds a few instructions of its own). Both are
- * noinline with frame pointers, for `perf record [-g]` and `perf report`. Default K:
- * 20,000,000 (2.4e8 loop instructions, tens of ms natively).
+ * iterations of the same 3-instruction loop, each in its own body, so of the instructions
+ * in the two functions hot has 75% and cold 25% (each call adds a few instructions of its
+ * own). Both are noinline with frame pointers, for `perf record [-g]` and `perf report`.
+ * Default K: 20,000,000 (2.4e8 loop instructions, tens of ms natively).
  */
 #include "linux.h"
 
-static unsigned long __attribute__((noinline)) loop3(unsigned long n, unsigned long x)
-{
-    /* add, dec, jnz: 3 instructions per iteration */
-    __asm__ volatile("1: add %1, %0\n\tdec %1\n\tjnz 1b" : "+r"(x), "+r"(n) : : "cc");
-    return x;
-}
+/* add, dec, jnz: 3 instructions per iteration, n >= 1 */
+#define LOOP3(x, n) __asm__ volatile("1: add %1, %0\n\tdec %1\n\tjnz 1b" : "+r"(x), "+r"(n) : : "cc")
 
 unsigned long __attribute__((noinline)) hot(unsigned long k)
 {
-    return loop3(3 * k, 1);
+    unsigned long x = 1, n = 3 * k;
+    LOOP3(x, n);
+    return x;
 }
 
 unsigned long __attribute__((noinline)) cold(unsigned long k)
 {
-    return loop3(k, 2);
+    unsigned long x = 2, n = k;
+    LOOP3(x, n);
+    return x;
 }
 
 static int main(long argc, char **argv)

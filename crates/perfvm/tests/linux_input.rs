@@ -46,7 +46,10 @@ fn initrd_larger_than_memory() {
 #[test]
 fn missing_initrd() {
     let kernel = temp_file("linux-kernel2", &bzimage(&vmlinux()));
-    assert_usage_error(&perfvm(&["run", &kernel, "--initrd", "/nonexistent/initrd.cpio"]), "--initrd /nonexistent/initrd.cpio: no such file");
+    assert_usage_error(
+        &perfvm(&["run", &kernel, "--initrd", "/nonexistent/initrd.cpio"]),
+        "--initrd /nonexistent/initrd.cpio: no such file",
+    );
 }
 
 #[test]

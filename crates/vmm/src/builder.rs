@@ -129,7 +129,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     boot::write_boot_data(&mem, image.protocol, &params).map_err(memory("writing boot data"))?;
     let vm = Arc::new(vm);
     let kernel_cmdline = match &image.linux {
-        Some(boot) => Some(write_linux_boot(&mem, boot, mem_size, config)?),
+        Some(boot) => Some(write_linux_boot(&mem, boot, mem_size, config, &cpuid)?),
         None => None,
     };
 
@@ -204,9 +204,11 @@ fn write_linux_boot(
     boot: &crate::loader::linux::LinuxBoot,
     mem_size: u64,
     config: &VmConfig,
+    host_cpuid: &CpuId,
 ) -> Result<String, VmError> {
     use crate::loader::linux::{acpi, mptable, params};
-    let cmdline = params::compose_cmdline(&config.cmdline);
+    let clearcpuid = crate::identity::linux_clearcpuid(host_cpuid.as_slice());
+    let cmdline = params::compose_cmdline(clearcpuid.as_deref(), &config.cmdline);
     let rsdp = acpi::write(mem, config.vcpus as u8).map_err(memory("writing the ACPI tables"))?;
     params::write(mem, boot, mem_size, &cmdline, rsdp).map_err(|e| VmError::Config(e.to_string()))?;
     mptable::write(mem, config.vcpus as u8).map_err(memory("writing the MP table"))?;

@@ -6,6 +6,9 @@
 //! | --- | --- | --- |
 //! | `INT3` (CC) | delivers #BP, vector 3, through the guest's IDT (RIP after the INT3, a trap) | Linux's alternatives self-test and text_poke_bp's live patching execute it in the kernel |
 //! | `INT n` (CD ib) | delivers vector n through the IDT | perfvm's guests and Linux's int80 self-tests |
+//! | `FWAIT` (9B) | #MF (vector 16) if the x87 status word has an unmasked exception pending (ES), else nothing | Linux's `fpu__drop` on every exec and exit |
+//! | `FNCLEX` (DB E2) | clears the x87 exception flags, ES and B in the status word | x87 exception handling |
+//! | `EMMS` (0F 77) | marks every x87 register empty (tag word) | MMX code, x87 state resets |
 //!
 //! Delivery is `softint::deliver`: a 64-bit gate at CPL0 without an IST stack. A software
 //! breakpoint the VMM plants itself (e.g. to emulate RDPMC) is to be recognized in
@@ -32,6 +35,53 @@ pub enum Action {
         /// Its name in `--stats`.
         kind: &'static str,
     },
+    /// An x87 control instruction, run on the vCPU's FPU state (KVM_GET_FPU/KVM_SET_FPU).
+    X87 {
+        /// Which one.
+        op: X87Op,
+        /// The instruction's length.
+        len: u64,
+    },
+}
+
+/// The x87 control instructions the VMM runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum X87Op {
+    /// FWAIT: #MF if an unmasked exception is pending, else nothing.
+    Fwait,
+    /// FNCLEX: clear the exception flags.
+    Fnclex,
+    /// EMMS: tag every register empty.
+    Emms,
+}
+
+impl X87Op {
+    fn kind(self) -> &'static str {
+        match self {
+            X87Op::Fwait => "fwait",
+            X87Op::Fnclex => "fnclex",
+            X87Op::Emms => "emms",
+        }
+    }
+}
+
+/// x87 status word: exception summary (ES) and busy (B), and the six exception flags and
+/// stack fault that FNCLEX clears with them.
+const FSW_ES: u16 = 1 << 7;
+const FSW_CLEARED_BY_FNCLEX: u16 = 0x80ff;
+/// #MF, the x87 floating-point error.
+const VECTOR_MF: u8 = 16;
+
+/// FWAIT/FNCLEX/EMMS on the FPU state `fpu`; what to deliver next, if anything (FWAIT's #MF,
+/// a fault: RIP stays on the FWAIT).
+pub fn run_x87(op: X87Op, fpu: &mut kvm_bindings::kvm_fpu) -> Option<u8> {
+    match op {
+        X87Op::Fwait if fpu.fsw & FSW_ES != 0 => return Some(VECTOR_MF),
+        X87Op::Fwait => {}
+        X87Op::Fnclex => fpu.fsw &= !FSW_CLEARED_BY_FNCLEX,
+        X87Op::Emms => fpu.ftwx = 0,
+    }
+    None
 }
 
 /// What to do with the decoded instruction `insn`, or None to leave the error standing.
@@ -41,6 +91,9 @@ pub fn plan(insn: &Instruction) -> Option<Action> {
         // (A VMM breakpoint would be recognized here, by address, before the guest's #BP.)
         Mnemonic::Int3 => Some(Action::Deliver { vector: 3, len, kind: "int3" }),
         Mnemonic::Int => Some(Action::Deliver { vector: insn.immediate8(), len, kind: "int n" }),
+        Mnemonic::Wait => Some(Action::X87 { op: X87Op::Fwait, len }),
+        Mnemonic::Fnclex => Some(Action::X87 { op: X87Op::Fnclex, len }),
+        Mnemonic::Emms => Some(Action::X87 { op: X87Op::Emms, len }),
         _ => None,
     }
 }
@@ -62,12 +115,32 @@ pub enum Completed {
 /// Complete the instruction at the vCPU's RIP after an emulation failure.
 pub fn complete(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome) -> Completed {
     let Some((insn, bytes)) = fetch(vcpu, mem) else { return Completed::Left(None) };
-    let Some(Action::Deliver { vector, len, kind }) = plan(&insn) else {
-        return Completed::Left(Some(describe(&insn, &bytes)));
-    };
-    match crate::softint::run_on(vcpu, mem, home, Run::Int { vector, len }) {
+    let left = |why: &str| Completed::Left(Some(format!("{}{why}", describe(&insn, &bytes))));
+    let deliver = |vector: u8, len: u64, kind: &'static str| match crate::softint::run_on(
+        vcpu,
+        mem,
+        home,
+        Run::Int { vector, len },
+    ) {
         Some(_) => Completed::Done(kind),
-        None => Completed::Left(Some(format!("{} (not deliverable by the VMM)", describe(&insn, &bytes)))),
+        None => left(" (not deliverable by the VMM)"),
+    };
+    match plan(&insn) {
+        None => left(""),
+        Some(Action::Deliver { vector, len, kind }) => deliver(vector, len, kind),
+        Some(Action::X87 { op, len }) => {
+            let (Ok(mut fpu), Ok(mut regs)) = (vcpu.get_fpu(), vcpu.get_regs()) else {
+                return left(" (FPU state unreadable)");
+            };
+            if let Some(vector) = run_x87(op, &mut fpu) {
+                return deliver(vector, 0, op.kind());
+            }
+            regs.rip += len;
+            match (vcpu.set_fpu(&fpu), vcpu.set_regs(&regs)) {
+                (Ok(()), Ok(())) => Completed::Done(op.kind()),
+                _ => left(" (FPU state not writable)"),
+            }
+        }
     }
 }
 
@@ -113,6 +186,21 @@ mod tests {
         assert_eq!(plan(&int3), Some(Action::Deliver { vector: 3, len: 1, kind: "int3" }));
         let int80 = decode(&[0xcd, 0x80], 0x1000);
         assert_eq!(plan(&int80), Some(Action::Deliver { vector: 0x80, len: 2, kind: "int n" }));
+    }
+
+    #[test]
+    fn x87_control_instructions_run_on_the_fpu_state() {
+        assert_eq!(plan(&decode(&[0x9b], 0)), Some(Action::X87 { op: X87Op::Fwait, len: 1 }));
+        assert_eq!(plan(&decode(&[0xdb, 0xe2], 0)), Some(Action::X87 { op: X87Op::Fnclex, len: 2 }));
+        assert_eq!(plan(&decode(&[0x0f, 0x77], 0)), Some(Action::X87 { op: X87Op::Emms, len: 2 }));
+        let mut fpu = kvm_bindings::kvm_fpu { fcw: 0x37f, fsw: 0x3800, ftwx: 0xff, ..Default::default() };
+        assert_eq!(run_x87(X87Op::Fwait, &mut fpu), None, "nothing pending: no #MF");
+        fpu.fsw |= FSW_ES | 1;
+        assert_eq!(run_x87(X87Op::Fwait, &mut fpu), Some(VECTOR_MF));
+        assert_eq!(run_x87(X87Op::Fnclex, &mut fpu), None);
+        assert_eq!(fpu.fsw, 0x3800, "flags cleared, TOP kept");
+        assert_eq!(run_x87(X87Op::Emms, &mut fpu), None);
+        assert_eq!(fpu.ftwx, 0, "all empty");
     }
 
     #[test]

@@ -78,7 +78,13 @@ pub fn add_tsc_leaves(cpuid: &mut CpuId, vendor: crate::identity::CpuVendor, tsc
     }
     let mhz = (claimed_khz / 1000) as u32;
     let leaves = [
-        kvm_cpuid_entry2 { function: 0x15, eax: 1, ebx: scale as u32, ecx: (tsc_khz * 1000) as u32, ..Default::default() },
+        kvm_cpuid_entry2 {
+            function: 0x15,
+            eax: 1,
+            ebx: scale as u32,
+            ecx: (tsc_khz * 1000) as u32,
+            ..Default::default()
+        },
         kvm_cpuid_entry2 { function: 0x16, eax: mhz, ebx: mhz, ecx: 100, ..Default::default() },
     ];
     let mut entries: Vec<kvm_cpuid_entry2> = cpuid.as_slice().to_vec();

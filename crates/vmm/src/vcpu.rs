@@ -220,7 +220,7 @@ impl Vcpu {
             }
             Next::TripleFault => Some(VmEnd::TripleFault { vcpu: self.index, rip: self.rip() }),
             Next::InternalError => self.complete_or_stop(),
-            Next::Reset => Some(self.reset()),
+            Next::Reset => Some(reset_end(&self.mem)),
             Next::End(end) => Some(end),
             Next::Continue => None,
         }
@@ -326,16 +326,19 @@ impl Vcpu {
         };
         Some(VmEnd::InternalError { vcpu: self.index, suberror, rip: self.rip(), insn })
     }
+}
 
-    /// A reset from the guest: a panic if the BIOS warm-reset flag (0x472) holds 0x1234, as
-    /// Linux leaves it for `reboot=panic_warm`, else a reboot.
-    fn reset(&self) -> VmEnd {
-        use vm_memory::Bytes;
-        const WARM_RESET_FLAG: u64 = 0x472;
-        match self.mem.read_obj::<u16>(vm_memory::GuestAddress(WARM_RESET_FLAG)) {
-            Ok(0x1234) => VmEnd::KernelPanic,
-            _ => VmEnd::Reboot,
-        }
+/// The BIOS warm-reset flag, a u16 at 0x472: Linux writes it before every reset, 0x1234
+/// for a warm one.
+const WARM_RESET_FLAG: u64 = 0x472;
+
+/// How a reset from the guest ends the run: a panic if the warm-reset flag says warm, as
+/// Linux leaves it on a panic under `reboot=panic_warm` (perfvm's default), else a reboot.
+fn reset_end(mem: &GuestMemoryMmap) -> VmEnd {
+    use vm_memory::Bytes;
+    match mem.read_obj::<u16>(vm_memory::GuestAddress(WARM_RESET_FLAG)) {
+        Ok(0x1234) => VmEnd::KernelPanic,
+        _ => VmEnd::Reboot,
     }
 }
 
@@ -470,6 +473,21 @@ mod tests {
             assert!(matches!(run(VcpuExit::X86Wrmsr(exit)), ("msr-write", Next::Continue)));
             assert_eq!(error, 1, "MSR {index:#x}: #GP");
         }
+    }
+
+    #[test]
+    fn a_reset_is_a_panic_only_with_the_warm_flag() {
+        use vm_memory::{Bytes, GuestAddress};
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x1000)]).unwrap();
+        assert_eq!(reset_end(&mem), VmEnd::Reboot);
+        mem.write_obj(0x1234u16, GuestAddress(WARM_RESET_FLAG)).unwrap();
+        assert_eq!(reset_end(&mem), VmEnd::KernelPanic);
+        assert_eq!(VmEnd::KernelPanic.exit_code(), 10);
+        assert_eq!((VmEnd::Reboot.exit_code(), VmEnd::PowerOff.exit_code()), (0, 0));
+        let (shared, _) = shared();
+        shared.bus.lock().unwrap().pc = Some(Default::default());
+        let (_, next) = dispatch(VcpuExit::IoOut(0x64, &[0xfe]), &shared, &mut None, 0);
+        assert!(matches!(next, Next::Reset));
     }
 
     #[test]

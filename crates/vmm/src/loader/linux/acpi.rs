@@ -56,7 +56,7 @@ fn fadt(dsdt: u64) -> Vec<u8> {
     body[40 - 36..44 - 36].copy_from_slice(&(dsdt as u32).to_le_bytes()); // DSDT
     body[112 - 36..116 - 36].copy_from_slice(&FADT_HW_REDUCED.to_le_bytes()); // flags
     body[140 - 36..148 - 36].copy_from_slice(&dsdt.to_le_bytes()); // X_DSDT
-    // IAPC_BOOT_ARCH (offset 109) stays 0: no 8042 (Linux leaves the i8042 alone), CMOS RTC present.
+                                                                   // IAPC_BOOT_ARCH (offset 109) stays 0: no 8042 (Linux leaves the i8042 alone), CMOS RTC present.
     table(b"FACP", 6, &body)
 }
 
@@ -86,7 +86,9 @@ pub fn build(cpus: u8, base: u64) -> (Vec<u8>, u64) {
     rsdp[32] = checksum(&rsdp);
 
     let mut out = vec![0u8; (xsdt_addr - base) as usize + xsdt.len()];
-    for (addr, bytes) in [(rsdp_addr, &rsdp), (dsdt_addr, &dsdt), (fadt_addr, &fadt), (madt_addr, &madt), (xsdt_addr, &xsdt)] {
+    for (addr, bytes) in
+        [(rsdp_addr, &rsdp), (dsdt_addr, &dsdt), (fadt_addr, &fadt), (madt_addr, &madt), (xsdt_addr, &xsdt)]
+    {
         let at = (addr - base) as usize;
         out[at..at + bytes.len()].copy_from_slice(bytes);
     }

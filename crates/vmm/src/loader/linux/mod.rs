@@ -140,7 +140,12 @@ pub fn load(bytes: &[u8], initrd: Option<Vec<u8>>, mem_size: u64) -> Result<(Ker
 
 /// As high as the kernel allows (initrd_addr_max) and RAM holds, page aligned, above the
 /// kernel: where boot loaders put it.
-fn place_initrd(bytes: Vec<u8>, header: Option<&setup_header>, kernel_end: u64, mem_size: u64) -> Result<Initrd, LinuxError> {
+fn place_initrd(
+    bytes: Vec<u8>,
+    header: Option<&setup_header>,
+    kernel_end: u64,
+    mem_size: u64,
+) -> Result<Initrd, LinuxError> {
     let max = header.map_or(0x7fff_ffff, |h| h.initrd_addr_max);
     let top = mem_size.min(u64::from(max) + 1);
     let size = bytes.len() as u64;

@@ -15,28 +15,24 @@ use vm_memory::{ByteValued, GuestAddress, GuestMemoryMmap};
 /// cheaper under this host's emulator (docs/LINUX.md says what each one saves). No
 /// `nokaslr`: KASLR is the decompressor's work, which perfvm skips (the kernel runs at its
 /// link address), and the kernel proper would hand the unknown word to init: every word
-/// here is one the kernel itself knows. `panic=-1 reboot=panic_warm` make a panic reboot at once with the
-/// BIOS warm-reset flag set, which is how the VMM tells a panic from `reboot -f`.
+/// here is one the kernel itself knows. `panic=-1 reboot=panic_warm` make a panic reboot at
+/// once with the BIOS warm-reset flag set, which is how the VMM tells a panic from
+/// `reboot -f`.
 pub const DEFAULT_CMDLINE: &str = concat!(
     "console=ttyS0 earlyprintk=serial,ttyS0 panic=-1 reboot=panic_warm ",
     "io_delay=none mitigations=off tsc=reliable no_timer_check cryptomgr.notests ",
-    "random.trust_cpu=on audit=0 pci=off init_on_alloc=0 ",
-    // This host's kvm_pvm answers CPUID leaves 1, 7, 0xD and 0x80000001 from the hardware
-    // whatever KVM_SET_CPUID2 says (measured), so what identity.rs hides is hidden again
-    // here: the features whose instructions its CPL0 emulator cannot run (xsave takes AVX,
-    // AVX-512 and the rest of the XSAVE family with it), and the speculation-control MSRs
-    // (by number: they have no names), which the VMM #GPs.
-    "clearcpuid=cx16,xsave,pcid,invpcid,fsgsbase,pku,la57,smap,smep,umip,rdrand,rdseed,",
-    "rdtscp,rdpid,erms,fsrm,serialize,aes,pclmulqdq,sha_ni,gfni,vaes,vpclmulqdq,hle,rtm,",
-    "waitpkg,movdiri,movdir64b,monitor,586,602,603,604,605,607"
+    "random.trust_cpu=on audit=0 pci=off init_on_alloc=0"
 );
 
-/// The kernel command line: perfvm's defaults, then the user's text.
-pub fn compose_cmdline(user: &str) -> String {
-    match user.trim() {
-        "" => DEFAULT_CMDLINE.to_string(),
-        text => format!("{DEFAULT_CMDLINE} {text}"),
-    }
+/// The kernel command line: perfvm's defaults, the host's `clearcpuid=` (features this host
+/// shows the guest whatever its CPUID says, `identity::linux_clearcpuid`), then the user's
+/// text.
+pub fn compose_cmdline(clearcpuid: Option<&str>, user: &str) -> String {
+    [Some(DEFAULT_CMDLINE), clearcpuid, Some(user.trim()).filter(|t| !t.is_empty())]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Why the boot parameters could not be written.
@@ -83,8 +79,7 @@ pub fn e820(mem_size: u64) -> Vec<boot_e820_entry> {
 /// Build `boot_params` for `linux` in a guest of `mem_size` bytes whose ACPI RSDP is at
 /// `rsdp` (0: none).
 pub fn build(linux: &LinuxBoot, mem_size: u64, rsdp: u64) -> boot_params {
-    let mut params = boot_params::default();
-    params.acpi_rsdp_addr = rsdp;
+    let mut params = boot_params { acpi_rsdp_addr: rsdp, ..Default::default() };
     match linux.header {
         // Keep the bzImage's own header (boot.rst: the loader copies it and fills its fields).
         Some(header) => params.hdr = header,
@@ -143,10 +138,11 @@ mod tests {
 
     #[test]
     fn the_users_text_follows_the_defaults() {
-        assert_eq!(compose_cmdline(""), DEFAULT_CMDLINE);
-        let line = compose_cmdline(" nmi_watchdog=0 -- \"echo hi\" ");
+        assert_eq!(compose_cmdline(None, ""), DEFAULT_CMDLINE);
+        assert_eq!(compose_cmdline(Some("clearcpuid=cx16"), ""), format!("{DEFAULT_CMDLINE} clearcpuid=cx16"));
+        let line = compose_cmdline(Some("clearcpuid=cx16"), " nmi_watchdog=0 -- \"echo hi\" ");
         assert!(line.starts_with("console=ttyS0 "), "{line}");
-        assert!(line.ends_with(" nmi_watchdog=0 -- \"echo hi\""), "{line}");
+        assert!(line.ends_with(" clearcpuid=cx16 nmi_watchdog=0 -- \"echo hi\""), "{line}");
         assert!(DEFAULT_CMDLINE.len() < LINUX_CMDLINE_MAX / 2, "room for the user's text");
         assert!(!DEFAULT_CMDLINE.contains("--"), "init's arguments are the user's");
     }
