@@ -96,7 +96,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         Some(settings) => build_pmus(settings, vendor, config.vcpus, tsc_khz, long_mode, execution.native, &budget)?,
         None => Vec::new(),
     };
-    route_msrs(&vm, pmus.first())?;
+    route_msrs(&vm, pmus.first(), image.protocol == BootProtocol::Linux64)?;
     let mut cpu = crate::identity::CpuReport {
         pmu: match pmus.first() {
             Some(p) => describe_pmu(p.pmu.caps()),
@@ -176,6 +176,8 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
             sampling: config.sampling,
             epoch,
             tsc_khz,
+            syscall_entry: None,
+            fault_breakpoint: None,
         })
         .collect();
     Ok(Vm {
@@ -273,7 +275,7 @@ fn build_pmus(
 /// Send exactly the PMU's MSRs and the ones CPUID does not advertise to user space (KVM MSR
 /// filter: a clear bit denies KVM's own handling, and with KVM_MSR_EXIT_REASON_FILTER a
 /// denied access exits to us).
-fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>) -> Result<(), VmError> {
+fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool) -> Result<(), VmError> {
     let mut cap = kvm_enable_cap { cap: KVM_CAP_X86_USER_SPACE_MSR, ..Default::default() };
     cap.args[0] = u64::from(KVM_MSR_EXIT_REASON_FILTER);
     vm.enable_cap(&cap).map_err(ioctl("KVM_CAP_X86_USER_SPACE_MSR"))?;
@@ -289,7 +291,7 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>) -> Result<(), VmError> {
     }
     ranges.extend(crate::identity::UNADVERTISED_MSRS.iter().map(|&msr| (msr, 1)));
     let bitmaps: Vec<Vec<u8>> = ranges.iter().map(|(_, count)| vec![0u8; count.div_ceil(8) as usize]).collect();
-    let filter: Vec<MsrFilterRange> = ranges
+    let mut filter: Vec<MsrFilterRange> = ranges
         .iter()
         .zip(&bitmaps)
         .map(|(&(base, msr_count), bitmap)| MsrFilterRange {
@@ -299,6 +301,16 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>) -> Result<(), VmError> {
             bitmap,
         })
         .collect();
+    // A Linux guest's LSTAR writes come here, for the SYSCALL entry's repair (syscall_entry.rs).
+    let deny_one = [0u8; 1];
+    if linux {
+        filter.push(MsrFilterRange {
+            flags: MsrFilterRangeFlags::WRITE,
+            base: crate::syscall_entry::MSR_LSTAR,
+            msr_count: 1,
+            bitmap: &deny_one,
+        });
+    }
     vm.set_msr_filter(MsrFilterDefaultAction::ALLOW, &filter).map_err(ioctl("KVM_X86_SET_MSR_FILTER"))?;
     Ok(())
 }

@@ -28,6 +28,7 @@ pub mod sampler;
 pub mod softint;
 pub mod stats;
 pub mod stepping;
+pub mod syscall_entry;
 pub mod syscount;
 pub mod throttle;
 pub mod vcpu;

@@ -49,6 +49,8 @@ enum Next {
     InternalError,
     /// The CPU reset line was pulsed: a reboot, or a panic's (warm-reset flag).
     Reset,
+    /// The guest wrote LSTAR (Linux guests: `syscall_entry`).
+    Lstar(u64),
 }
 
 /// A vCPU and its loop.
@@ -86,6 +88,10 @@ pub struct Vcpu {
     pub epoch: Instant,
     /// The guest TSC's frequency, kHz (0: unknown).
     pub tsc_khz: u64,
+    /// A Linux guest's SYSCALL entry, its LSTAR (`syscall_entry`).
+    pub syscall_entry: Option<u64>,
+    /// The guest's #PF handler, where the VMM's breakpoint is (`syscall_entry`).
+    pub fault_breakpoint: Option<u64>,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -207,6 +213,28 @@ impl Vcpu {
                     None => self.nmi_request.store(true, Ordering::Release),
                 }
                 None
+            }
+            Next::Lstar(entry) => match crate::syscall_entry::lstar_written(&self.fd, &self.mem, entry) {
+                Ok(handler) => {
+                    self.syscall_entry = Some(entry);
+                    self.fault_breakpoint = Some(handler);
+                    None
+                }
+                Err(e) => {
+                    eprintln!("perfvm: vCPU {}: SYSCALL from user mode left to the host: {e}", self.index);
+                    None
+                }
+            },
+            Next::Step(pc) if self.fault_breakpoint == Some(pc) => {
+                let entry = self.syscall_entry.unwrap_or(0);
+                match crate::syscall_entry::at_fault(&self.fd, &self.mem, entry) {
+                    Ok(true) => {
+                        *self.stats.completed.entry("syscall").or_default() += 1;
+                        None
+                    }
+                    Ok(false) => None,
+                    Err(e) => Some(self.failed(format!("at the #PF breakpoint: {e}"))),
+                }
             }
             Next::Step(pc) => {
                 if let Some(pmu) = &mut self.pmu {
@@ -393,6 +421,7 @@ fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu
             }
             ("msr-read", Next::Continue)
         }
+        VcpuExit::X86Wrmsr(msr) if msr.index == crate::syscall_entry::MSR_LSTAR => ("msr-write", Next::Lstar(msr.data)),
         VcpuExit::X86Wrmsr(msr) => {
             let Some(p) = pmu.as_mut() else {
                 *msr.error = 1;

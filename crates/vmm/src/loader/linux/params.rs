@@ -21,7 +21,7 @@ use vm_memory::{ByteValued, GuestAddress, GuestMemoryMmap};
 pub const DEFAULT_CMDLINE: &str = concat!(
     "console=ttyS0 earlyprintk=serial,ttyS0 panic=-1 reboot=panic_warm ",
     "io_delay=none mitigations=off tsc=reliable no_timer_check cryptomgr.notests ",
-    "random.trust_cpu=on audit=0 pci=off init_on_alloc=0"
+    "random.trust_cpu=on audit=0 pci=off init_on_alloc=0 nosoftlockup"
 );
 
 /// The kernel command line: perfvm's defaults, the host's `clearcpuid=` (features this host
