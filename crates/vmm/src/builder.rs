@@ -96,7 +96,11 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         Some(settings) => build_pmus(settings, vendor, config.vcpus, tsc_khz, long_mode, execution.native, &budget)?,
         None => Vec::new(),
     };
-    route_msrs(&vm, pmus.first(), image.protocol == BootProtocol::Linux64)?;
+    // The SYSCALL repair is experimental: measured, it storms with debug exits once user
+    // mode runs (docs/LINUX.md, "SYSCALL"); PERFVM_SYSCALL_REPAIR=1 turns it on.
+    let syscall_repair =
+        image.protocol == BootProtocol::Linux64 && std::env::var_os("PERFVM_SYSCALL_REPAIR").is_some_and(|v| v == "1");
+    route_msrs(&vm, pmus.first(), syscall_repair)?;
     let mut cpu = crate::identity::CpuReport {
         pmu: match pmus.first() {
             Some(p) => describe_pmu(p.pmu.caps()),
@@ -209,7 +213,9 @@ fn write_linux_boot(
     host_cpuid: &CpuId,
 ) -> Result<String, VmError> {
     use crate::loader::linux::{acpi, mptable, params};
-    let clearcpuid = crate::identity::linux_clearcpuid(host_cpuid.as_slice());
+    let mut host = crate::identity::hardware_leaves();
+    host.extend_from_slice(host_cpuid.as_slice());
+    let clearcpuid = crate::identity::linux_clearcpuid(&host);
     let cmdline = params::compose_cmdline(clearcpuid.as_deref(), &config.cmdline);
     let rsdp = acpi::write(mem, config.vcpus as u8).map_err(memory("writing the ACPI tables"))?;
     params::write(mem, boot, mem_size, &cmdline, rsdp).map_err(|e| VmError::Config(e.to_string()))?;
@@ -301,7 +307,8 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool) -> Result<(), VmErr
             bitmap,
         })
         .collect();
-    // A Linux guest's LSTAR writes come here, for the SYSCALL entry's repair (syscall_entry.rs).
+    // A Linux guest's LSTAR writes come here, for the SYSCALL entry's repair (syscall_entry.rs),
+    // when it is on.
     let deny_one = [0u8; 1];
     if linux {
         filter.push(MsrFilterRange {

@@ -216,15 +216,31 @@ const LINUX_HIDDEN: [(&str, u32, u32, usize, u32); 39] = [
 /// Linux keeps at most this many characters of `clearcpuid=`'s value (its buffer is 128).
 const CLEARCPUID_MAX: usize = 127;
 
+/// This CPU's own leaves 1, 7 and 0x80000001, as the CPUID instruction answers here: what
+/// this host's kvm_pvm shows a guest in those leaves comes from the hardware (measured),
+/// not from KVM's supported CPUID (which lacks e.g. XSAVE here while the guest sees it).
+pub fn hardware_leaves() -> Vec<kvm_cpuid_entry2> {
+    [(1u32, 0u32), (7, 0), (0x8000_0001, 0)]
+        .into_iter()
+        .map(|(function, index)| {
+            // SAFETY: CPUID is available on every x86-64 CPU and only reads registers.
+            #[allow(unused_unsafe)]
+            let r = unsafe { std::arch::x86_64::__cpuid_count(function, index) };
+            kvm_cpuid_entry2 { function, index, eax: r.eax, ebx: r.ebx, ecx: r.ecx, edx: r.edx, ..Default::default() }
+        })
+        .collect()
+}
+
 /// `clearcpuid=...` for a Linux guest on this host: this host's kvm_pvm answers CPUID leaves
 /// 1, 7, 0xD and 0x80000001 from the hardware whatever KVM_SET_CPUID2 says (measured), so
-/// the features [`apply`] hides come back; Linux is told to ignore the ones `host` (KVM's
-/// supported CPUID) has. Only those, most important first, within what Linux reads.
+/// the features [`apply`] hides come back; Linux is told to ignore the ones `host` has (the
+/// builder passes [`hardware_leaves`] and KVM's supported CPUID). Only those, most
+/// important first, within what Linux reads.
 pub fn linux_clearcpuid(host: &[kvm_cpuid_entry2]) -> Option<String> {
     let has = |leaf: u32, sub: u32, reg: usize, bit: u32| {
         host.iter()
-            .find(|e| e.function == leaf && (e.index == sub || leaf != 7))
-            .is_some_and(|e| [e.eax, e.ebx, e.ecx, e.edx][reg] & 1 << bit != 0)
+            .filter(|e| e.function == leaf && (e.index == sub || leaf != 7))
+            .any(|e| [e.eax, e.ebx, e.ecx, e.edx][reg] & 1 << bit != 0)
     };
     let mut value = String::new();
     for &(name, ..) in LINUX_HIDDEN.iter().filter(|f| has(f.1, f.2, f.3, f.4)) {

@@ -19,6 +19,13 @@
 //!
 //! The exact backend's single-stepping sets guest debug too (stepping.rs): whoever combines
 //! both must keep this breakpoint in the control word and DR0/DR7.
+//!
+//! Status: experimental, off unless PERFVM_SYSCALL_REPAIR=1. Measured on Debian's kernel:
+//! the boot reaches "Run /init" with the breakpoint armed, but then the vCPU takes millions
+//! of debug exits (4.8 million in a few minutes) without one SYSCALL completed and without
+//! console output: either RF does not keep this host's emulator from re-taking the
+//! breakpoint, or the fault frame or CR2 is not what `is_broken_syscall` expects (natively
+//! the host keeps CR2 in its own place). Not yet understood.
 
 use crate::linear::{LinearMemory, VcpuLinear};
 use kvm_bindings::{kvm_guest_debug, kvm_msr_entry, kvm_segment, Msrs, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_USE_HW_BP};
