@@ -182,6 +182,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
             tsc_khz,
             syscall_entry: None,
             fault_breakpoint: None,
+            stepping_over_fault: false,
         })
         .collect();
     Ok(Vm {

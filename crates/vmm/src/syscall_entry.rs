@@ -13,22 +13,24 @@
 //! fetching LSTAR" is that SYSCALL: the VMM drops the fault frame and finishes the SYSCALL
 //! as a CPU would (RIP = LSTAR, RSP = the user's, CS and SS = the kernel selectors in STAR,
 //! RFLAGS masked by FMASK; RCX and R11 already hold the return RIP and RFLAGS). Any other
-//! fault resumes with RFLAGS.RF, so the breakpoint does not fire again. One exit per page
-//! fault and per system call, each small beside the thousands of emulated instructions
-//! that handle it.
+//! fault steps over the breakpoint (one single-step with it off, then re-armed). One exit
+//! per system call and two per page fault, each small beside the thousands of emulated
+//! instructions that handle it.
 //!
 //! The exact backend's single-stepping sets guest debug too (stepping.rs): whoever combines
 //! both must keep this breakpoint in the control word and DR0/DR7.
 //!
-//! Status: experimental, off unless PERFVM_SYSCALL_REPAIR=1. Measured on Debian's kernel:
-//! the boot reaches "Run /init" with the breakpoint armed, but then the vCPU takes millions
-//! of debug exits (4.8 million in a few minutes) without one SYSCALL completed and without
-//! console output: either RF does not keep this host's emulator from re-taking the
-//! breakpoint, or the fault frame or CR2 is not what `is_broken_syscall` expects (natively
-//! the host keeps CR2 in its own place). Not yet understood.
+//! Status: experimental, off unless PERFVM_SYSCALL_REPAIR=1. The first version resumed with
+//! RFLAGS.RF; on Debian's kernel the vCPU then took 4.8 million debug exits after /init: this
+//! host's emulator takes the breakpoint again whatever RF says (a probe guest took 212,405
+//! on one instruction in 30 s). Stepping over it instead works on that probe (a kernel #PF
+//! through the armed handler: 2 debug exits). Not yet run on Linux to the first SYSCALL.
 
 use crate::linear::{LinearMemory, VcpuLinear};
-use kvm_bindings::{kvm_guest_debug, kvm_msr_entry, kvm_segment, Msrs, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_USE_HW_BP};
+use kvm_bindings::{
+    kvm_guest_debug, kvm_msr_entry, kvm_segment, Msrs, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP,
+    KVM_GUESTDBG_USE_HW_BP,
+};
 use kvm_ioctls::VcpuFd;
 use vm_memory::GuestMemoryMmap;
 
@@ -38,8 +40,6 @@ pub const MSR_STAR: u32 = 0xc000_0081;
 pub const MSR_LSTAR: u32 = 0xc000_0082;
 /// IA32_FMASK: RFLAGS bits SYSCALL clears.
 pub const MSR_FMASK: u32 = 0xc000_0084;
-/// RFLAGS.RF: the next instruction's breakpoint is not taken.
-const RFLAGS_RF: u64 = 1 << 16;
 /// DR7: L0, breakpoint 0 on execution (R/W0 = 00, LEN0 = 00).
 const DR7_L0_EXEC: u64 = 1;
 /// #PF.
@@ -82,11 +82,24 @@ pub fn lstar_written(vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result
     let handler = u64::from(u16::from_le_bytes([gate[0], gate[1]]))
         | u64::from(u16::from_le_bytes([gate[6], gate[7]])) << 16
         | u64::from(u32::from_le_bytes([gate[8], gate[9], gate[10], gate[11]])) << 32;
+    arm(vcpu, handler)?;
+    Ok(handler)
+}
+
+/// Put the execution breakpoint on `handler`.
+pub fn arm(vcpu: &VcpuFd, handler: u64) -> Result<(), kvm_ioctls::Error> {
     let mut dbg = kvm_guest_debug { control: KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_USE_HW_BP, ..Default::default() };
     dbg.arch.debugreg[0] = handler;
     dbg.arch.debugreg[7] = DR7_L0_EXEC;
-    vcpu.set_guest_debug(&dbg)?;
-    Ok(handler)
+    vcpu.set_guest_debug(&dbg)
+}
+
+/// Step over the breakpoint: one single-step with it off (this host's emulator takes the
+/// breakpoint again whatever RFLAGS.RF says, measured: 212,405 debug exits in 30 s on one
+/// instruction). The single-step's exit re-arms it (`arm`).
+fn step_over(vcpu: &VcpuFd) -> Result<(), kvm_ioctls::Error> {
+    let dbg = kvm_guest_debug { control: KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, ..Default::default() };
+    vcpu.set_guest_debug(&dbg)
 }
 
 /// The kernel segments SYSCALL loads, from STAR's bits 47:32.
@@ -117,7 +130,8 @@ pub fn is_broken_syscall(frame: &FaultFrame, cr2: u64, entry: u64) -> bool {
 }
 
 /// At the breakpoint on the #PF handler: finish a broken SYSCALL into `entry`, or let the
-/// fault go on. Returns whether it was a SYSCALL.
+/// fault go on (stepping over the breakpoint: the caller re-arms it at the next debug exit).
+/// Returns whether it was a SYSCALL.
 pub fn at_fault(vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<bool, kvm_ioctls::Error> {
     let mut regs = vcpu.get_regs()?;
     let mut sregs = vcpu.get_sregs()?;
@@ -138,8 +152,7 @@ pub fn at_fault(vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<bool
             Ok(true)
         }
         _ => {
-            regs.rflags |= RFLAGS_RF;
-            vcpu.set_regs(&regs)?;
+            step_over(vcpu)?;
             Ok(false)
         }
     }

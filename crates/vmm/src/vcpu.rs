@@ -92,6 +92,8 @@ pub struct Vcpu {
     pub syscall_entry: Option<u64>,
     /// The guest's #PF handler, where the VMM's breakpoint is (`syscall_entry`).
     pub fault_breakpoint: Option<u64>,
+    /// Single-stepping over that breakpoint: re-arm it at the next debug exit.
+    pub stepping_over_fault: bool,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -225,16 +227,26 @@ impl Vcpu {
                     None
                 }
             },
-            Next::Step(pc) if self.fault_breakpoint == Some(pc) => {
+            Next::Step(pc) if self.fault_breakpoint == Some(pc) && !self.stepping_over_fault => {
                 let entry = self.syscall_entry.unwrap_or(0);
                 match crate::syscall_entry::at_fault(&self.fd, &self.mem, entry) {
                     Ok(true) => {
                         *self.stats.completed.entry("syscall").or_default() += 1;
                         None
                     }
-                    Ok(false) => None,
+                    Ok(false) => {
+                        self.stepping_over_fault = true;
+                        None
+                    }
                     Err(e) => Some(self.failed(format!("at the #PF breakpoint: {e}"))),
                 }
+            }
+            Next::Step(_) if self.stepping_over_fault => {
+                self.stepping_over_fault = false;
+                let handler = self.fault_breakpoint.unwrap_or(0);
+                crate::syscall_entry::arm(&self.fd, handler)
+                    .err()
+                    .map(|e| self.failed(format!("re-arming the #PF breakpoint: {e}")))
             }
             Next::Step(pc) => {
                 if let Some(pmu) = &mut self.pmu {
