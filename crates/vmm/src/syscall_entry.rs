@@ -24,7 +24,9 @@
 //! RFLAGS.RF; on Debian's kernel the vCPU then took 4.8 million debug exits after /init: this
 //! host's emulator takes the breakpoint again whatever RF says (a probe guest took 212,405
 //! on one instruction in 30 s). Stepping over it instead works on that probe (a kernel #PF
-//! through the armed handler: 2 debug exits). Not yet run on Linux to the first SYSCALL.
+//! through the armed handler: 2 debug exits), and guest/linux/syscall_probe.S, which makes
+//! a user SYSCALL into a supervisor-only entry as Linux does, enters it with CS 0x08 (tests/
+//! syscall_probe.rs). Not yet run on Linux to the first SYSCALL.
 
 use crate::linear::{LinearMemory, VcpuLinear};
 use kvm_bindings::{
