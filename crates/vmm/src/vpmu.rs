@@ -76,6 +76,9 @@ pub struct VcpuPmu {
     pub throttle: Option<crate::throttle::Throttle>,
     /// The last `service` took an overflow notification (its cost is measured by the loop).
     notified: bool,
+    /// A PMI was raised and the guest has not enabled counters since: its next enable is
+    /// its PMI handler's restart (`PmuOp::GlobalCtrlEnableAfterPmi`).
+    pmi_since_enable: bool,
     /// Drop every Nth notification (`PERFVM_DROP_NOTIFICATIONS`, tests of loss detection).
     drop_every: Option<u64>,
     signals: u64,
@@ -107,6 +110,7 @@ impl VcpuPmu {
             pmi_no_mask: false,
             throttle: None,
             notified: false,
+            pmi_since_enable: false,
             drop_every: std::env::var(DROP_ENV).ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
             signals: 0,
             vif: None,
@@ -139,7 +143,11 @@ impl VcpuPmu {
         if let (Some(rip), false) = (rip, ok) {
             self.counting().faulted(rip);
         }
-        self.account(PmuOp::of_write(self.pmu.caps().decode_msr(MsrIndex(index)), value), t);
+        let mut op = PmuOp::of_write(self.pmu.caps().decode_msr(MsrIndex(index)), value);
+        if op == PmuOp::GlobalCtrlEnable && std::mem::take(&mut self.pmi_since_enable) {
+            op = PmuOp::GlobalCtrlEnableAfterPmi;
+        }
+        self.account(op, t);
         ok
     }
 
@@ -236,6 +244,7 @@ impl VcpuPmu {
     fn raise_pmi(&mut self, vm: &VmFd, vcpu: &VcpuFd) -> bool {
         if self.pmi_no_mask {
             self.stats.pmis_delivered += 1;
+            self.pmi_since_enable = true;
             self.pv_stats.unmasked_pmis += 1;
             self.pmi_raised = Owed::Nmi;
             return true;
@@ -249,6 +258,7 @@ impl VcpuPmu {
             }
             Ok(outcome) => {
                 self.stats.pmis_delivered += 1;
+                self.pmi_since_enable = true;
                 let nmi = outcome == PmiOutcome::Nmi;
                 self.pmi_raised = if nmi { Owed::Nmi } else { Owed::Interrupt };
                 nmi
