@@ -10,6 +10,8 @@ pub mod cpuid;
 pub mod devices;
 pub mod error;
 pub mod exit;
+pub mod guest_tsc;
+pub mod host_profile;
 pub mod identity;
 pub mod kallsyms;
 pub mod kick;

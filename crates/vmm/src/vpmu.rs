@@ -26,17 +26,6 @@ pub(crate) fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The guest's TSC now (KVM_GET_MSRS of IA32_TSC).
-fn guest_tsc(vcpu: &VcpuFd) -> u64 {
-    let mut msrs =
-        kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry { index: 0x10, ..Default::default() }])
-            .expect("one MSR");
-    match vcpu.get_msrs(&mut msrs) {
-        Ok(1) => msrs.as_slice()[0].data,
-        _ => 0,
-    }
-}
-
 /// Set to N to drop every Nth overflow notification (tests of lost-notification counting).
 pub const DROP_ENV: &str = "PERFVM_DROP_NOTIFICATIONS";
 
@@ -79,6 +68,8 @@ pub struct VcpuPmu {
     /// A PMI was raised and the guest has not enabled counters since: its next enable is
     /// its PMI handler's restart (`PmuOp::GlobalCtrlEnableAfterPmi`).
     pmi_since_enable: bool,
+    /// The guest's TSC, for PV publishes.
+    guest_tsc: crate::guest_tsc::GuestTsc,
     /// Drop every Nth notification (`PERFVM_DROP_NOTIFICATIONS`, tests of loss detection).
     drop_every: Option<u64>,
     signals: u64,
@@ -111,6 +102,7 @@ impl VcpuPmu {
             throttle: None,
             notified: false,
             pmi_since_enable: false,
+            guest_tsc: Default::default(),
             drop_every: std::env::var(DROP_ENV).ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
             signals: 0,
             vif: None,
@@ -342,8 +334,8 @@ impl VcpuPmu {
             true => pv::Extrapolation::TscRate,
             false => pv::Extrapolation::NeedsExit,
         };
-        let created = self.created;
-        let mut clocks = || (guest_tsc(vcpu), thread_cpu_ns(), created.elapsed().as_nanos() as u64);
+        let (created, guest_tsc) = (self.created, &mut self.guest_tsc);
+        let mut clocks = || (guest_tsc.read(vcpu), thread_cpu_ns(), created.elapsed().as_nanos() as u64);
         pv::publish(mem, page, &mut self.pmu, rate, &mut self.cpu_share, &mut clocks);
         self.pv_stats.publishes += 1;
     }

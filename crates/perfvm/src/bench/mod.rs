@@ -9,6 +9,7 @@ mod nmi_order;
 mod plot;
 mod pmu_ops;
 mod precision;
+mod precision_host;
 mod pv;
 mod rate;
 mod scaling;
