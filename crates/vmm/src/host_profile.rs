@@ -1,28 +1,35 @@
 //! Profiling a host program as `perf record -e cpu-clock` does: a software cpu-clock event
 //! on the child process samples its instruction pointer every `period_ns` of its CPU time
 //! into the event's ring buffer (`perf_event_mmap_page` and the data pages after it), read
-//! once the child has exited. The child stops itself before exec (SIGSTOP in `pre_exec`)
-//! so that the event, opened on it with `enable_on_exec`, sees the program from its first
-//! instruction. `bench precision` compares a native guest's cycles profile with this.
+//! once the child has exited. As `perf record` does for a workload it starts, one event per
+//! CPU is opened on the calling thread, disabled, with `inherit` and `enable_on_exec`: the
+//! child forked from it inherits them and the kernel enables the child's copies at its exec,
+//! so they see the program from its first instruction, and an inherited event's samples go
+//! to its parent's ring buffer on that CPU (the kernel maps no buffer of an inherited event
+//! that follows the task across CPUs). The calling thread's own copies never exec and never
+//! count. `bench precision` compares a native guest's cycles profile with this.
 
 use crate::backends::perf_sys::{PerfEventAttr, FLAG_DISABLED, FLAG_EXCLUDE_HV, FLAG_EXCLUDE_KERNEL};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus};
 
 /// Software `config`: the CPU clock (per-task when opened on a task), ns.
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
 /// `sample_type`: the instruction pointer.
 const PERF_SAMPLE_IP: u64 = 1 << 0;
+/// `flags`: children inherit the event.
+const FLAG_INHERIT: u64 = 1 << 1;
 /// `flags`: enable the event when the task execs.
 const FLAG_ENABLE_ON_EXEC: u64 = 1 << 12;
 /// `perf_event_header::type` of a sample, and of lost records.
 const PERF_RECORD_SAMPLE: u32 = 9;
 const PERF_RECORD_LOST: u32 = 2;
-/// Data pages of the ring buffer (a power of two): 2 MiB, 131,072 IP samples.
-const DATA_PAGES: usize = 512;
+/// Data pages of each CPU's ring buffer (a power of two): 512 KiB, 32,768 IP samples.
+const DATA_PAGES: usize = 128;
 const PAGE: usize = 4096;
+/// perf_event_open(2) `flags`: the fd is close-on-exec (the child inherits the event, not the fd).
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 /// `perf_event_mmap_page::data_head`, bytes from the page's start.
 const DATA_HEAD: usize = 1024;
 
@@ -41,50 +48,46 @@ pub struct HostProfile {
 
 /// Run `cmd` and sample its user-mode IP every `period_ns` of its CPU time.
 pub fn profile(cmd: &mut Command, period_ns: u64) -> io::Result<HostProfile> {
-    // SAFETY: raise(2) is async-signal-safe; the child stops itself until we continue it.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::raise(libc::SIGSTOP);
-            Ok(())
-        });
+    // SAFETY: sysconf(3) reads a system value.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as i32;
+    let mut samplers = Vec::new();
+    for cpu in 0..cpus {
+        match open_sampler(period_ns, cpu) {
+            Ok(s) => samplers.push(s),
+            // An offline CPU runs nothing; any other failure is the profile's.
+            Err(e) if e.raw_os_error() == Some(libc::ENODEV) => {}
+            Err(e) => return Err(e),
+        }
     }
-    let child = cmd.stdout(std::process::Stdio::piped()).spawn()?;
-    let pid = child.id() as libc::pid_t;
-    let stopped = wait_stopped(pid);
-    let opened = stopped.and_then(|()| open_sampler(pid, period_ns));
-    // SAFETY: kill(2) of our own child.
-    unsafe { libc::kill(pid, libc::SIGCONT) };
-    let output = child.wait_with_output()?;
-    let (fd, ring) = opened?;
-    let (ips, lost) = ring.samples();
-    drop(fd);
+    let output = cmd.stdout(std::process::Stdio::piped()).output();
+    let (mut ips, mut lost) = (Vec::new(), 0);
+    for (fd, ring) in samplers {
+        // No later child of this thread inherits it.
+        drop(fd);
+        let (i, l) = ring.samples();
+        ips.extend(i);
+        lost += l;
+    }
+    let output = output?;
     Ok(HostProfile { status: output.status, ips, lost, stdout: String::from_utf8_lossy(&output.stdout).into() })
 }
 
-/// Wait until child `pid` has stopped itself.
-fn wait_stopped(pid: libc::pid_t) -> io::Result<()> {
-    let mut status = 0;
-    // SAFETY: waitpid(2) of our own child, writing one int we own.
-    let r = unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) };
-    if r != pid || !libc::WIFSTOPPED(status) {
-        return Err(io::Error::other("the child did not stop before exec"));
-    }
-    Ok(())
-}
-
-/// Open the sampling cpu-clock on `pid` (enabled at its exec) and map its ring buffer.
-fn open_sampler(pid: libc::pid_t, period_ns: u64) -> io::Result<(OwnedFd, Ring)> {
+/// Open the sampling cpu-clock of the calling thread on `cpu` for its children (enabled at
+/// their exec) and map its ring buffer.
+fn open_sampler(period_ns: u64, cpu: i32) -> io::Result<(OwnedFd, Ring)> {
     let mut attr = PerfEventAttr {
         type_: crate::backends::perf_sys::PERF_TYPE_SOFTWARE,
         config: PERF_COUNT_SW_CPU_CLOCK,
         sample_period: period_ns.max(10_000),
         sample_type: PERF_SAMPLE_IP,
-        flags: FLAG_DISABLED | FLAG_ENABLE_ON_EXEC | FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV,
+        flags: FLAG_DISABLED | FLAG_INHERIT | FLAG_ENABLE_ON_EXEC | FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV,
         ..Default::default()
     };
     attr.size = std::mem::size_of::<PerfEventAttr>() as u32;
     // SAFETY: attr is a valid, fully initialised perf_event_attr of the size it declares.
-    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, pid, -1, -1, 0) };
+    let fd = unsafe {
+        libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, 0, cpu, -1, PERF_FLAG_FD_CLOEXEC)
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
