@@ -63,6 +63,26 @@ pub fn profile_host_ftest(units: u64, hz: u64) -> Result<HostSamples, Failure> {
 mod tests {
     use super::*;
 
+    /// ftest's host build, sampled by the host's cpu-clock: the samples land in ftest's own
+    /// functions, found by the binary's symbols.
+    #[test]
+    fn the_host_build_is_sampled_in_ftests_functions() {
+        let s = match profile_host_ftest(500, 10_000) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("SKIP the_host_build_is_sampled_in_ftests_functions: {e}");
+                return;
+            }
+        };
+        assert!(s.total() >= 100, "{s:?}");
+        let ftest: u64 = ["main", "foo", "bar", "qux", "random", "random_r"]
+            .iter()
+            .map(|f| s.per_function.get(*f).copied().unwrap_or(0))
+            .sum();
+        assert!(ftest as f64 >= 0.9 * s.total() as f64, "{s:?}");
+        assert!(s.per_function.get("qux").is_some_and(|&n| n > 0), "{s:?}");
+    }
+
     #[test]
     fn shares_sum_to_one_and_merge_adds_up() {
         let mut a = HostSamples::default();
