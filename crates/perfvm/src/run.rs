@@ -69,6 +69,10 @@ pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failu
         Some(t) => Some(Duration::from_secs_f64(t)),
         None => None,
     };
+    if args.seccomp == crate::cli::OnOff::Off && vmm::confine::enabled() {
+        vmm::confine::set_enabled(false);
+        eprintln!("perfvm: warning: --seccomp off: the VMM runs without its seccomp filters (for debugging only)");
+    }
     Ok(VmConfig {
         kernel: guests::resolve(&args.guest),
         kernel_arg0: args.guest.clone(),

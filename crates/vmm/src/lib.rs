@@ -6,6 +6,7 @@ pub mod boot;
 pub mod builder;
 pub mod complete;
 pub mod config;
+pub mod confine;
 pub mod cpuid;
 pub mod devices;
 pub mod error;
