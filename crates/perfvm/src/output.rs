@@ -52,10 +52,15 @@ pub fn warn_all(warnings: Vec<String>) {
     }
 }
 
+/// The largest record file read (`record` writes at most 4M sample slots: a few hundred MB).
+pub const MAX_RECORD_BYTES: u64 = 1 << 30;
+
 /// Read a record file and resolve it against the ELF it names (source lines when
 /// `lines`), warnings printed.
 pub fn load(path: &str, lines: bool) -> Result<(Record, Profile), Failure> {
-    let record = Record::load(Path::new(path))?;
+    let bytes = vmm::bounded::read(Path::new(path), MAX_RECORD_BYTES, "record files")
+        .map_err(|e| Failure::io("cannot read", path, &e))?;
+    let record = Record::from_json(&String::from_utf8_lossy(&bytes), path)?;
     let (resolver, warnings) = Resolver::load(Path::new(&record.elf), lines);
     warn_all(warnings);
     let profile = Profile::build(&record, &resolver);

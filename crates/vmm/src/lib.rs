@@ -3,6 +3,7 @@
 
 pub mod backends;
 pub mod boot;
+pub mod bounded;
 pub mod builder;
 pub mod complete;
 pub mod config;
