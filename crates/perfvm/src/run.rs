@@ -109,7 +109,7 @@ pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failu
 pub fn build_failure(e: vmm::VmError) -> Failure {
     use vmm::VmError::*;
     let mut msg = e.to_string();
-    if matches!(e, GuestFile { .. }) {
+    if matches!(&e, GuestFile { reason, .. } if reason == "no such file") {
         msg.push_str(&format!(" (built-in guests: {})", guests::builtin_guests().join(", ")));
     }
     match e {

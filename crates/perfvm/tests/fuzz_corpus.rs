@@ -45,7 +45,10 @@ fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
                 let chunk: Vec<u8> = d[from..(from + len).min(d.len())].to_vec();
                 d.splice(at..at, chunk);
             }
-            4 => d.splice(at..at, (0..rng.below(16)).map(|_| rng.next() as u8)),
+            4 => {
+                let noise: Vec<u8> = (0..rng.below(16)).map(|_| rng.next() as u8).collect();
+                d.splice(at..at, noise);
+            }
             _ => {
                 if let Some(b) = d.get_mut(at) {
                     *b = rng.next() as u8;

@@ -269,6 +269,9 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
     if suites.iter().any(|s| s == "rate") {
         rate::measure_host(reps, args.quick);
     }
+    if suites.iter().any(|s| s == "transitions") {
+        transitions::measure_unfiltered(&bench)?;
+    }
     vmm::confine::confine_thread(vmm::confine::ThreadKind::Vmm).map_err(Failure::failed)?;
     for suite in &suites {
         if !args.json {
