@@ -20,9 +20,15 @@ pub fn portio_ns(report: &RunReport) -> Option<f64> {
 /// seccomp filters, per mode: measured before bench confines itself (`measure_unfiltered`).
 static UNFILTERED: std::sync::OnceLock<Vec<(Vec<f64>, Vec<f64>)>> = std::sync::OnceLock::new();
 
+/// ns per KVM_RUN ioctl without and with a vCPU thread's filters (vmm::confine::cost).
+static IOCTL_NS: std::sync::OnceLock<(f64, f64)> = std::sync::OnceLock::new();
+
 /// Run the vPMU-off configuration with the filters off, for the seccomp rows; before the
 /// VMM thread is confined (a confined thread cannot be unconfined).
 pub fn measure_unfiltered(b: &Bench) -> Result<(), Failure> {
+    if let Ok(ns) = vmm::confine::cost::ioctl_ns(200_000, 5) {
+        let _ = IOCTL_NS.set(ns);
+    }
     vmm::confine::set_enabled(false);
     let measured = b.modes.iter().map(|&mode| roundtrips(b, None, "", mode)).collect::<Result<Vec<_>, _>>();
     vmm::confine::set_enabled(true);
@@ -100,7 +106,17 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
             mode_name(*mode)
         ));
     }
+    if let Some((off, on)) = IOCTL_NS.get() {
+        text.push_str(&format!(
+            "seccomp filters' cost per KVM_RUN ioctl (a vCPU thread's three, measured in a thread): {off:.0} -> {on:.0} ns ({:+.0} ns)\n",
+            on - off
+        ));
+    }
     let cost: Vec<Value> =
         filter_cost.iter().map(|(m, c)| json!({"mode": mode_name(*m), "seccomp_ns_per_exit": c})).collect();
-    Ok((text, json!({"rows": table.json(), "reps": b.reps, "seccomp_cost": cost})))
+    Ok((
+        text,
+        json!({"rows": table.json(), "reps": b.reps, "seccomp_cost": cost,
+        "seccomp_ioctl_ns": IOCTL_NS.get().map(|(off, on)| json!({"off": off, "on": on}))}),
+    ))
 }

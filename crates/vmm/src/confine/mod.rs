@@ -5,6 +5,7 @@
 //! the process dies of SIGSYS. On by default; `--seccomp off` turns the filters off (not
 //! no_new_privs) for debugging. docs/SECURITY.md says what is confined and what is not.
 
+pub mod cost;
 mod filters;
 mod privileges;
 mod sigsys;
