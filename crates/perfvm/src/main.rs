@@ -5,6 +5,7 @@ mod atomic_file;
 mod bench;
 mod cli;
 mod failure;
+mod guest_symbols;
 mod guests;
 mod list;
 mod output;

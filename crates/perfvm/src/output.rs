@@ -2,7 +2,7 @@
 
 use crate::atomic_file::Previous;
 use crate::Failure;
-use profile::{Profile, Record, Resolver};
+use profile::{Profile, Record};
 use std::io::Write;
 use std::path::Path;
 
@@ -61,7 +61,7 @@ pub fn load(path: &str, lines: bool) -> Result<(Record, Profile), Failure> {
     let bytes = vmm::bounded::read(Path::new(path), MAX_RECORD_BYTES, "record files")
         .map_err(|e| Failure::io("cannot read", path, &e))?;
     let record = Record::from_json(&String::from_utf8_lossy(&bytes), path)?;
-    let (resolver, warnings) = Resolver::load(Path::new(&record.elf), lines);
+    let (resolver, warnings) = crate::guest_symbols::load(Path::new(&record.elf), lines);
     warn_all(warnings);
     let profile = Profile::build(&record, &resolver);
     Ok((record, profile))
