@@ -68,6 +68,9 @@ const VMM: &[i64] = &[
     libc::SYS_unlinkat,
     libc::SYS_fsync,
     libc::SYS_fdatasync,
+    libc::SYS_copy_file_range, // fs::copy: FILE.old where a hard link is refused
+    libc::SYS_sendfile,
+    libc::SYS_fchmod,
     libc::SYS_dup,
     libc::SYS_dup2,
     libc::SYS_dup3,
