@@ -15,8 +15,16 @@ pub enum Previous {
     KeepOld,
 }
 
-/// Put `bytes` at `path` atomically (see the module doc).
+/// Put `bytes` at `path` atomically (see the module doc). A path that is a device, a FIFO
+/// or a terminal (`-o /dev/stdout`, `/dev/full`) is written in place: a rename would
+/// replace the device node itself. A symbolic link's target is replaced, not the link.
 pub fn replace(path: &Path, bytes: &[u8], previous: Previous) -> io::Result<()> {
+    let resolved = fs::canonicalize(path).ok();
+    let path = resolved.as_deref().unwrap_or(path);
+    if fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        let mut out = fs::OpenOptions::new().write(true).truncate(true).open(path)?;
+        return out.write_all(bytes).and_then(|()| out.flush());
+    }
     let temp = sibling(path, &format!(".tmp.{}", std::process::id()));
     let written = write_synced(&temp, bytes);
     if let Err(e) = written {
@@ -103,6 +111,28 @@ mod tests {
         assert!(replace(&target, b"new", Previous::Discard).is_err());
         assert_eq!(fs::read(&f).unwrap(), b"good");
         assert_eq!(fs::read_dir(&d).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_device_is_written_in_place_never_renamed_over() {
+        let e = replace(Path::new("/dev/full"), b"x", Previous::KeepOld).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        replace(Path::new("/dev/null"), b"x", Previous::Discard).unwrap();
+        for dev in ["/dev/full", "/dev/null"] {
+            assert!(!fs::symlink_metadata(dev).unwrap().is_file(), "{dev} replaced");
+        }
+        assert!(!Path::new("/dev/full.old").exists());
+    }
+
+    #[test]
+    fn a_symbolic_link_keeps_pointing_at_the_new_file() {
+        let d = dir("link");
+        replace(&d.join("real.json"), b"one", Previous::Discard).unwrap();
+        std::os::unix::fs::symlink(d.join("real.json"), d.join("link.json")).unwrap();
+        replace(&d.join("link.json"), b"two", Previous::KeepOld).unwrap();
+        assert!(fs::symlink_metadata(d.join("link.json")).unwrap().file_type().is_symlink());
+        assert_eq!(fs::read(d.join("link.json")).unwrap(), b"two");
+        assert_eq!(fs::read(d.join("real.json.old")).unwrap(), b"one");
     }
 
     #[test]
