@@ -117,10 +117,7 @@ mod tests {
     fn a_device_is_written_in_place_never_renamed_over() {
         let e = replace(Path::new("/dev/full"), b"x", Previous::KeepOld).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
-        replace(Path::new("/dev/null"), b"x", Previous::Discard).unwrap();
-        for dev in ["/dev/full", "/dev/null"] {
-            assert!(!fs::symlink_metadata(dev).unwrap().is_file(), "{dev} replaced");
-        }
+        assert!(!fs::symlink_metadata("/dev/full").unwrap().is_file(), "/dev/full replaced");
         assert!(!Path::new("/dev/full.old").exists());
     }
 
