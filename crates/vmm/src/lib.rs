@@ -3,9 +3,11 @@
 
 pub mod backends;
 pub mod boot;
+pub mod bounded;
 pub mod builder;
 pub mod complete;
 pub mod config;
+pub mod confine;
 pub mod cpuid;
 pub mod devices;
 pub mod error;
