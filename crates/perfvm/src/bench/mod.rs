@@ -270,6 +270,9 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
     if suites.iter().any(|s| s == "rate") {
         rate::measure_host(reps, args.quick);
     }
+    if suites.iter().any(|s| s == "precision") && bench.modes.iter().any(|m| *m != NativeMode::Off) {
+        precision::measure_host(reps, args.quick);
+    }
     if suites.iter().any(|s| s == "transitions") {
         transitions::measure_unfiltered(&bench)?;
     }

@@ -12,7 +12,7 @@ use pmu::Policy;
 use profile::events;
 use profile::measure::{fmt, Summary};
 use profile::profile::{tvd, tvd_of_shares, UNKNOWN};
-use super::precision_host::{profile_host_ftest, shares_of, HostSamples};
+use super::precision_host::{host_run, shares_of, HostSamples};
 use std::collections::BTreeMap;
 use profile::table::{Cell, Column, Table};
 use profile::Mode;
@@ -221,6 +221,12 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
     Ok(ModeResult { lines, reference, exact: sampled, summary, json })
 }
 
+/// Profile ftest's host build for the host-vs-native line now, before bench confines itself
+/// (the native guest's default rate and work).
+pub fn measure_host(reps: usize, quick: bool) {
+    super::precision_host::measure_host(reps, host_vs_native_units(quick), default_record_freq(true));
+}
+
 /// Work of each run of the host-vs-native comparison, in ftest units: ~4x a native
 /// sampling run's, for ~2,000 samples a side at 1 kHz (with ~450, sampling noise alone
 /// puts the TVD of two profiles of the same code near 0.05).
@@ -251,10 +257,10 @@ fn host_vs_native(b: &Bench, mode: NativeMode, hz: u64) -> Result<(String, Value
     let perf = (BackendKind::Perf, Policy::default());
     let (mut host, mut guest) = (HostSamples::default(), BTreeMap::<String, u64>::new());
     let (mut pair_tvds, mut guest_samples) = (Vec::new(), 0u64);
-    for _ in 0..b.reps.max(1) {
+    for rep in 0..b.reps.max(1) {
         let args = vec![units.to_string()];
         let Some(f) = profile_args(b, mode, perf, "cycles", SamplePeriod::Hz(hz), false, args)? else { break };
-        let h = profile_host_ftest(units, hz)?;
+        let h = host_run(rep)?;
         // The guest's shares are of cycles (each sample weighs its period), as perf's are.
         let g: BTreeMap<String, u64> = f.profile.self_weights().into_iter().map(|(k, w)| (k.to_owned(), w)).collect();
         pair_tvds.push(ftest_tvd(&h.per_function, &g));

@@ -41,6 +41,21 @@ pub fn shares_of(counts: &BTreeMap<String, u64>) -> BTreeMap<String, f64> {
     counts.iter().map(|(f, &n)| (f.clone(), n as f64 / total)).collect()
 }
 
+/// The host runs, one per repetition: profiled before the suites run, since a confined VMM
+/// cannot start a process (docs/SECURITY.md).
+static HOST_RUNS: std::sync::OnceLock<Vec<Result<HostSamples, String>>> = std::sync::OnceLock::new();
+
+/// Profile the host's ftest `reps` times now (`units`, `hz` as the native guest's runs).
+pub fn measure_host(reps: usize, units: u64, hz: u64) {
+    HOST_RUNS.get_or_init(|| (0..reps.max(1)).map(|_| profile_host_ftest(units, hz).map_err(|f| f.to_string())).collect());
+}
+
+/// Repetition `rep`'s host profile, as `measure_host` took it.
+pub fn host_run(rep: usize) -> Result<HostSamples, Failure> {
+    let run = HOST_RUNS.get().and_then(|r| r.get(rep)).ok_or_else(|| Failure::failed("host ftest not profiled"))?;
+    run.clone().map_err(Failure::failed)
+}
+
 /// Profile `ftest units` built for the host, sampling `hz` times per second of its CPU time.
 pub fn profile_host_ftest(units: u64, hz: u64) -> Result<HostSamples, Failure> {
     let exe = crate::guests::guest_dir().join("host/ftest");
