@@ -103,9 +103,15 @@ pub struct RecordArgs {
     /// agent needed (cycles: the vCPU threads' time).
     #[arg(short = 'a', long = "all-cpus")]
     pub all_cpus: bool,
-    /// Record call chains (frame pointers).
-    #[arg(short = 'g', long = "call-graph")]
+    /// Record call chains: with -a unwound by the VMM with the guest ELF's CFI (dwarf) when
+    /// it has .eh_frame or .debug_frame, else by frame pointers; without -a the guest
+    /// agent walks frame pointers.
+    #[arg(short = 'g')]
     pub call_graph: bool,
+    /// Record call chains unwound so: fp (frame pointers) or dwarf (the guest ELF's CFI,
+    /// unwound by the VMM: with -a).
+    #[arg(long = "call-graph", value_enum, value_name = "MODE")]
+    pub call_graph_mode: Option<CallGraphArg>,
     /// Also print VM exit and vPMU statistics, and exits per sample.
     #[arg(long = "stats")]
     pub stats: bool,
@@ -308,6 +314,15 @@ impl From<NativeArg> for vmm::native::NativeMode {
             NativeArg::Off => vmm::native::NativeMode::Off,
         }
     }
+}
+
+/// How `record` unwinds call chains (perf's `--call-graph`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CallGraphArg {
+    /// Frame pointers.
+    Fp,
+    /// The guest ELF's DWARF CFI (.eh_frame or .debug_frame).
+    Dwarf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -3,7 +3,7 @@
 //! write the record file (the profile library's format) plus collapsed stacks for
 //! flamegraph tools.
 
-use crate::cli::{BackendArg, RecordArgs};
+use crate::cli::{BackendArg, CallGraphArg, RecordArgs};
 use crate::output::{check_writable, warn_all, write_file};
 use crate::run::{boot_under_agent, vm_config};
 use crate::Failure;
@@ -12,6 +12,8 @@ use profile::agent::Order;
 use profile::events::{self, Event};
 use profile::{Mode, Notifications, Profile, Record, Resolver, Sample, FORMAT};
 use std::time::Instant;
+use vmm::sampler::CallGraph;
+use vmm::unwind::cfi_section;
 use vmm::VmConfig;
 
 /// What one recorded run gives.
@@ -52,8 +54,43 @@ fn period(args: &RecordArgs, event: Event, native: bool, mode: Mode) -> Result<S
     }
 }
 
-/// Boot a guest, sample it as `mode` says (`callgraph`: with call chains), and build its
-/// record.
+/// How `-g` / `--call-graph` unwind in `mode` for a guest ELF of these bytes: with -a the
+/// VMM unwinds, by the ELF's CFI by default where it has some; the guest agent walks frame
+/// pointers.
+fn call_graph(args: &RecordArgs, mode: Mode, elf: &[u8]) -> Result<Option<CallGraph>, Failure> {
+    if !args.call_graph && args.call_graph_mode.is_none() {
+        return Ok(None);
+    }
+    let cfi = cfi_section(elf);
+    match (mode, args.call_graph_mode) {
+        (Mode::Reference, _) => Ok(None),
+        (Mode::Sampled, Some(CallGraphArg::Dwarf)) => Err(Failure::usage(
+            "--call-graph dwarf is the VMM's unwinding: add -a (the guest agent walks frame pointers)",
+        )),
+        (Mode::Sampled, _) | (Mode::Vcpus, Some(CallGraphArg::Fp)) => Ok(Some(CallGraph::FramePointers)),
+        (Mode::Vcpus, Some(CallGraphArg::Dwarf)) if cfi.is_none() => Err(Failure::usage(
+            "--call-graph dwarf: the guest ELF has no .eh_frame or .debug_frame (build it with -g, or use --call-graph fp)",
+        )),
+        (Mode::Vcpus, _) if cfi.is_some() => Ok(Some(CallGraph::Dwarf)),
+        (Mode::Vcpus, _) => Ok(Some(CallGraph::FramePointers)),
+    }
+}
+
+/// How the chains of a record were unwound, as its header says it.
+fn unwinding(mode: Mode, callgraph: Option<CallGraph>, elf: &[u8]) -> Option<String> {
+    match (mode, callgraph?) {
+        (Mode::Reference, _) => None,
+        (Mode::Sampled, _) => Some("fp: the guest agent followed the frame pointers".into()),
+        (_, CallGraph::FramePointers) => Some("fp: the VMM followed the guest's frame pointers".into()),
+        (_, CallGraph::Dwarf) => Some(format!(
+            "dwarf: the VMM unwound with the guest ELF's {} (frame pointers where no FDE covers an address)",
+            cfi_section(elf).map_or("CFI", |s| s.name())
+        )),
+    }
+}
+
+/// Boot a guest, sample it as `mode` says (`callgraph`: with call chains unwound so), and
+/// build its record.
 #[allow(clippy::too_many_arguments)]
 pub fn record(
     mut config: VmConfig,
@@ -62,12 +99,13 @@ pub fn record(
     event: Event,
     period: SamplePeriod,
     mode: Mode,
-    callgraph: bool,
+    callgraph: Option<CallGraph>,
     started: Instant,
 ) -> Result<Capture, Failure> {
     if matches!(period, SamplePeriod::Count(n) if n >= 1 << 31) && mode == Mode::Sampled {
         return Err(Failure::usage("-c PERIOD must be below 2^31"));
     }
+    let elf_bytes = std::fs::read(&config.kernel).unwrap_or_default();
     let extra = std::mem::take(&mut config.cmdline);
     let vendor = config.cpu_vendor.pmu_vendor();
     let instructions = events::by_raw(0x00c0);
@@ -80,14 +118,13 @@ pub fn record(
             }
             Order::Stat { events: vec![instructions], per_task: false }.cmdline(vendor, args, &extra)
         }
-        Mode::Sampled => Order::Record { event, period, callchain: callgraph }.cmdline(vendor, args, &extra),
+        Mode::Sampled => Order::Record { event, period, callchain: callgraph.is_some() }.cmdline(vendor, args, &extra),
         Mode::Vcpus => {
             config.sampling =
                 Some(vmm::sampler::SamplingConfig { period, callchain: callgraph, max_samples: config.max_samples });
             [args.join(" "), extra].iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>().join(" ")
         }
     };
-    let elf_bytes = std::fs::read(&config.kernel).unwrap_or_default();
     let report = boot_under_agent(&config, started)?;
     let code = report.end.exit_code();
     if let Some(msg) = report.end.message() {
@@ -153,7 +190,8 @@ pub fn record(
         },
         policy: pmu.map(|p| p.policy.clone()).unwrap_or_default(),
         mode,
-        callgraph: callgraph && !reference,
+        callgraph: callgraph.is_some() && !reference,
+        unwinding: unwinding(mode, callgraph, &elf_bytes),
         samples,
         tasks: report.agent.tasks.clone(),
         samples_dropped: report.agent.samples_dropped_guest + report.agent.samples_dropped_vmm + report.samples.dropped,
@@ -203,12 +241,13 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
         crate::run::check_agent_vendor(&args.vm)?;
     }
     let config = vm_config(&args.vm, false)?;
+    let callgraph = call_graph(&args, mode, &std::fs::read(&config.kernel).unwrap_or_default())?;
     let native = crate::bench::runs_natively(&config, config.native);
     let period = if args.reference { SamplePeriod::Count(1) } else { period(&args, event, native, mode)? };
     let folded = format!("{}.folded", args.output);
     check_writable(&args.output)?;
     check_writable(&folded)?;
-    let capture = record(config, &args.vm.guest, &args.args, event, period, mode, args.call_graph, started)?;
+    let capture = record(config, &args.vm.guest, &args.args, event, period, mode, callgraph, started)?;
     let (record, code) = (&capture.record, capture.code);
     let json = record.to_json();
     write_file(&args.output, json.as_bytes())?;

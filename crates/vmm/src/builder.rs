@@ -125,6 +125,9 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     let agent = AgentPort::new(mem.clone(), config.max_samples);
     let in_workload = agent.in_workload.clone();
     bus.agent = Some(agent);
+    // The CFI is read once per VM, only for call chains that use it.
+    let dwarf = config.sampling.is_some_and(|s| s.callchain == Some(crate::sampler::CallGraph::Dwarf));
+    let unwinder = dwarf.then(|| crate::unwind::GuestUnwinder::from_elf(&bytes).map(Arc::new)).flatten();
     let (tx, ends) = mpsc::channel();
     let shared = Arc::new(Shared { bus: Mutex::new(bus), stop: AtomicBool::new(false), ends: Mutex::new(tx) });
     let vm = Arc::new(vm);
@@ -149,6 +152,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
             native: execution.native,
             in_workload: in_workload.clone(),
             sampling: config.sampling,
+            unwinder: unwinder.clone(),
             epoch,
             tsc_khz,
         })

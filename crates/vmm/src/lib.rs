@@ -31,6 +31,7 @@ pub mod stepping;
 pub mod syscount;
 pub mod throttle;
 pub mod transition;
+pub mod unwind;
 pub mod vcpu;
 pub mod vm;
 pub mod vpmu;

@@ -82,6 +82,8 @@ pub struct Vcpu {
     pub in_workload: Arc<AtomicBool>,
     /// Sample this vCPU from the VMM (`record -a`), times counted from `epoch`.
     pub sampling: Option<crate::sampler::SamplingConfig>,
+    /// The guest image's CFI, for samples' call chains (`--call-graph dwarf`).
+    pub unwinder: Option<Arc<crate::unwind::GuestUnwinder>>,
     /// When the VM was built.
     pub epoch: Instant,
     /// The guest TSC's frequency, kHz (0: unknown).
@@ -173,7 +175,14 @@ impl Vcpu {
     /// once and the run goes on unsampled).
     fn start_sampler(&mut self) -> Option<crate::sampler::Sampler> {
         let config = self.sampling?;
-        match crate::sampler::Sampler::start(config, self.tsc_khz, self.index, &mut self.fd, self.epoch) {
+        match crate::sampler::Sampler::start(
+            config,
+            self.unwinder.clone(),
+            self.tsc_khz,
+            self.index,
+            &mut self.fd,
+            self.epoch,
+        ) {
             Ok(s) => Some(s),
             Err(e) => {
                 eprintln!("perfvm: vCPU {}: cannot sample from the VMM: {e}", self.index);
