@@ -67,6 +67,11 @@ pub struct StatArgs {
     /// Run the workload N times and print the mean of each count with its spread.
     #[arg(short = 'r', long = "repeat", value_name = "N", default_value_t = 1)]
     pub repeat: u32,
+    /// Count the whole guest from the VMM, no agent needed (any guest ELF): cycles are the
+    /// vCPU threads' CPU time x TSC; --backend exact counts instructions and branches
+    /// exactly, single-stepping the whole run.
+    #[arg(short = 'a', long = "all-cpus")]
+    pub all_cpus: bool,
     /// Print counts, statistics and console as JSON on stdout.
     #[arg(long)]
     pub json: bool,

@@ -27,6 +27,8 @@ pub struct Capture {
     pub code: i32,
     /// The run's VM statistics.
     pub stats: vmm::stats::VmStats,
+    /// The guest's perf agent said something (a mark, a message).
+    pub agent_seen: bool,
 }
 
 /// Period from `-c` / `-F`: frequency means samples per second of guest cycles. The exact
@@ -205,7 +207,8 @@ pub fn record(
     let (resolver, warnings) = Resolver::from_elf(&elf_bytes, &config.kernel.display().to_string(), false);
     warn_all(warnings);
     let profile = Profile::build(&record, &resolver);
-    Ok(Capture { record, profile, code, stats: report.stats })
+    let agent_seen = report.agent.messages > 0 || !report.agent.marks.is_empty();
+    Ok(Capture { record, profile, code, stats: report.stats, agent_seen })
 }
 
 /// Guest TSC (at `tsc`) -> host ns since the VM was built, through the agent's START mark
@@ -274,10 +277,12 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
         eprintln!("perfvm: warning: {warning}");
     }
     if record.sample_count() == 0 && code == 0 {
-        eprintln!(
-            "perfvm: no samples (is the guest built with the guest kit's perf agent, and does the backend count {}?)",
-            record.event
-        );
+        match capture.agent_seen || mode != Mode::Sampled {
+            true => eprintln!("perfvm: no samples (does the backend count {}?)", record.event),
+            false => eprintln!(
+                "perfvm: no samples: the guest runs no perfvm agent (perfvm record -a samples any guest from the VMM)"
+            ),
+        }
     }
     Ok(code)
 }

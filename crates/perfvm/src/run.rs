@@ -50,6 +50,7 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
         filter,
         pebs: args.pebs,
         pmi_max_percent: args.pmi_max_percent,
+        count_retired: false,
     }))
 }
 

@@ -228,6 +228,9 @@ fn build_pmus(
             if settings.trace_rips && settings.backend == BackendKind::Exact {
                 vpmu.rip_profile = Some(Default::default());
             }
+            if settings.count_retired && settings.backend == BackendKind::Exact {
+                vpmu.retired = Some(Default::default());
+            }
             Ok(vpmu)
         })
         .collect()

@@ -34,6 +34,7 @@ pub mod transition;
 pub mod unwind;
 pub mod vcpu;
 pub mod vm;
+pub mod vmm_counts;
 pub mod vpmu;
 pub mod vpmu_stats;
 

@@ -99,6 +99,8 @@ pub struct VcpuResult {
     pub pmu: Option<VcpuPmu>,
     /// What the VMM's sampler took.
     pub samples: crate::sampler::Samples,
+    /// What the VMM saw of the counts (`stat -a`, and a run cut short).
+    pub counts: crate::vmm_counts::VcpuCounts,
 }
 
 impl Vcpu {
@@ -108,7 +110,8 @@ impl Vcpu {
         let syscalls = if self.count_syscalls { crate::syscount::SyscallCounter::start().ok() } else { None };
         let kvm_stats = crate::kvm_stats::KvmStatsFile::open(&self.fd);
         let mut sampler = self.start_sampler();
-        if self.pmu.as_ref().is_some_and(|p| crate::backends::VmmSource::counts_by_steps(p.pmu.backend())) {
+        // (A stepping backend wants steps whenever a counter is programmed: from the start.)
+        if self.pmu.as_ref().is_some_and(|p| crate::backends::VmmSource::wants_steps(p.pmu.backend(), true)) {
             // Each step retires at the privilege level in CS: have KVM copy it out.
             self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::SystemRegister);
         }
@@ -165,10 +168,17 @@ impl Vcpu {
         self.stats.mode = if self.native { "native" } else { "emulated" };
         self.stats.kvm = kvm_stats.map(|s| s.read()).unwrap_or_default();
         kick::unregister();
+        let mut counts = crate::vmm_counts::VcpuCounts {
+            vcpu: self.index,
+            thread_ns: crate::vpmu::thread_cpu_ns(),
+            ..Default::default()
+        };
         if let Some(pmu) = &mut self.pmu {
-            pmu.finish();
+            counts.counters = pmu.finish();
+            counts.retired = pmu.retired;
         }
-        VcpuResult { stats: self.stats, pmu: self.pmu, samples: sampler.map(|s| s.finish()).unwrap_or_default() }
+        let samples = sampler.map(|s| s.finish()).unwrap_or_default();
+        VcpuResult { stats: self.stats, pmu: self.pmu, samples, counts }
     }
 
     /// The VMM's sampler on this thread, if the VM samples (a failure to start it is said
