@@ -128,6 +128,7 @@ pub fn record(
         }
     };
     let report = boot_under_agent(&config, started)?;
+    crate::run::note_stepped_size(&report, args);
     let code = report.end.exit_code();
     if let Some(msg) = report.end.message() {
         eprintln!("perfvm: {msg}");

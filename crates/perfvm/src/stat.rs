@@ -98,6 +98,9 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
         if let Some(msg) = report.end.message() {
             eprintln!("perfvm: {msg}");
         }
+        if run == 0 {
+            crate::run::note_stepped_size(&report, &args.args);
+        }
         runs.push(counts_of(&report, &args, &events, code)?);
         reports.push(report);
         if code != 0 {

@@ -116,3 +116,17 @@ fn stat_cut_short_prints_the_counts_so_far() {
         }
     }
 }
+
+/// Natively, ftest's default size is 15,000 units; single-stepped it runs 1, and `stat`
+/// says so (one line), unless the size was given.
+#[test]
+fn stat_says_when_the_exact_backend_changed_the_workload_size() {
+    require_native!();
+    let note = "the guest kit's workloads take their emulated default size";
+    let o = perfvm(&["stat", "-e", "instructions", "--backend", "exact", "--native", "on", "ftest"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().filter(|l| l.contains(note)).count(), 1, "{}", stderr(&o));
+    let o = perfvm(&["stat", "-e", "instructions", "--backend", "exact", "--native", "on", "ftest", "1"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(!stderr(&o).contains(note), "{}", stderr(&o));
+}
