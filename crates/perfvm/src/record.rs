@@ -151,7 +151,7 @@ pub fn record(
             let at = agent_clock(&report.agent, tsc);
             let to_sample = |s: &vmm::devices::SampleRecord| Sample {
                 time_ns: at(s.tsc),
-                vcpu: 0,
+                vcpu: s.vcpu,
                 task: s.task,
                 ip: s.rip,
                 period,
