@@ -184,7 +184,7 @@ pub fn record(
         guest: guest.to_owned(),
         elf: std::fs::canonicalize(&config.kernel).unwrap_or(config.kernel.clone()).display().to_string(),
         args: args.to_vec(),
-        event: if reference { instructions.name.into() } else { event.name.into() },
+        event: if reference { instructions.name.into() } else { event.display() },
         raw_event: if reference { instructions.raw } else { event.raw },
         period,
         backend: match mode {
@@ -241,6 +241,12 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
             event.name
         )));
     }
+    if mode == Mode::Vcpus && event.levels == events::Levels::User {
+        return Err(Failure::usage(format!(
+            "-a samples the vCPU threads' time, which cannot tell user mode from the kernel: {} (drop -a)",
+            event.display()
+        )));
+    }
     if mode != Mode::Vcpus {
         crate::run::check_agent_vendor(&args.vm)?;
     }
@@ -274,11 +280,19 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
             );
         }
     }
+    if event.levels == events::Levels::Kernel && (mode == Mode::Vcpus || record.backend.contains("task-clock")) {
+        eprintln!("perfvm: {}: the software clock samples every privilege level", record.event);
+    }
     if let Some(warning) = record.shortfall() {
         eprintln!("perfvm: warning: {warning}");
     }
     if record.sample_count() == 0 && code == 0 {
         match capture.agent_seen || mode != Mode::Sampled {
+            true if event.levels == events::Levels::User && record.backend.contains("task-clock") => eprintln!(
+                "perfvm: no samples: the perf backend's software clock cannot tell user mode from the kernel ({}; \
+                 --backend exact counts by privilege level)",
+                record.event
+            ),
             true => eprintln!("perfvm: no samples (does the backend count {}?)", record.event),
             false => eprintln!(
                 "perfvm: no samples: the guest runs no perfvm agent (perfvm record -a samples any guest from the VMM)"

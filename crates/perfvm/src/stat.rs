@@ -119,7 +119,12 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
         true => Some(crate::stat_vmm::whole_guest_events(backend_kind)),
         false => pmu.map(|p| p.available),
     };
-    let lines = fold(&runs.iter().collect::<Vec<_>>(), offered);
+    let mut lines = fold(&runs.iter().collect::<Vec<_>>(), offered);
+    let clock = match args.all_cpus {
+        true => backend_kind != Some(BackendKind::Exact),
+        false => pmu.is_some_and(|p| p.backend_detail.contains("task-clock")),
+    };
+    let level_notes = crate::stat_vmm::apply_levels(&mut lines, &events, clock);
     let backend = match (args.all_cpus, backend_kind) {
         (true, Some(BackendKind::Exact)) => {
             "every instruction retired, single-stepped; cycles = model clock, 1 per retired instruction".to_owned()
@@ -148,6 +153,9 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
         eprint!("{}", table.render());
+        for note in &level_notes {
+            eprintln!("{note}\n");
+        }
         if args.all_cpus {
             eprintln!(" counted by the VMM (-a), no agent: {backend}\n");
         }

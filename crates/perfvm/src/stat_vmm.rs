@@ -6,9 +6,10 @@
 use pmu::tsc::TscRate;
 use pmu::{ArchEvent, EventSet};
 use profile::counts::{Count, Run};
-use profile::events::{self, Event};
+use profile::counts::{Line, Status};
+use profile::events::{self, Event, Levels};
 use vmm::vm::BackendKind;
-use vmm::vmm_counts::VcpuCounts;
+use vmm::vmm_counts::{Retired, VcpuCounts};
 use vmm::RunReport;
 
 /// The events `stat -a` counts on `backend`.
@@ -30,15 +31,24 @@ pub fn whole_guest(report: &RunReport, events: &[Event], backend: Option<Backend
 
 /// [`whole_guest`] from the vCPUs' counts and the guest TSC's rate.
 fn whole_guest_of(vcpus: &[VcpuCounts], tsc_khz: u64, events: &[Event], backend: Option<BackendKind>) -> Run {
-    let retired =
-        |f: fn(&vmm::vmm_counts::Retired) -> u64| vcpus.iter().filter_map(|v| v.retired.as_ref()).map(f).sum();
+    let retired = |f: fn(&Retired) -> u64| vcpus.iter().filter_map(|v| v.retired.as_ref()).map(f).sum::<u64>();
     let thread_ns: u64 = vcpus.iter().map(|v| v.thread_ns).sum();
     let exact = backend == Some(BackendKind::Exact);
+    // Instructions (and the model clock) or branches at the event's levels.
+    let by_level = |e: &Event, all: fn(&Retired) -> u64, user: fn(&Retired) -> u64| match e.levels {
+        Levels::All => retired(all),
+        Levels::User => retired(user),
+        Levels::Kernel => retired(all) - retired(user),
+    };
     let value = |e: &Event| match events::architectural(e.raw) {
-        Some(ArchEvent::CoreCycles) if exact => Some(retired(|r| r.instructions)),
-        Some(ArchEvent::CoreCycles) => TscRate::from_khz(tsc_khz).map(|t| t.ns_to_cycles(thread_ns)),
-        Some(ArchEvent::Instructions) if exact => Some(retired(|r| r.instructions)),
-        Some(ArchEvent::Branches) if exact => Some(retired(|r| r.branches)),
+        Some(ArchEvent::CoreCycles | ArchEvent::Instructions) if exact => {
+            Some(by_level(e, |r| r.instructions, |r| r.user_instructions))
+        }
+        Some(ArchEvent::Branches) if exact => Some(by_level(e, |r| r.branches, |r| r.user_branches)),
+        // The clock cannot tell the levels apart.
+        Some(ArchEvent::CoreCycles) if e.levels != Levels::User => {
+            TscRate::from_khz(tsc_khz).map(|t| t.ns_to_cycles(thread_ns))
+        }
         _ => None,
     };
     let counts = events
@@ -80,6 +90,44 @@ pub fn counters_at_end(vcpus: &[VcpuCounts], events: &[Event]) -> Run {
         })
         .collect();
     Run { counts, tasks: Default::default() }
+}
+
+/// Give each line its event's modifier (by `-e` position); where a clock counted
+/// (`clock`: the perf backend's software clock, or `stat -a` on the perf backend), which
+/// cannot tell privilege levels apart, a user-only event is `<not supported>`. Returns the
+/// lines on stderr that say so: the user-only events, and the kernel-only ones the clock
+/// counted, at every level.
+pub fn apply_levels(lines: &mut [Line], events: &[Event], clock: bool) -> Vec<String> {
+    for line in lines.iter_mut() {
+        line.levels = events.get(line.slot).map_or(Levels::All, |e| e.levels);
+        if clock && line.levels == Levels::User {
+            line.status = Status::NotSupported;
+            line.values.clear();
+        }
+    }
+    if !clock {
+        return Vec::new();
+    }
+    let named = |levels: Levels, status: Option<Status>| {
+        let mut names: Vec<String> = lines
+            .iter()
+            .filter(|l| l.levels == levels && status.is_none_or(|s| l.status == s))
+            .map(Line::name)
+            .collect();
+        names.dedup();
+        names.join(", ")
+    };
+    let (user, kernel) = (named(Levels::User, None), named(Levels::Kernel, Some(Status::Counted)));
+    let mut notes = Vec::new();
+    if !user.is_empty() {
+        notes.push(format!(" {user}: the perf backend's software clock cannot tell user mode from the kernel"));
+    }
+    if !kernel.is_empty() {
+        notes.push(format!(
+            " {kernel}: the software clock counts every privilege level (the guest kit's guests run at CPL0 only)"
+        ));
+    }
+    notes
 }
 
 #[cfg(test)]
@@ -125,9 +173,50 @@ mod tests {
         let run = whole_guest_of(&[counts(None), counts(None)], 1_000_000, &events, Some(BackendKind::Perf));
         let got: Vec<(bool, u64)> = run.counts.iter().map(|c| (c.unsupported, c.value)).collect();
         assert_eq!(got, [(false, 4_000_000), (true, 0), (true, 0), (true, 0)]);
-        let vcpus = [counts(Some(Retired { instructions: 100, branches: 9 }))];
+        let retired = Retired { instructions: 100, branches: 9, user_instructions: 30, user_branches: 4 };
+        let vcpus = [counts(Some(retired))];
         let run = whole_guest_of(&vcpus, 1_000_000, &events, Some(BackendKind::Exact));
         let got: Vec<(bool, u64)> = run.counts.iter().map(|c| (c.unsupported, c.value)).collect();
         assert_eq!(got, [(false, 100), (false, 100), (false, 9), (true, 0)]);
+        let by_level = [ev("instructions:u"), ev("instructions:k"), ev("branches:u"), ev("cycles:k")];
+        let run = whole_guest_of(&vcpus, 1_000_000, &by_level, Some(BackendKind::Exact));
+        assert_eq!(run.counts.iter().map(|c| c.value).collect::<Vec<_>>(), [30, 70, 4, 70]);
+        let run = whole_guest_of(&vcpus, 1_000_000, &[ev("cycles:u"), ev("cycles:k")], Some(BackendKind::Perf));
+        assert_eq!(run.counts.iter().map(|c| c.unsupported).collect::<Vec<_>>(), [true, false], "the clock");
+    }
+
+    /// A clock cannot split levels: `:u` is not supported, `:k` counted with a note, and
+    /// only where a clock counted.
+    #[test]
+    fn levels_on_a_clock() {
+        let events = events::parse_list("cycles:u,cycles:k,instructions:k,cycles").unwrap();
+        let count = |e: &Event, unsupported| Count {
+            event: e.raw,
+            unsupported,
+            task: 0,
+            value: 5,
+            time_enabled: 0,
+            time_running: 0,
+        };
+        let run = Run {
+            counts: events.iter().map(|e| count(e, e.raw != 0x003c)).collect(),
+            tasks: Default::default(),
+        };
+        let offered = Some(EventSet::from_fn(|e| e == ArchEvent::CoreCycles));
+        let mut lines = profile::counts::fold(&[&run], offered);
+        let notes = apply_levels(&mut lines, &events, true);
+        let got: Vec<(String, Status)> = lines.iter().map(|l| (l.name(), l.status)).collect();
+        let want = [
+            ("cycles:u", Status::NotSupported),
+            ("cycles:k", Status::Counted),
+            ("instructions:k", Status::NotSupported),
+            ("cycles", Status::Counted),
+        ];
+        assert_eq!(got, want.map(|(n, s)| (n.to_owned(), s)));
+        assert!(notes[0].starts_with(" cycles:u: ") && notes[1].starts_with(" cycles:k: "), "{notes:?}");
+        assert_eq!(notes.len(), 2);
+        let mut lines = profile::counts::fold(&[&run], offered);
+        assert!(apply_levels(&mut lines, &events, false).is_empty(), "the exact backend splits levels");
+        assert_eq!(lines[0].status, Status::Counted);
     }
 }

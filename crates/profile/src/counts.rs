@@ -106,6 +106,16 @@ pub struct Line {
     pub enabled: u64,
     /// Guest TSC ticks it was running on a counter, summed over the runs.
     pub running: u64,
+    /// The privilege levels it counted at (its modifier, which the counts do not carry:
+    /// the caller sets it from its `-e` list by `slot`).
+    pub levels: events::Levels,
+}
+
+impl Line {
+    /// The event's name with its modifier.
+    pub fn name(&self) -> String {
+        format!("{}{}", events::by_raw(self.event).name, self.levels.suffix())
+    }
 }
 
 /// perf's estimate of what a multiplexed event would have counted on a counter of its own:
@@ -163,8 +173,16 @@ pub fn fold(runs: &[&Run], offered: Option<EventSet>) -> Vec<Line> {
             let i = match lines.iter().position(|l| l.slot == *slot && l.scope == scope) {
                 Some(i) => i,
                 None => {
-                    let line =
-                        Line { event: c.event, slot: *slot, scope, status, values: Vec::new(), enabled: 0, running: 0 };
+                    let line = Line {
+                        event: c.event,
+                        slot: *slot,
+                        scope,
+                        status,
+                        values: Vec::new(),
+                        enabled: 0,
+                        running: 0,
+                        levels: events::Levels::All,
+                    };
                     lines.push(line);
                     lines.len() - 1
                 }
@@ -230,16 +248,18 @@ impl Table<'_> {
         }
     }
 
-    fn mean_of(&self, raw: u16) -> Option<f64> {
+    /// The whole run's count of `raw` at `levels`.
+    fn mean_of(&self, raw: u16, levels: events::Levels) -> Option<f64> {
         self.lines
             .iter()
-            .find(|l| l.event == raw && l.scope == Scope::Whole && l.status == Status::Counted)
+            .find(|l| l.event == raw && l.levels == levels && l.scope == Scope::Whole && l.status == Status::Counted)
             .map(Line::mean)
     }
 
-    /// perf's ratio column: IPC for instructions, miss rate for branch misses.
+    /// perf's ratio column: IPC for instructions, miss rate for branch misses, each against
+    /// the other event at the same privilege levels.
     fn note(&self, line: &Line) -> String {
-        let of = |raw| self.mean_of(raw).filter(|&d| d > 0.0 && line.status == Status::Counted);
+        let of = |raw| self.mean_of(raw, line.levels).filter(|&d| d > 0.0 && line.status == Status::Counted);
         match line.event {
             0x00c0 => of(0x003c).map(|cy| format!("#  {:>6.2}  insn per cycle", line.mean() / cy)),
             0x00c5 => of(0x00c4).map(|b| format!("#  {:>6.2}% of all branches", 100.0 * line.mean() / b)),
@@ -251,7 +271,7 @@ impl Table<'_> {
     /// A count (or perf's placeholder), the event, the ratio, the spread over runs, and the
     /// share of the time it ran when multiplexed.
     fn row(&self, prefix: &str, line: &Line, note: &str) -> String {
-        let name = events::by_raw(line.event).name;
+        let name = line.name();
         let value = match line.status {
             Status::Counted => thousands(line.mean().round() as u64),
             other => other.placeholder().to_owned(),
@@ -283,7 +303,7 @@ impl Table<'_> {
             }
         }
         out.push_str(&self.elapsed());
-        if self.model_clock && self.mean_of(0x003c).is_some() {
+        if self.model_clock && self.lines.iter().any(|l| l.event == 0x003c && l.status == Status::Counted) {
             out.push_str(" cycles are the exact backend's model clock: one per retired instruction\n\n");
         }
         if let Some(hint) = self.exact_hint() {
@@ -306,12 +326,12 @@ impl Table<'_> {
     /// Events the perf backend does not support here (no host PMU) that `--backend exact`
     /// counts.
     fn exact_hint(&self) -> Option<String> {
-        let names: Vec<&str> = self
+        let names: Vec<String> = self
             .lines
             .iter()
             .filter(|l| l.scope == Scope::Whole && l.status == Status::NotSupported)
             .filter(|l| matches!((self.exact_hint, events::architectural(l.event)), (Some(set), Some(e)) if set.contains(e)))
-            .map(|l| events::by_raw(l.event).name)
+            .map(|l| l.name())
             .collect();
         (!names.is_empty()).then(|| {
             let (them, are) = if names.len() == 1 { ("it", "is") } else { ("them", "are") };
@@ -333,7 +353,7 @@ pub fn line_json(line: &Line, table: &Table) -> serde_json::Value {
         Scope::OutsideTasks => json!(null),
     };
     let name = (line.scope != Scope::Whole).then(|| table.task_name(line.scope));
-    json!({"event": events::by_raw(line.event).name, "raw": line.event, "task": task, "task_name": name,
+    json!({"event": line.name(), "raw": line.event, "task": task, "task_name": name,
            "status": line.status, "supported": line.status == Status::Counted,
            "value": (line.status == Status::Counted).then(|| line.mean().round() as u64), "values": line.values,
            "spread_percent": line.spread_percent(), "time_enabled": line.enabled, "time_running": line.running,

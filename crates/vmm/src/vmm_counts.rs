@@ -8,24 +8,34 @@ use crate::backends::decode::InsnClass;
 use pmu::{ArchEvent, CountSource, PmcIdx, Pmu};
 use serde::Serialize;
 
-/// Instructions and branches retired over a whole run, at every privilege level, by the
-/// exact backend's retirement rules (docs/DESIGN.md, "Counting as hardware counts").
+/// Instructions and branches retired over a whole run, at every privilege level and in user
+/// mode, by the exact backend's retirement rules (docs/DESIGN.md, "Counting as hardware
+/// counts"; the level as for EVENTSEL.USR/OS).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Retired {
     /// Instructions retired.
     pub instructions: u64,
     /// Branch instructions retired.
     pub branches: u64,
+    /// Of them, the instructions retired in user mode (CPL > 0).
+    pub user_instructions: u64,
+    /// Of them, the branches retired in user mode.
+    pub user_branches: u64,
 }
 
 impl Retired {
-    /// One instruction of `class` retired.
-    pub fn retire(&mut self, class: InsnClass) {
+    /// One instruction of `class` retired, in user mode (`user`) or the kernel.
+    pub fn retire(&mut self, class: InsnClass, user: bool) {
+        let branch = u64::from(class.is_branch());
         self.instructions += 1;
-        self.branches += u64::from(class.is_branch());
+        self.branches += branch;
+        if user {
+            self.user_instructions += 1;
+            self.user_branches += branch;
+        }
     }
 
-    /// A WRMSR retired before its write took effect (not a branch).
+    /// A WRMSR (a kernel instruction) retired before its write took effect.
     pub fn retire_early(&mut self) {
         self.instructions += 1;
     }
@@ -133,9 +143,10 @@ mod tests {
     #[test]
     fn retired_counts_branches_and_undoes_a_faulted_wrmsr() {
         let mut r = Retired::default();
-        r.retire(InsnClass::Other);
+        r.retire(InsnClass::Other, false);
+        r.retire(InsnClass::Branch, true);
         r.retire_early();
         r.faulted();
-        assert_eq!(r, Retired { instructions: 1, branches: 0 });
+        assert_eq!(r, Retired { instructions: 2, branches: 1, user_instructions: 1, user_branches: 1 });
     }
 }

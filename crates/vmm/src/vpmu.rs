@@ -456,7 +456,7 @@ impl Counting for StepCounting<'_> {
     fn retire(&mut self, rip: u64, class: InsnClass, user: bool) {
         self.stats.steps += 1;
         if let Some(r) = self.retired.as_mut() {
-            r.retire(class);
+            r.retire(class, user);
         }
         self.profile(rip, 1).retire(class, user);
     }
