@@ -222,9 +222,13 @@ pub struct VmArgs {
     /// Guest memory in MiB.
     #[arg(long, default_value_t = 256)]
     pub mem: u64,
-    /// Text appended to the guest command line (after the guest's name).
-    #[arg(long, default_value = "")]
+    /// Text appended to the guest command line (after the guest's name; for a Linux kernel,
+    /// after perfvm's default Linux command line, which --stats prints).
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub cmdline: String,
+    /// Initial ramdisk for a Linux kernel (GUEST a bzImage or a vmlinux ELF).
+    #[arg(long, value_name = "FILE")]
+    pub initrd: Option<std::path::PathBuf>,
     /// Stop the guest after this many seconds.
     #[arg(long, allow_negative_numbers = true)]
     pub timeout: Option<f64>,

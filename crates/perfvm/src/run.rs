@@ -76,6 +76,7 @@ pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failu
         mem_mib: args.mem,
         vcpus: args.vcpus,
         cmdline: args.cmdline.clone(),
+        initrd: args.initrd.clone(),
         timeout,
         capture_console,
         pmu: pmu_settings(&args.pmu)?,

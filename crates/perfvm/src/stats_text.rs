@@ -20,6 +20,13 @@ pub fn vm_stats(s: &VmStats) -> String {
     if let Some(c) = &s.cpu {
         out.push_str(&format!("  cpu: {}, PMU: {}\n", c.vendor, c.pmu));
     }
+    if let Some(line) = &s.kernel_cmdline {
+        out.push_str(&format!("  kernel command line: {line}\n"));
+    }
+    if !s.completed.is_empty() {
+        let kinds: Vec<String> = s.completed.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        out.push_str(&format!("  completed for the host's emulator: {}\n", kinds.join(", ")));
+    }
     if let Some(e) = &s.execution {
         out.push_str(&format!("  execution: {} ({})\n", e.name(), e.reason));
         for (i, v) in s.vcpus.iter().enumerate() {

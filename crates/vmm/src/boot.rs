@@ -24,6 +24,8 @@ const PTE_PS: u64 = 1 << 7;
 
 /// Flat descriptors: null, 64-bit code, data, 32-bit code.
 const GDT: [u64; 4] = [0, 0x00af_9a00_0000_ffff, 0x00cf_9200_0000_ffff, 0x00cf_9a00_0000_ffff];
+/// Linux's 64-bit boot protocol wants __BOOT_CS at 0x10 and __BOOT_DS at 0x18.
+const LINUX_GDT: [u64; 4] = [0, 0, 0x00af_9a00_0000_ffff, 0x00cf_9200_0000_ffff];
 
 /// Copy the kernel image into guest memory, zeroing bss.
 pub fn load_image(mem: &GuestMemoryMmap, image: &KernelImage, bytes: &[u8]) -> vm_memory::GuestMemoryResult<()> {
@@ -61,9 +63,14 @@ pub fn write_boot_data(
     protocol: BootProtocol,
     p: &BootParams,
 ) -> vm_memory::GuestMemoryResult<()> {
-    let gdt: Vec<u8> = GDT.iter().flat_map(|d| d.to_le_bytes()).collect();
+    let descriptors = if protocol == BootProtocol::Linux64 { LINUX_GDT } else { GDT };
+    let gdt: Vec<u8> = descriptors.iter().flat_map(|d| d.to_le_bytes()).collect();
     mem.write_slice(&gdt, GuestAddress(GDT_ADDR))?;
     write_identity_map(mem)?;
+    if protocol == BootProtocol::Linux64 {
+        // boot_params and its command line are written by `loader::linux::params`.
+        return Ok(());
+    }
     let mut cmdline = p.cmdline.as_bytes().to_vec();
     cmdline.truncate(CMDLINE_MAX - 1);
     let cmdline_len = cmdline.len() as u32;
@@ -72,6 +79,7 @@ pub fn write_boot_data(
     match protocol {
         BootProtocol::Direct64 => write_perfvm_boot_info(mem, p, cmdline_len),
         BootProtocol::Multiboot => write_multiboot_info(mem, p.mem_size),
+        BootProtocol::Linux64 => Ok(()),
     }
 }
 
@@ -162,10 +170,14 @@ fn segment(selector: u16, code: bool, long: bool) -> kvm_segment {
 
 /// Special registers for the protocol's entry mode, on top of KVM's reset state.
 pub fn setup_sregs(sregs: &mut kvm_sregs, protocol: BootProtocol) {
-    let long = protocol == BootProtocol::Direct64;
-    let code_sel = if long { SEL_CODE64 } else { SEL_CODE32 };
+    let long = protocol != BootProtocol::Multiboot;
+    let (code_sel, data_sel) = match protocol {
+        BootProtocol::Direct64 => (SEL_CODE64, SEL_DATA),
+        BootProtocol::Multiboot => (SEL_CODE32, SEL_DATA),
+        BootProtocol::Linux64 => (SEL_LINUX_CODE, SEL_LINUX_DATA),
+    };
     sregs.cs = segment(code_sel, true, long);
-    let data = segment(SEL_DATA, false, false);
+    let data = segment(data_sel, false, false);
     sregs.ds = data;
     sregs.es = data;
     sregs.fs = data;
@@ -197,6 +209,7 @@ pub fn entry_regs(protocol: BootProtocol, entry: u64, index: u32) -> kvm_regs {
             regs.rax = u64::from(MULTIBOOT_BOOTLOADER_MAGIC);
             regs.rbx = BOOT_INFO_ADDR;
         }
+        BootProtocol::Linux64 => regs.rsi = LINUX_ZERO_PAGE,
     }
     regs
 }
@@ -298,5 +311,11 @@ mod tests {
         assert_ne!(s.efer & EFER_LMA, 0);
         setup_sregs(&mut s, BootProtocol::Multiboot);
         assert_eq!((s.cs.l, s.cs.db, s.cr0 & CR0_PG, s.efer), (0, 1, 0, 0));
+        let r = entry_regs(BootProtocol::Linux64, 0x100_0000, 0);
+        assert_eq!((r.rip, r.rsi), (0x100_0000, LINUX_ZERO_PAGE), "boot_params in RSI");
+        let mut s = kvm_sregs::default();
+        setup_sregs(&mut s, BootProtocol::Linux64);
+        assert_eq!((s.cs.l, s.cs.selector, s.ds.selector, s.ss.selector), (1, 0x10, 0x18, 0x18), "__BOOT_CS/DS");
+        assert_ne!(s.efer & EFER_LMA, 0);
     }
 }

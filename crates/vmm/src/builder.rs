@@ -7,11 +7,11 @@ use crate::backends::perf::{EventBudget, PerfMode, PerfSource};
 use crate::backends::Backend;
 use crate::boot::{self, BootParams};
 use crate::config::{BackendKind, PmuSettings, VmConfig};
-use crate::devices::{AgentPort, Console, FwCfg, PioBus, SerialPort};
+use crate::devices::{AgentPort, Console, FwCfg, PcDevices, PioBus, SerialIrq, SerialPort, SERIAL_IRQ};
 use crate::error::{ioctl, memory, VmError};
 use crate::kvm::open_kvm;
 use crate::layout::{MAX_MEM_MIB, MAX_VCPUS, MIN_MEM_MIB};
-use crate::loader::{load_kernel, BootProtocol, KernelImage};
+use crate::loader::{load_guest, BootProtocol, KernelImage};
 use crate::native;
 use crate::pmu_report::PmuReport;
 use crate::vcpu::{Shared, Vcpu};
@@ -35,15 +35,18 @@ pub fn prepare(config: &VmConfig) -> Result<(KernelImage, Vec<u8>), VmError> {
         return Err(VmError::Config(format!("--mem must be between {MIN_MEM_MIB} and {MAX_MEM_MIB} MiB")));
     }
     let path = config.kernel.display().to_string();
-    let bytes = std::fs::read(&config.kernel).map_err(|e| VmError::GuestFile {
-        path: path.clone(),
-        reason: match e.kind() {
-            std::io::ErrorKind::NotFound => "no such file".into(),
-            _ => e.to_string(),
-        },
-    })?;
-    let image = load_kernel(&bytes, config.mem_mib << 20).map_err(|source| VmError::Load { path, source })?;
-    Ok((image, bytes))
+    let read = |file: &std::path::Path, what: &str| {
+        std::fs::read(file).map_err(|e| VmError::GuestFile {
+            path: format!("{what}{}", file.display()),
+            reason: match e.kind() {
+                std::io::ErrorKind::NotFound => "no such file".into(),
+                _ => e.to_string(),
+            },
+        })
+    };
+    let bytes = read(&config.kernel, "")?;
+    let initrd = config.initrd.as_deref().map(|f| read(f, "--initrd ")).transpose()?;
+    load_guest(bytes, initrd, config.mem_mib << 20).map_err(|source| VmError::Load { path, source })
 }
 
 /// Build the VM: KVM objects, memory, image, boot data, devices, vCPUs.
@@ -68,7 +71,17 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     }
     vm.set_tss_address(0xfffb_d000).map_err(ioctl("KVM_SET_TSS_ADDR"))?;
     vm.create_irq_chip().map_err(ioctl("KVM_CREATE_IRQCHIP"))?;
+    let linux = image.protocol == BootProtocol::Linux64;
+    if linux {
+        // The PC timer Linux calibrates against and ticks with until the LAPIC timer runs.
+        let pit = kvm_bindings::kvm_pit_config { flags: kvm_bindings::KVM_PIT_SPEAKER_DUMMY, ..Default::default() };
+        vm.create_pit2(pit).map_err(ioctl("KVM_CREATE_PIT2"))?;
+    }
     boot::load_image(&mem, &image, &bytes).map_err(memory("loading the kernel"))?;
+    // The CFI is read once per VM, only for call chains that use it.
+    let dwarf = config.sampling.is_some_and(|s| s.callchain == Some(crate::sampler::CallGraph::Dwarf));
+    let unwinder = dwarf.then(|| crate::unwind::GuestUnwinder::from_elf(&bytes).map(Arc::new)).flatten();
+    drop(bytes);
 
     let cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES).map_err(ioctl("KVM_GET_SUPPORTED_CPUID"))?;
     let mut fds = Vec::new();
@@ -76,7 +89,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         fds.push(vm.create_vcpu(u64::from(index)).map_err(ioctl("KVM_CREATE_VCPU"))?);
     }
     let tsc_khz = fds[0].get_tsc_khz().map(u64::from).unwrap_or(0);
-    let long_mode = image.protocol == BootProtocol::Direct64;
+    let long_mode = image.protocol != BootProtocol::Multiboot;
     let per_vcpu = config.pmu.as_ref().map_or(0, |s| usize::from(s.gp_counters) + usize::from(pmu::MAX_FIXED_COUNTERS));
     let budget = EventBudget::new(
         config.pmu.as_ref().and_then(|s| s.max_host_events).unwrap_or(per_vcpu * config.vcpus as usize),
@@ -86,7 +99,11 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         Some(settings) => build_pmus(settings, vendor, config.vcpus, tsc_khz, long_mode, execution.native, &budget)?,
         None => Vec::new(),
     };
-    route_msrs(&vm, pmus.first())?;
+    // The SYSCALL repair is experimental: measured, it storms with debug exits once user
+    // mode runs (docs/LINUX.md, "SYSCALL"); PERFVM_SYSCALL_REPAIR=1 turns it on.
+    let syscall_repair =
+        image.protocol == BootProtocol::Linux64 && std::env::var_os("PERFVM_SYSCALL_REPAIR").is_some_and(|v| v == "1");
+    route_msrs(&vm, pmus.first(), syscall_repair)?;
     let mut cpu = crate::identity::CpuReport {
         pmu: match pmus.first() {
             Some(p) => describe_pmu(p.pmu.caps()),
@@ -97,7 +114,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     let mut cpuid_entries = 0;
     for (index, fd) in fds.iter().enumerate() {
         let caps = pmus.get(index).map(|p| *p.pmu.caps());
-        let vcpu_cpuid = setup_vcpu(fd, &cpuid, index as u32, &image, caps.as_ref(), config.cpu_vendor)?;
+        let vcpu_cpuid = setup_vcpu(fd, &cpuid, index as u32, &image, caps.as_ref(), config.cpu_vendor, tsc_khz)?;
         cpu.vendor = crate::identity::vendor_string(vcpu_cpuid.as_slice());
         let table = crate::layout::CPUID_TABLE_BASE + index as u64 * 0x1000;
         cpuid_entries =
@@ -117,20 +134,32 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     let stepped = config.pmu.as_ref().is_some_and(|p| p.backend == BackendKind::Exact);
     let params = BootParams { mem_size, cmdline, nr_vcpus: config.vcpus, tsc_khz, vif_base, cpuid_entries, stepped };
     boot::write_boot_data(&mem, image.protocol, &params).map_err(memory("writing boot data"))?;
+    let vm = Arc::new(vm);
+    let kernel_cmdline = match &image.linux {
+        Some(boot) => Some(write_linux_boot(&mem, boot, mem_size, config, &cpuid)?),
+        None => None,
+    };
 
     let console = if config.capture_console { Console::capture() } else { Console::stdout() };
-    let mut bus = PioBus::new(SerialPort::new(console.clone()), FwCfg::new(config.vcpus as u16, mem_size));
+    let serial = match linux {
+        true => SerialPort::with_irq(console.clone(), SerialIrq::Line(vm.clone(), SERIAL_IRQ)),
+        false => SerialPort::new(console.clone()),
+    };
+    let mut bus = PioBus::new(serial, FwCfg::new(config.vcpus as u16, mem_size));
+    if linux {
+        bus.pc = Some(PcDevices::default());
+        console.watch_power_off();
+    }
     // Sample times and the agent's marks count from here.
     let epoch = std::time::Instant::now();
     let agent = AgentPort::new(mem.clone(), config.max_samples);
     let in_workload = agent.in_workload.clone();
     bus.agent = Some(agent);
-    // The CFI is read once per VM, only for call chains that use it.
-    let dwarf = config.sampling.is_some_and(|s| s.callchain == Some(crate::sampler::CallGraph::Dwarf));
-    let unwinder = dwarf.then(|| crate::unwind::GuestUnwinder::from_elf(&bytes).map(Arc::new)).flatten();
     let (tx, ends) = mpsc::channel();
     let shared = Arc::new(Shared { bus: Mutex::new(bus), stop: AtomicBool::new(false), ends: Mutex::new(tx) });
-    let vm = Arc::new(vm);
+    if linux {
+        crate::devices::console_input::start(shared.clone());
+    }
     let mut pmus = pmus.drain(..).map(Some).collect::<Vec<_>>();
     pmus.resize_with(fds.len(), || None);
     let vcpus = fds
@@ -155,6 +184,9 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
             unwinder: unwinder.clone(),
             epoch,
             tsc_khz,
+            syscall_entry: None,
+            fault_breakpoint: None,
+            stepping_over_fault: false,
         })
         .collect();
     Ok(Vm {
@@ -172,7 +204,28 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         execution,
         cpu,
         tsc_khz,
+        kernel_cmdline,
     })
+}
+
+/// A Linux guest's boot data: command line (perfvm's defaults, then the user's), boot_params
+/// with the e820 map and the initrd, and the MP table. Returns the command line.
+fn write_linux_boot(
+    mem: &GuestMemoryMmap,
+    boot: &crate::loader::linux::LinuxBoot,
+    mem_size: u64,
+    config: &VmConfig,
+    host_cpuid: &CpuId,
+) -> Result<String, VmError> {
+    use crate::loader::linux::{acpi, mptable, params};
+    let mut host = crate::identity::hardware_leaves();
+    host.extend_from_slice(host_cpuid.as_slice());
+    let clearcpuid = crate::identity::linux_clearcpuid(&host);
+    let cmdline = params::compose_cmdline(clearcpuid.as_deref(), &config.cmdline);
+    let rsdp = acpi::write(mem, config.vcpus as u8).map_err(memory("writing the ACPI tables"))?;
+    params::write(mem, boot, mem_size, &cmdline, rsdp).map_err(|e| VmError::Config(e.to_string()))?;
+    mptable::write(mem, config.vcpus as u8).map_err(memory("writing the MP table"))?;
+    Ok(cmdline)
 }
 
 /// The PMU the guest sees, in a few words (`--stats`).
@@ -239,7 +292,7 @@ fn build_pmus(
 /// Send exactly the PMU's MSRs and the ones CPUID does not advertise to user space (KVM MSR
 /// filter: a clear bit denies KVM's own handling, and with KVM_MSR_EXIT_REASON_FILTER a
 /// denied access exits to us).
-fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>) -> Result<(), VmError> {
+fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool) -> Result<(), VmError> {
     let mut cap = kvm_enable_cap { cap: KVM_CAP_X86_USER_SPACE_MSR, ..Default::default() };
     cap.args[0] = u64::from(KVM_MSR_EXIT_REASON_FILTER);
     vm.enable_cap(&cap).map_err(ioctl("KVM_CAP_X86_USER_SPACE_MSR"))?;
@@ -255,7 +308,7 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>) -> Result<(), VmError> {
     }
     ranges.extend(crate::identity::UNADVERTISED_MSRS.iter().map(|&msr| (msr, 1)));
     let bitmaps: Vec<Vec<u8>> = ranges.iter().map(|(_, count)| vec![0u8; count.div_ceil(8) as usize]).collect();
-    let filter: Vec<MsrFilterRange> = ranges
+    let mut filter: Vec<MsrFilterRange> = ranges
         .iter()
         .zip(&bitmaps)
         .map(|(&(base, msr_count), bitmap)| MsrFilterRange {
@@ -265,6 +318,17 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>) -> Result<(), VmError> {
             bitmap,
         })
         .collect();
+    // A Linux guest's LSTAR writes come here, for the SYSCALL entry's repair (syscall_entry.rs),
+    // when it is on.
+    let deny_one = [0u8; 1];
+    if linux {
+        filter.push(MsrFilterRange {
+            flags: MsrFilterRangeFlags::WRITE,
+            base: crate::syscall_entry::MSR_LSTAR,
+            msr_count: 1,
+            bitmap: &deny_one,
+        });
+    }
     vm.set_msr_filter(MsrFilterDefaultAction::ALLOW, &filter).map_err(ioctl("KVM_X86_SET_MSR_FILTER"))?;
     Ok(())
 }
@@ -277,8 +341,11 @@ fn setup_vcpu(
     image: &KernelImage,
     pmu: Option<&pmu::PmuCaps>,
     vendor: crate::identity::CpuVendor,
+    tsc_khz: u64,
 ) -> Result<CpuId, VmError> {
-    let cpuid = crate::cpuid::for_vcpu(supported, index, pmu, vendor);
+    let mut cpuid = crate::cpuid::for_vcpu(supported, index, pmu, vendor);
+    let scale = if image.protocol == BootProtocol::Linux64 { crate::loader::linux::TSC_SCALE } else { 1 };
+    crate::cpuid::add_tsc_leaves(&mut cpuid, vendor, tsc_khz, scale);
     fd.set_cpuid2(&cpuid).map_err(ioctl("KVM_SET_CPUID2"))?;
     let mut sregs = fd.get_sregs().map_err(ioctl("KVM_GET_SREGS"))?;
     boot::setup_sregs(&mut sregs, image.protocol);

@@ -19,8 +19,11 @@ pub struct VmConfig {
     pub mem_mib: u64,
     /// Number of vCPUs (1..=`layout::MAX_VCPUS`).
     pub vcpus: u32,
-    /// The guest command line after `kernel_arg0` (empty: none).
+    /// The guest command line after `kernel_arg0` (empty: none); for a Linux kernel, the
+    /// text after perfvm's default Linux command line.
     pub cmdline: String,
+    /// The initial ramdisk of a Linux kernel (`--initrd`).
+    pub initrd: Option<PathBuf>,
     /// Stop the guest after this long (`--timeout`); None runs until the guest ends.
     pub timeout: Option<Duration>,
     /// Keep console output in memory instead of printing it.
@@ -106,6 +109,7 @@ impl Default for VmConfig {
             mem_mib: 256,
             vcpus: 1,
             cmdline: String::new(),
+            initrd: None,
             timeout: None,
             capture_console: false,
             pmu: Some(PmuSettings::default()),

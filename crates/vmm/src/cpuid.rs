@@ -30,7 +30,8 @@ pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>, vendor: cr
             entries.push(kvm_cpuid_entry2 { function, ..Default::default() });
         }
     }
-    let max_basic = entries.iter().filter(|e| e.function < 0x8000_0000).map(|e| e.function).max().unwrap_or(0);
+    // (The hypervisor leaves 0x4000_00xx are not basic leaves.)
+    let max_basic = entries.iter().filter(|e| e.function < 0x4000_0000).map(|e| e.function).max().unwrap_or(0);
     for entry in &mut entries {
         match entry.function {
             0 => entry.eax = entry.eax.max(0xa).max(max_basic),
@@ -63,6 +64,38 @@ pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>, vendor: cr
     CpuId::from_entries(&entries).expect("CPUID entries fit")
 }
 
+/// CPUID 0x15 (TSC/crystal ratio) and 0x16 (base frequency) for the Intel identity, so Linux
+/// knows the TSC frequency (X86_FEATURE_TSC_KNOWN_FREQ) instead of calibrating it against
+/// the PIT, which takes long and reads wrong under this host's emulator. The crystal runs
+/// at the TSC's rate and the TSC is said to be `scale` times the crystal (1: the truth;
+/// Linux guests get a dilated clock, `loader::linux::TSC_SCALE`). AMD has no such leaves
+/// (Linux reads them only on Intel).
+pub fn add_tsc_leaves(cpuid: &mut CpuId, vendor: crate::identity::CpuVendor, tsc_khz: u64, scale: u64) {
+    let claimed_khz = tsc_khz.saturating_mul(scale);
+    let fits = tsc_khz * 1000 <= u64::from(u32::MAX) && claimed_khz <= u64::from(u32::MAX);
+    if vendor != crate::identity::CpuVendor::Intel || tsc_khz == 0 || scale == 0 || !fits {
+        return;
+    }
+    let mhz = (claimed_khz / 1000) as u32;
+    let leaves = [
+        kvm_cpuid_entry2 {
+            function: 0x15,
+            eax: 1,
+            ebx: scale as u32,
+            ecx: (tsc_khz * 1000) as u32,
+            ..Default::default()
+        },
+        kvm_cpuid_entry2 { function: 0x16, eax: mhz, ebx: mhz, ecx: 100, ..Default::default() },
+    ];
+    let mut entries: Vec<kvm_cpuid_entry2> = cpuid.as_slice().to_vec();
+    entries.retain(|e| e.function != 0x15 && e.function != 0x16);
+    entries.extend_from_slice(&leaves);
+    if let Some(leaf0) = entries.iter_mut().find(|e| e.function == 0) {
+        leaf0.eax = leaf0.eax.max(0x16);
+    }
+    *cpuid = CpuId::from_entries(&entries).expect("CPUID entries fit");
+}
+
 /// Write `cpuid` into guest memory at `gpa` as `struct perfvm_cpuid_entry[]`
 /// (guest/include/perfvm_boot.h): in native mode this host's CPUID instruction does not
 /// follow KVM_SET_CPUID2, so kit guests look their leaves up there. Returns the entries
@@ -89,7 +122,7 @@ mod tests {
         let leaves = [
             kvm_cpuid_entry2 { function: 0, eax: 0xd, ebx: 0x756e_6547, ..Default::default() },
             kvm_cpuid_entry2 {
-                function: 7,
+                function: 4,
                 index: 1,
                 flags: KVM_CPUID_FLAG_SIGNIFCANT_INDEX,
                 eax: 5,
@@ -102,7 +135,7 @@ mod tests {
         assert_eq!(n as usize, cpuid.as_slice().len());
         let word = |entry: u64, i: u64| mem.read_obj::<u32>(GuestAddress(0x1000 + entry * 32 + i * 4)).unwrap();
         assert_eq!((word(0, 0), word(0, 3), word(0, 4)), (0, 0xd, 0x756e_6547));
-        assert_eq!((word(1, 0), word(1, 1), word(1, 2), word(1, 3)), (7, 1, 1, 5));
+        assert_eq!((word(1, 0), word(1, 1), word(1, 2), word(1, 3)), (4, 1, 1, 5));
         let leaf_a = (0..u64::from(n)).find(|&e| word(e, 0) == 0xa).expect("leaf 0xA added");
         assert_eq!(word(leaf_a, 3), 0, "no PMU: version 0");
     }
@@ -149,6 +182,23 @@ mod tests {
         let ext = leaf(&cpuid, 0x8000_0000);
         assert!(ext.eax >= 0x8000_0022, "the extended range reaches leaf 0x80000022");
         assert_eq!([ext.ebx, ext.edx, ext.ecx], crate::identity::CpuVendor::Amd.vendor_regs());
+    }
+
+    #[test]
+    fn intel_gets_the_tsc_frequency_leaves() {
+        let mut cpuid = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Intel);
+        add_tsc_leaves(&mut cpuid, crate::identity::CpuVendor::Intel, 2_445_000, 1);
+        let l15 = leaf(&cpuid, 0x15);
+        assert_eq!(u64::from(l15.ecx) * u64::from(l15.ebx) / u64::from(l15.eax), 2_445_000_000, "TSC Hz");
+        assert_eq!(leaf(&cpuid, 0x16).eax, 2445, "base MHz");
+        assert!(leaf(&cpuid, 0).eax >= 0x16);
+        add_tsc_leaves(&mut cpuid, crate::identity::CpuVendor::Intel, 2_445_000, 128);
+        let l15 = leaf(&cpuid, 0x15);
+        assert_eq!(u64::from(l15.ecx) / 1000 * u64::from(l15.ebx) / u64::from(l15.eax), 2_445_000 * 128, "dilated");
+        assert_eq!(cpuid.as_slice().iter().filter(|e| e.function == 0x15).count(), 1);
+        let mut amd = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd);
+        add_tsc_leaves(&mut amd, crate::identity::CpuVendor::Amd, 2_445_000, 1);
+        assert!(!amd.as_slice().iter().any(|e| e.function == 0x15), "not on AMD");
     }
 
     #[test]

@@ -27,7 +27,17 @@ pub enum VmEnd {
         suberror: u32,
         /// Its RIP at the exit.
         rip: u64,
+        /// The instruction there, decoded (when it could be read).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        insn: Option<String>,
     },
+    /// A Linux guest rebooted (`reboot -f`: i8042 reset with no warm-reset flag).
+    Reboot,
+    /// A Linux guest powered off (`poweroff -f`: its power-off line on the console).
+    PowerOff,
+    /// A Linux guest panicked: it reset with the BIOS warm-reset flag that perfvm's
+    /// `reboot=panic_warm` makes a panic set (the panic text is on the console above).
+    KernelPanic,
     /// `--timeout` elapsed with the guest still running.
     Timeout {
         /// The timeout, ms.
@@ -58,6 +68,8 @@ pub mod codes {
     pub const INTERNAL_ERROR: i32 = 6;
     /// [`VmEnd::Failed`](super::VmEnd::Failed).
     pub const FAILED: i32 = 8;
+    /// [`VmEnd::KernelPanic`](super::VmEnd::KernelPanic).
+    pub const KERNEL_PANIC: i32 = 10;
     /// [`VmEnd::Timeout`](super::VmEnd::Timeout), as timeout(1) exits.
     pub const TIMEOUT: i32 = 124;
 }
@@ -72,6 +84,8 @@ impl VmEnd {
     pub fn exit_code(&self) -> i32 {
         match self {
             VmEnd::Status { status } => *status & 0xff,
+            VmEnd::Reboot | VmEnd::PowerOff => 0,
+            VmEnd::KernelPanic => codes::KERNEL_PANIC,
             VmEnd::TripleFault { .. } => codes::TRIPLE_FAULT,
             VmEnd::InternalError { .. } => codes::INTERNAL_ERROR,
             VmEnd::Failed { .. } => codes::FAILED,
@@ -83,13 +97,15 @@ impl VmEnd {
     /// A one-line explanation for ends that are not a plain guest status.
     pub fn message(&self) -> Option<String> {
         match self {
-            VmEnd::Status { .. } => None,
+            VmEnd::Status { .. } | VmEnd::Reboot | VmEnd::PowerOff => None,
+            VmEnd::KernelPanic => Some("guest kernel panic (see the console)".into()),
             VmEnd::TripleFault { vcpu, rip } => {
                 Some(format!("guest shutdown (triple fault) at RIP={rip:#x} on vcpu {vcpu}"))
             }
-            VmEnd::InternalError { vcpu, suberror, rip } => {
-                Some(format!("KVM internal error, suberror {suberror} at RIP={rip:#x} on vcpu {vcpu}"))
-            }
+            VmEnd::InternalError { vcpu, suberror, rip, insn } => Some(format!(
+                "KVM internal error, suberror {suberror} at RIP={rip:#x} on vcpu {vcpu}{}",
+                insn.as_ref().map(|i| format!(" ({i})")).unwrap_or_default()
+            )),
             VmEnd::Timeout { after_ms } => {
                 Some(format!("timeout: guest still running after {:.1} s, stopped", *after_ms as f64 / 1000.0))
             }

@@ -30,6 +30,25 @@ pub const MAX_MEM_MIB: u64 = 3072;
 /// Smallest guest RAM we accept.
 pub const MIN_MEM_MIB: u64 = 16;
 
+/// Linux boot protocol: `boot_params` (the zero page), inside the boot area.
+pub const LINUX_ZERO_PAGE: u64 = 0xa000;
+/// Linux boot protocol: the kernel command line.
+pub const LINUX_CMDLINE_ADDR: u64 = 0xb000;
+/// Linux's x86 COMMAND_LINE_SIZE, NUL included.
+pub const LINUX_CMDLINE_MAX: usize = 2048;
+/// Start of the EBDA: conventional memory ends here in the e820 map, and the MP table lives here.
+pub const EBDA_START: u64 = 0x9fc00;
+/// ACPI tables for Linux (RSDP first), in the legacy BIOS area outside e820 RAM.
+pub const ACPI_TABLES_ADDR: u64 = 0xe0000;
+/// Where RAM above the legacy hole starts.
+pub const HIMEM_START: u64 = 0x10_0000;
+/// The in-kernel I/O APIC's MMIO base.
+pub const IOAPIC_BASE: u64 = 0xfec0_0000;
+/// Linux boot protocol selectors: __BOOT_CS and __BOOT_DS (boot.rst, 64-bit protocol).
+pub const SEL_LINUX_CODE: u16 = 0x10;
+/// Linux's __BOOT_DS.
+pub const SEL_LINUX_DATA: u16 = 0x18;
+
 /// GDT selectors (see `boot::gdt`).
 pub const SEL_CODE64: u16 = 0x08;
 /// Flat data selector.

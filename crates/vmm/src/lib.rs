@@ -4,6 +4,7 @@
 pub mod backends;
 pub mod boot;
 pub mod builder;
+pub mod complete;
 pub mod config;
 pub mod cpuid;
 pub mod devices;
@@ -28,6 +29,7 @@ pub mod sampler;
 pub mod softint;
 pub mod stats;
 pub mod stepping;
+pub mod syscall_entry;
 pub mod syscount;
 pub mod throttle;
 pub mod transition;

@@ -89,6 +89,13 @@ pub fn decide(mode: NativeMode, image: &KernelImage) -> Result<Execution, String
     if mode == NativeMode::Off {
         return emulated("--native off".into());
     }
+    if image.protocol == BootProtocol::Linux64 {
+        // Linux toggles IF with cli/sti and pushf/popf: natively it would lose interrupts.
+        return match mode {
+            NativeMode::On => Err("--native on: Linux does not follow the VIF convention".into()),
+            _ => emulated("Linux kernel (no VIF convention)".into()),
+        };
+    }
     let long_mode = image.protocol == BootProtocol::Direct64;
     let support = host_support();
     match (mode, long_mode, support) {
@@ -165,7 +172,7 @@ mod tests {
 
     fn image(protocol: BootProtocol, vif_note: bool) -> KernelImage {
         let segments = vec![Segment { paddr: 0x100000, file_offset: 0, filesz: 1, memsz: 1 }];
-        KernelImage { protocol, entry: 0x100000, segments, end: 0x100001, vif_note }
+        KernelImage { protocol, entry: 0x100000, segments, end: 0x100001, vif_note, linux: None }
     }
 
     #[test]

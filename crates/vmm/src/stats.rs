@@ -32,8 +32,8 @@ pub struct VcpuStats {
     pub kvm: BTreeMap<String, u64>,
     /// Exits while the guest agent's workload ran (between its START and END marks), by reason.
     pub workload_exits: BTreeMap<&'static str, u64>,
-    /// `INT n` the VMM delivered because the host's emulator rejects it (`softint`).
-    pub soft_ints: u64,
+    /// Instructions the host's emulator rejected that the VMM completed, by kind (`complete`).
+    pub completed: BTreeMap<&'static str, u64>,
 }
 
 impl VcpuStats {
@@ -78,6 +78,10 @@ pub struct VmStats {
     pub cpu: Option<crate::identity::CpuReport>,
     /// Per vCPU: its mode, exits, and KVM's own statistics.
     pub vcpus: Vec<VcpuStats>,
+    /// Instructions the VMM completed for the host's emulator, by kind, all vCPUs.
+    pub completed: BTreeMap<&'static str, u64>,
+    /// A Linux guest's whole kernel command line.
+    pub kernel_cmdline: Option<String>,
 }
 
 impl VmStats {
@@ -102,6 +106,9 @@ impl VmStats {
         self.requests.merge(&v.requests);
         if let Some(n) = v.syscalls {
             *self.vcpu_syscalls.get_or_insert(0) += n;
+        }
+        for (kind, n) in &v.completed {
+            *self.completed.entry(kind).or_default() += n;
         }
         self.vcpus.push(v.clone());
     }

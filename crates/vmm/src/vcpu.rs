@@ -1,10 +1,8 @@
 //! One vCPU thread: KVM_RUN, dispatch the exit, repeat until the VM ends.
 
-use crate::backends::decode::{decode, InsnClass, MAX_INSN_LEN};
 use crate::devices::{DeviceAction, PioBus};
 use crate::exit::VmEnd;
 use crate::kick;
-use crate::linear::{LinearMemory, VcpuLinear};
 use crate::requests::RequestOrder;
 use crate::softint::FlagHome;
 use crate::stats::VcpuStats;
@@ -49,6 +47,10 @@ enum Next {
     End(VmEnd),
     TripleFault,
     InternalError,
+    /// The CPU reset line was pulsed: a reboot, or a panic's (warm-reset flag).
+    Reset,
+    /// The guest wrote LSTAR (Linux guests: `syscall_entry`).
+    Lstar(u64),
 }
 
 /// A vCPU and its loop.
@@ -88,6 +90,12 @@ pub struct Vcpu {
     pub epoch: Instant,
     /// The guest TSC's frequency, kHz (0: unknown).
     pub tsc_khz: u64,
+    /// A Linux guest's SYSCALL entry, its LSTAR (`syscall_entry`).
+    pub syscall_entry: Option<u64>,
+    /// The guest's #PF handler, where the VMM's breakpoint is (`syscall_entry`).
+    pub fault_breakpoint: Option<u64>,
+    /// Single-stepping over that breakpoint: re-arm it at the next debug exit.
+    pub stepping_over_fault: bool,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -231,6 +239,38 @@ impl Vcpu {
                 }
                 None
             }
+            Next::Lstar(entry) => match crate::syscall_entry::lstar_written(&self.fd, &self.mem, entry) {
+                Ok(handler) => {
+                    self.syscall_entry = Some(entry);
+                    self.fault_breakpoint = Some(handler);
+                    None
+                }
+                Err(e) => {
+                    eprintln!("perfvm: vCPU {}: SYSCALL from user mode left to the host: {e}", self.index);
+                    None
+                }
+            },
+            Next::Step(pc) if self.fault_breakpoint == Some(pc) && !self.stepping_over_fault => {
+                let entry = self.syscall_entry.unwrap_or(0);
+                match crate::syscall_entry::at_fault(&self.fd, &self.mem, entry) {
+                    Ok(true) => {
+                        *self.stats.completed.entry("syscall").or_default() += 1;
+                        None
+                    }
+                    Ok(false) => {
+                        self.stepping_over_fault = true;
+                        None
+                    }
+                    Err(e) => Some(self.failed(format!("at the #PF breakpoint: {e}"))),
+                }
+            }
+            Next::Step(_) if self.stepping_over_fault => {
+                self.stepping_over_fault = false;
+                let handler = self.fault_breakpoint.unwrap_or(0);
+                crate::syscall_entry::arm(&self.fd, handler)
+                    .err()
+                    .map(|e| self.failed(format!("re-arming the #PF breakpoint: {e}")))
+            }
             Next::Step(pc) => {
                 if let Some(pmu) = &mut self.pmu {
                     pmu.on_step(&self.fd, &self.mem, pc);
@@ -242,8 +282,8 @@ impl Vcpu {
                 None
             }
             Next::TripleFault => Some(VmEnd::TripleFault { vcpu: self.index, rip: self.rip() }),
-            Next::InternalError if self.deliver_soft_int() => None,
-            Next::InternalError => Some(self.internal_error()),
+            Next::InternalError => self.complete_or_stop(),
+            Next::Reset => Some(reset_end(&self.mem)),
             Next::End(end) => Some(end),
             Next::Continue => None,
         }
@@ -327,28 +367,41 @@ impl Vcpu {
         VmEnd::Failed { vcpu: self.index, reason }
     }
 
-    /// The host's emulator rejects `INT n`: deliver it here (`softint`) and go on.
-    fn deliver_soft_int(&mut self) -> bool {
-        let Ok(regs) = self.fd.get_regs() else { return false };
-        let mut bytes = [0u8; MAX_INSN_LEN];
-        if VcpuLinear::new(&self.fd, &self.mem).read(regs.rip, &mut bytes[..2]).is_none() {
-            return false;
-        }
-        let InsnClass::SoftInt(vector) = decode(&bytes, true).class else { return false };
-        let home = match self.native {
-            true => FlagHome::Vif(crate::native::vif_page(self.index)),
-            false => FlagHome::Rflags,
-        };
-        let run = crate::softint::Run::Int { vector, len: 2 };
-        let delivered = crate::softint::run_on(&self.fd, &self.mem, home, run).is_some();
-        self.stats.soft_ints += u64::from(delivered);
-        delivered
-    }
-
-    fn internal_error(&mut self) -> VmEnd {
+    /// The host's emulator rejected an instruction: complete it here (`complete`) and go
+    /// on, or end the run with the instruction in the message.
+    fn complete_or_stop(&mut self) -> Option<VmEnd> {
         // SAFETY: the exit reason was KVM_EXIT_INTERNAL_ERROR, so `internal` is the live union member.
         let suberror = unsafe { self.fd.get_kvm_run().__bindgen_anon_1.internal.suberror };
-        VmEnd::InternalError { vcpu: self.index, suberror, rip: self.rip() }
+        let insn = if suberror == kvm_bindings::KVM_INTERNAL_ERROR_EMULATION {
+            let home = match self.native {
+                true => FlagHome::Vif(crate::native::vif_page(self.index)),
+                false => FlagHome::Rflags,
+            };
+            match crate::complete::complete(&self.fd, &self.mem, home) {
+                crate::complete::Completed::Done(kind) => {
+                    *self.stats.completed.entry(kind).or_default() += 1;
+                    return None;
+                }
+                crate::complete::Completed::Left(insn) => insn,
+            }
+        } else {
+            None
+        };
+        Some(VmEnd::InternalError { vcpu: self.index, suberror, rip: self.rip(), insn })
+    }
+}
+
+/// The BIOS warm-reset flag, a u16 at 0x472: Linux writes it before every reset, 0x1234
+/// for a warm one.
+const WARM_RESET_FLAG: u64 = 0x472;
+
+/// How a reset from the guest ends the run: a panic if the warm-reset flag says warm, as
+/// Linux leaves it on a panic under `reboot=panic_warm` (perfvm's default), else a reboot.
+fn reset_end(mem: &GuestMemoryMmap) -> VmEnd {
+    use vm_memory::Bytes;
+    match mem.read_obj::<u16>(vm_memory::GuestAddress(WARM_RESET_FLAG)) {
+        Ok(0x1234) => VmEnd::KernelPanic,
+        _ => VmEnd::Reboot,
     }
 }
 
@@ -371,6 +424,8 @@ fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu
             DeviceAction::Nmi(after) => ("io-out", Next::Nmi(after)),
             DeviceAction::PvRegister(gpa) => ("pv-register", Next::PvRegister(gpa)),
             DeviceAction::PvDoorbell => ("pv-doorbell", Next::PvDoorbell),
+            DeviceAction::Reset => ("io-out", Next::Reset),
+            DeviceAction::PowerOff => ("serial", Next::End(VmEnd::PowerOff)),
         },
         VcpuExit::IoIn(port, data) => {
             shared.bus.lock().unwrap().read(port, data);
@@ -401,6 +456,7 @@ fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu
             }
             ("msr-read", Next::Continue)
         }
+        VcpuExit::X86Wrmsr(msr) if msr.index == crate::syscall_entry::MSR_LSTAR => ("msr-write", Next::Lstar(msr.data)),
         VcpuExit::X86Wrmsr(msr) => {
             let Some(p) = pmu.as_mut() else {
                 *msr.error = 1;
@@ -481,6 +537,21 @@ mod tests {
             assert!(matches!(run(VcpuExit::X86Wrmsr(exit)), ("msr-write", Next::Continue)));
             assert_eq!(error, 1, "MSR {index:#x}: #GP");
         }
+    }
+
+    #[test]
+    fn a_reset_is_a_panic_only_with_the_warm_flag() {
+        use vm_memory::{Bytes, GuestAddress};
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x1000)]).unwrap();
+        assert_eq!(reset_end(&mem), VmEnd::Reboot);
+        mem.write_obj(0x1234u16, GuestAddress(WARM_RESET_FLAG)).unwrap();
+        assert_eq!(reset_end(&mem), VmEnd::KernelPanic);
+        assert_eq!(VmEnd::KernelPanic.exit_code(), 10);
+        assert_eq!((VmEnd::Reboot.exit_code(), VmEnd::PowerOff.exit_code()), (0, 0));
+        let (shared, _) = shared();
+        shared.bus.lock().unwrap().pc = Some(Default::default());
+        let (_, next) = dispatch(VcpuExit::IoOut(0x64, &[0xfe]), &shared, &mut None, 0);
+        assert!(matches!(next, Next::Reset));
     }
 
     #[test]

@@ -58,6 +58,8 @@ pub struct Vm {
     pub(crate) execution: Execution,
     pub(crate) cpu: crate::identity::CpuReport,
     pub(crate) tsc_khz: u64,
+    /// A Linux guest's whole command line (for `--stats`).
+    pub(crate) kernel_cmdline: Option<String>,
 }
 
 impl Vm {
@@ -155,6 +157,7 @@ impl Vm {
         stats.pmu = pmu_report;
         stats.execution = Some(self.execution.clone());
         stats.cpu = Some(self.cpu.clone());
+        stats.kernel_cmdline = self.kernel_cmdline.clone();
         stats.wall_ns = started.elapsed().as_nanos() as u64;
         stats.first_console_byte_ns = self.console.first_byte().map(|t| (t - started).as_nanos() as u64);
         let mut bus = self.shared.bus.lock().unwrap();

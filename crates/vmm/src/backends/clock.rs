@@ -1,10 +1,11 @@
 //! One software clock for every counter of a vCPU: the reuse policy's backend on a host
 //! without a PMU. There every counter counts the same thing, the vCPU thread's time, so a
-//! single `task-clock` event serves them all. It runs from the first counter's open to the
-//! last one's close; each counter is a stopwatch on it, and the event's sampling timer is
+//! single `task-clock` event serves them all. It runs from the first counter's open until the
+//! vCPU's vPMU goes; each counter is a stopwatch on it, and the event's sampling timer is
 //! set for the nearest overflow of a running counter. The clock is read once per exit, so
-//! starting or stopping any number of counters costs one read, and a period changes only
-//! when that nearest overflow moved. Like perf.rs's events, the clock also counts the thread's time in the
+//! starting or stopping any number of counters costs one read, and that read is no system
+//! call while the thread has run unbroken since the last one (`self_read`: the TSC time
+//! since it); a period changes only when that nearest overflow moved. Like perf.rs's events, the clock also counts the thread's time in the
 //! VMM, and its overflows arrive as a signal to the vCPU thread.
 
 use super::perf::period::{clock_counts, lands, MIN_CLOCK_PERIOD_NS, NEVER};
@@ -38,9 +39,13 @@ struct Timer {
 #[derive(Debug)]
 pub struct ClockSource {
     mode: PerfMode,
+    /// The TSC rate, kHz (the host's, which the guest TSC follows).
+    tsc_khz: u64,
     budget: Arc<EventBudget>,
-    /// Open while any counter is.
+    /// Open from the first counter's open until the backend goes.
     clock: Option<PerfEvent>,
+    /// Reads of `clock`, from the TSC while the thread runs unbroken (`self_read`).
+    reader: Option<SelfRead>,
     counters: [Option<ClockCounter>; PMC_SLOTS],
     /// Where the sampling timer fires next (None: never).
     timer: Option<Timer>,
@@ -64,8 +69,10 @@ impl ClockSource {
     pub fn new(tsc_khz: u64, budget: Arc<EventBudget>) -> Self {
         ClockSource {
             mode: PerfMode::SoftwareClock { tsc_khz: tsc_khz.max(1) },
+            tsc_khz: tsc_khz.max(1),
             budget,
             clock: None,
+            reader: None,
             counters: std::array::from_fn(|_| None),
             timer: None,
             this_exit: None,
@@ -91,12 +98,16 @@ impl ClockSource {
         self.this_exit = None;
     }
 
-    /// The clock now, in ns: read once per exit.
+    /// The clock now, in ns: read once per exit, without a system call while the thread
+    /// was not rescheduled.
     fn now(&mut self) -> u64 {
         if let Some(ns) = self.this_exit {
             return ns;
         }
-        let read = self.clock.as_ref().and_then(|c| c.read().ok());
+        let read = match (&self.clock, &mut self.reader) {
+            (Some(clock), Some(reader)) => reader.now(clock, host_tsc()),
+            _ => None,
+        };
         self.last = read.map_or(self.last, |ns| ns.max(self.last));
         self.this_exit = Some(self.last);
         self.last
@@ -165,6 +176,12 @@ impl ClockSource {
     /// An overflow notification is about to be handled.
     pub fn notification_taken(&mut self) {
         self.notifications.taken += 1;
+        // The kernel's clock just passed a deadline: read it exactly (an estimate a few ns
+        // short would leave the counter just before its overflow, a floor's period late).
+        self.this_exit = None;
+        if let Some(reader) = &mut self.reader {
+            reader.forget();
+        }
         self.in_notification = true;
     }
 
@@ -201,6 +218,7 @@ impl ClockSource {
         match opened {
             Ok(e) => {
                 self.budget.created();
+                self.reader = Some(SelfRead::new(&e, self.tsc_khz));
                 self.clock = Some(e);
                 Ok(())
             }
@@ -229,13 +247,14 @@ impl CountSource for ClockSource {
         Ok(())
     }
 
+    /// The clock itself stays open for the next counter: re-opening it would cost six
+    /// system calls (open, three fcntls, mmap, close), and a software clock holds no
+    /// hardware counter that lazy release would free for someone else. (On a host with
+    /// slow exits a perf-like guest's counters stay stopped for a millisecond between
+    /// programming rounds, and were released and re-opened every round.) A timer left
+    /// running is put off at the notification it brings.
     fn close(&mut self, pmc: PmcIdx) {
         self.counters[pmc.slot()] = None;
-        if self.counters.iter().all(Option::is_none) && self.clock.take().is_some() {
-            self.budget.give_back();
-            self.timer = None;
-            (self.this_exit, self.last) = (None, 0);
-        }
     }
 
     fn enable(&mut self, pmc: PmcIdx) {
@@ -308,6 +327,9 @@ impl Drop for ClockSource {
         }
     }
 }
+
+mod self_read;
+use self_read::SelfRead;
 
 #[cfg(test)]
 mod tests;

@@ -239,6 +239,54 @@ impl PerfEvent {
     pub fn raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
     }
+
+    /// Map the event's control page (`struct perf_event_mmap_page`, no ring buffer), which
+    /// the kernel rewrites under its `lock` sequence count whenever it updates the event.
+    pub fn user_page(&self) -> io::Result<UserPage> {
+        self.count();
+        // SAFETY: a fresh read-only shared mapping of one page of our own perf fd; the
+        // kernel allows mapping just the control page. Unmapped by UserPage's Drop.
+        let addr = unsafe {
+            libc::mmap(std::ptr::null_mut(), USER_PAGE_LEN, libc::PROT_READ, libc::MAP_SHARED, self.fd.as_raw_fd(), 0)
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(UserPage { addr: addr.cast() })
+    }
+}
+
+/// Bytes of the control page mapping (the kernel wants a page).
+const USER_PAGE_LEN: usize = 4096;
+/// `perf_event_mmap_page::lock`, in u32 words from the page's start.
+const USER_PAGE_LOCK: usize = 2;
+
+/// A perf event's control page, mapped read-only.
+#[derive(Debug)]
+pub struct UserPage {
+    addr: *const u32,
+}
+
+impl UserPage {
+    /// The page's sequence count (`perf_event_mmap_page::lock`, after `version` and
+    /// `compat_version`): it changes whenever the kernel updates the page, e.g. when it
+    /// schedules the thread in.
+    pub fn seq(&self) -> u32 {
+        // SAFETY: the page stays mapped while self lives and the field is within it; the
+        // kernel writes it concurrently, hence the volatile read of an aligned u32.
+        unsafe { std::ptr::read_volatile(self.addr.add(USER_PAGE_LOCK)) }
+    }
+}
+
+// SAFETY: the mapping is ordinary process memory that stays valid until Drop; any thread
+// may read it (the VMM reads it on the event's own vCPU thread, which owns the event).
+unsafe impl Send for UserPage {}
+
+impl Drop for UserPage {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping user_page made, once.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, USER_PAGE_LEN) };
+    }
 }
 
 impl Drop for PerfEvent {

@@ -1,8 +1,11 @@
 //! Port-IO devices and the bus that routes guest IN/OUT to them.
 
 mod agent;
+pub mod console_input;
 mod debug_exit;
 mod fw_cfg;
+mod i8042;
+mod rtc;
 mod serial;
 mod shutdown;
 
@@ -11,7 +14,9 @@ pub use agent::{
 };
 pub use debug_exit::DebugExit;
 pub use fw_cfg::FwCfg;
-pub use serial::{Console, SerialPort};
+pub use i8042::{I8042, I8042_COMMAND_PORT, I8042_DATA_PORT};
+pub use rtc::{Rtc, RTC_DATA_PORT, RTC_INDEX_PORT};
+pub use serial::{Console, SerialIrq, SerialPort, POWER_OFF_LINE, SERIAL_IRQ};
 pub use shutdown::ShutdownPort;
 
 use std::collections::BTreeMap;
@@ -30,6 +35,10 @@ pub enum DeviceAction {
     PvRegister(u64),
     /// The guest rang the PV doorbell.
     PvDoorbell,
+    /// The guest pulsed the CPU reset line (i8042 command 0xFE): a reboot.
+    Reset,
+    /// The guest said it powers off (Linux's power-off line on the console).
+    PowerOff,
 }
 
 /// COM1's eight registers.
@@ -61,8 +70,20 @@ pub struct PioBus {
     pub agent: Option<AgentPort>,
     debug_exit: DebugExit,
     shutdown: ShutdownPort,
+    /// The PC devices a Linux guest needs (i8042 reset, CMOS clock); None for perfvm's own
+    /// guests, whose ports stay as they were.
+    pub pc: Option<PcDevices>,
     /// Accesses to unclaimed ports, by port.
     pub unclaimed: BTreeMap<u16, u64>,
+}
+
+/// Legacy PC devices for Linux guests.
+#[derive(Debug, Default)]
+pub struct PcDevices {
+    /// The keyboard controller (reset line).
+    pub i8042: I8042,
+    /// The CMOS clock.
+    pub rtc: Rtc,
 }
 
 impl PioBus {
@@ -74,6 +95,7 @@ impl PioBus {
             agent: None,
             debug_exit: DebugExit,
             shutdown: ShutdownPort::default(),
+            pc: None,
             unclaimed: BTreeMap::new(),
         }
     }
@@ -86,6 +108,14 @@ impl PioBus {
                 data[0] = self.serial.read((p - SERIAL_PORTS.start()) as u8);
             }
             FW_CFG_DATA => self.fw_cfg.read_data(data),
+            I8042_DATA_PORT | I8042_COMMAND_PORT if self.pc.is_some() => {
+                data.fill(0);
+                data[0] = self.pc.as_ref().unwrap().i8042.read(port);
+            }
+            RTC_INDEX_PORT | RTC_DATA_PORT if self.pc.is_some() => {
+                data.fill(0);
+                data[0] = self.pc.as_mut().unwrap().rtc.read(port);
+            }
             _ => {
                 *self.unclaimed.entry(port).or_default() += 1;
                 data.fill(0xff);
@@ -98,6 +128,16 @@ impl PioBus {
         match port {
             p if SERIAL_PORTS.contains(&p) => {
                 self.serial.write((p - SERIAL_PORTS.start()) as u8, data[0]);
+                if self.pc.is_some() && self.serial.console().take_power_off() {
+                    return DeviceAction::PowerOff;
+                }
+                DeviceAction::Continue
+            }
+            I8042_DATA_PORT | I8042_COMMAND_PORT if self.pc.is_some() => {
+                self.pc.as_ref().unwrap().i8042.write(port, data[0])
+            }
+            RTC_INDEX_PORT | RTC_DATA_PORT if self.pc.is_some() => {
+                self.pc.as_mut().unwrap().rtc.write(port, data[0]);
                 DeviceAction::Continue
             }
             DEBUG_EXIT_PORT => self.debug_exit.write(data),
@@ -148,6 +188,28 @@ mod tests {
         assert_eq!(bus.write(0xa1, &[0xff]), DeviceAction::Continue);
         assert_eq!(bus.unclaimed.get(&0x21), Some(&2));
         assert_eq!(bus.unclaimed.get(&0xa1), Some(&1));
+    }
+
+    #[test]
+    fn pc_devices_only_for_linux() {
+        let mut bus = bus();
+        let mut status = [0u8];
+        bus.read(I8042_COMMAND_PORT, &mut status);
+        assert_eq!(status, [0xff], "no i8042 for perfvm's guests");
+        assert_eq!(bus.write(I8042_COMMAND_PORT, &[0xfe]), DeviceAction::Continue);
+        bus.pc = Some(PcDevices::default());
+        bus.read(I8042_COMMAND_PORT, &mut status);
+        assert_eq!(status, [0]);
+        assert_eq!(bus.write(I8042_COMMAND_PORT, &[0xfe]), DeviceAction::Reset);
+        bus.write(RTC_INDEX_PORT, &[0x0a]);
+        bus.read(RTC_DATA_PORT, &mut status);
+        assert_eq!(status[0] & 0x80, 0, "RTC not updating");
+        bus.serial.console().watch_power_off();
+        let mut last = DeviceAction::Continue;
+        for b in b"[   12.5] reboot: Power down\n" {
+            last = bus.write(0x3f8, &[*b]);
+        }
+        assert_eq!(last, DeviceAction::PowerOff);
     }
 
     #[test]

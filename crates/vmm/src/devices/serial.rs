@@ -1,20 +1,40 @@
-//! The 16550 UART at 0x3f8 (vm-superio), printing to the console or capturing it.
+//! The 16550 UART at 0x3f8 (vm-superio), printing to the console or capturing it. For a
+//! Linux guest it raises IRQ 4 through the in-kernel irqchip and takes input (stdin).
 
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use vm_superio::{serial::NoEvents, Serial, Trigger};
 
-/// Interrupts from the UART are not wired: our guests poll the line-status register.
-#[derive(Debug)]
-pub struct NoInterrupt;
+/// COM1's ISA interrupt line.
+pub const SERIAL_IRQ: u32 = 4;
 
-impl Trigger for NoInterrupt {
+/// The UART's interrupt: none (perfvm's own guests poll the line-status register), or an
+/// edge on an ISA line of the in-kernel irqchip (Linux's 8250 driver).
+#[derive(Debug, Clone)]
+pub enum SerialIrq {
+    /// Not wired.
+    None,
+    /// A pulse on this GSI of this VM's irqchip.
+    Line(Arc<kvm_ioctls::VmFd>, u32),
+}
+
+impl Trigger for SerialIrq {
     type E = io::Error;
     fn trigger(&self) -> io::Result<()> {
+        if let SerialIrq::Line(vm, gsi) = self {
+            vm.set_irq_line(*gsi, true).map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
+            vm.set_irq_line(*gsi, false).map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
+        }
         Ok(())
     }
 }
+
+/// The line Linux prints (at KERN_EMERG) as it powers off; with no ACPI it cannot power the
+/// machine off, so the VMM ends the run there (`Console::watch_power_off`).
+pub const POWER_OFF_LINE: &[u8] = b"reboot: Power down";
+/// Longest console line kept for that match.
+const WATCH_LINE_MAX: usize = 256;
 
 /// Where guest console bytes go. Capture is bounded so a chatty guest cannot eat host memory.
 #[derive(Debug, Clone)]
@@ -28,6 +48,10 @@ struct ConsoleInner {
     captured: Vec<u8>,
     dropped: u64,
     first_byte: Option<Instant>,
+    /// Watch for `POWER_OFF_LINE`: the current line, when watching.
+    line: Option<Vec<u8>>,
+    /// `POWER_OFF_LINE` was printed.
+    powered_off: bool,
 }
 
 /// Most console bytes kept in capture mode.
@@ -45,7 +69,14 @@ impl Console {
     }
 
     fn new(to_stdout: bool) -> Self {
-        let inner = ConsoleInner { to_stdout, captured: Vec::new(), dropped: 0, first_byte: None };
+        let inner = ConsoleInner {
+            to_stdout,
+            captured: Vec::new(),
+            dropped: 0,
+            first_byte: None,
+            line: None,
+            powered_off: false,
+        };
         Console { inner: Arc::new(Mutex::new(inner)) }
     }
 
@@ -63,12 +94,37 @@ impl Console {
     pub fn first_byte(&self) -> Option<Instant> {
         self.inner.lock().unwrap().first_byte
     }
+
+    /// Watch the output for Linux's power-off line (`POWER_OFF_LINE`).
+    pub fn watch_power_off(&self) {
+        self.inner.lock().unwrap().line.get_or_insert_with(Vec::new);
+    }
+
+    /// Whether the power-off line has been printed since the last call.
+    pub fn take_power_off(&self) -> bool {
+        std::mem::take(&mut self.inner.lock().unwrap().powered_off)
+    }
+}
+
+impl ConsoleInner {
+    fn watch(&mut self, buf: &[u8]) {
+        let Some(line) = &mut self.line else { return };
+        for &b in buf {
+            if b == b'\n' {
+                self.powered_off |= line.windows(POWER_OFF_LINE.len()).any(|w| w == POWER_OFF_LINE);
+                line.clear();
+            } else if line.len() < WATCH_LINE_MAX {
+                line.push(b);
+            }
+        }
+    }
 }
 
 impl Write for Console {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let mut inner = self.inner.lock().unwrap();
         inner.first_byte.get_or_insert_with(Instant::now);
+        inner.watch(buf);
         if inner.to_stdout {
             let mut out = io::stdout().lock();
             out.write_all(buf)?;
@@ -95,13 +151,23 @@ impl Write for Console {
 /// The UART device.
 #[derive(Debug)]
 pub struct SerialPort {
-    uart: Serial<NoInterrupt, NoEvents, Console>,
+    uart: Serial<SerialIrq, NoEvents, Console>,
 }
 
 impl SerialPort {
     /// A UART whose output goes to `console`; it raises no interrupts.
     pub fn new(console: Console) -> Self {
-        SerialPort { uart: Serial::new(NoInterrupt, console) }
+        Self::with_irq(console, SerialIrq::None)
+    }
+
+    /// A UART whose output goes to `console` and whose interrupt is `irq`.
+    pub fn with_irq(console: Console, irq: SerialIrq) -> Self {
+        SerialPort { uart: Serial::new(irq, console) }
+    }
+
+    /// Input from the host: as much of `bytes` as the receive FIFO takes (0 when full).
+    pub fn input(&mut self, bytes: &[u8]) -> usize {
+        self.uart.enqueue_raw_bytes(bytes).unwrap_or(0)
     }
 
     /// A guest IN of the register at `offset` from the base port.

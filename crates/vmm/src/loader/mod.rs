@@ -2,6 +2,7 @@
 //! decide how the kernel is entered (64-bit direct boot or multiboot v1).
 
 mod elf;
+pub mod linux;
 mod multiboot;
 pub mod synthetic;
 
@@ -14,8 +15,8 @@ use thiserror::Error;
 /// Why a guest image cannot be loaded. Each message is one line for the CLI.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum LoadError {
-    /// The file does not start with an ELF header.
-    #[error("not an ELF file")]
+    /// The file does not start with an ELF header (nor is it a bzImage).
+    #[error("not an ELF file (nor a Linux bzImage)")]
     NotElf,
     /// An ELF we cannot boot (machine, class, type; what is wrong).
     #[error("unsupported ELF: {0}")]
@@ -61,6 +62,12 @@ pub enum LoadError {
     /// A 32-bit ELF whose multiboot header is missing or bad (why).
     #[error("32-bit ELF without a valid multiboot header: {0}")]
     Multiboot(String),
+    /// A Linux kernel (bzImage or vmlinux) or its initrd that cannot boot.
+    #[error(transparent)]
+    Linux(#[from] linux::LinuxError),
+    /// `--initrd` given with a kernel that is not Linux.
+    #[error("--initrd needs a Linux kernel (a bzImage or a vmlinux ELF)")]
+    InitrdWithoutLinux,
 }
 
 /// How the vCPUs enter the kernel.
@@ -70,6 +77,9 @@ pub enum BootProtocol {
     Direct64,
     /// 32-bit protected mode per multiboot v1, info in EBX.
     Multiboot,
+    /// Linux's 64-bit boot protocol: long mode at startup_64, `boot_params` in RSI; APs
+    /// wait for INIT/SIPI.
+    Linux64,
 }
 
 /// A validated kernel image, ready to copy into guest memory.
@@ -85,6 +95,23 @@ pub struct KernelImage {
     pub end: u64,
     /// The image declares (ELF note) that it follows the native-mode VIF convention.
     pub vif_note: bool,
+    /// Linux boot protocol data (setup header, initrd), for `BootProtocol::Linux64`.
+    pub linux: Option<linux::LinuxBoot>,
+}
+
+/// Parse and validate `bytes` as any guest kernel: a Linux bzImage or vmlinux (booted with
+/// `initrd`, if any, through the Linux protocol), or one of perfvm's ELF64 or multiboot
+/// guests. Returns the image and the bytes its segments are copied from.
+pub fn load_guest(bytes: Vec<u8>, initrd: Option<Vec<u8>>, mem_size: u64) -> Result<(KernelImage, Vec<u8>), LoadError> {
+    if linux::is_linux(&bytes) {
+        return linux::load(&bytes, initrd, mem_size);
+    }
+    if initrd.is_some() {
+        // Say what is wrong with the file first (not an ELF, ...), then the option.
+        load_kernel(&bytes, mem_size)?;
+        return Err(LoadError::InitrdWithoutLinux);
+    }
+    Ok((load_kernel(&bytes, mem_size)?, bytes))
 }
 
 /// Parse and validate `bytes` as a kernel for a guest with `mem_size` bytes of RAM.
@@ -108,11 +135,11 @@ pub fn load_kernel(bytes: &[u8], mem_size: u64) -> Result<KernelImage, LoadError
         return Err(LoadError::EntryOutside(parsed.entry));
     }
     let end = segments.iter().map(Segment::end).max().unwrap_or(0);
-    Ok(KernelImage { protocol, entry: parsed.entry, segments, end, vif_note: parsed.vif_note })
+    Ok(KernelImage { protocol, entry: parsed.entry, segments, end, vif_note: parsed.vif_note, linux: None })
 }
 
 /// Every segment inside RAM, outside the boot area, and no two overlapping.
-fn validate_placement(segments: &[Segment], mem_size: u64) -> Result<(), LoadError> {
+pub(crate) fn validate_placement(segments: &[Segment], mem_size: u64) -> Result<(), LoadError> {
     for (index, s) in segments.iter().enumerate() {
         let (start, end) = (s.paddr, s.end());
         if end > mem_size || end < start {

@@ -50,3 +50,22 @@ pub fn elf64_with(entry: u64, segs: &[(u64, &[u8], u64)]) -> Vec<u8> {
     }
     out
 }
+
+/// A minimal bzImage (boot protocol 2.15, 64-bit) around `payload`: a boot sector and one
+/// setup sector with the setup header, then the payload at payload_offset 0. For the CLI's
+/// Linux error paths: `payload` may be an ELF (uncompressed kernel) or anything else.
+pub fn bzimage(payload: &[u8]) -> Vec<u8> {
+    let mut image = vec![0u8; 1024];
+    image[0x1f1] = 1; // setup_sects
+    image[0x1fe..0x200].copy_from_slice(&0xaa55u16.to_le_bytes()); // boot_flag
+    image[0x202..0x206].copy_from_slice(b"HdrS");
+    image[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes()); // version 2.15
+    image[0x211] = 1; // loadflags: LOADED_HIGH
+    image[0x22c..0x230].copy_from_slice(&0x7fff_ffffu32.to_le_bytes()); // initrd_addr_max
+    image[0x236..0x238].copy_from_slice(&1u16.to_le_bytes()); // xloadflags: XLF_KERNEL_64
+    image[0x238..0x23c].copy_from_slice(&2047u32.to_le_bytes()); // cmdline_size
+    image[0x248..0x24c].copy_from_slice(&0u32.to_le_bytes()); // payload_offset
+    image[0x24c..0x250].copy_from_slice(&(payload.len() as u32).to_le_bytes()); // payload_length
+    image.extend_from_slice(payload);
+    image
+}

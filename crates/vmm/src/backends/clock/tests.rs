@@ -51,9 +51,10 @@ fn counters_share_one_event_and_toggle_for_one_read() {
     assert!(alone > 10_000_000, "20 ms at 1 GHz counted alone: {alone}");
     assert_eq!(src.read(p1), 0, "never enabled");
     spin(&mut src, 1);
-    assert_eq!(syscalls_of(&mut src, |s| s.enable_many(mask)), 1, "one clock read starts four counters");
+    // One clock read at most (none while the thread ran unbroken: `self_read`).
+    assert!(syscalls_of(&mut src, |s| s.enable_many(mask)) <= 1, "one clock read starts four counters");
     spin(&mut src, 20);
-    assert_eq!(syscalls_of(&mut src, |s| s.disable_many(mask)), 1, "and stops them");
+    assert!(syscalls_of(&mut src, |s| s.disable_many(mask)) <= 1, "and stops them");
     let (a, b) = (src.read(p0), src.read(p1));
     assert!(a > alone + 10_000_000 && b > 10_000_000, "both counted: {a} {b}");
     assert_eq!(a - alone, b, "started and stopped at one instant");
@@ -67,7 +68,11 @@ fn counters_share_one_event_and_toggle_for_one_read() {
     for pmc in PmcIdx::iter_mask(mask) {
         src.close(pmc);
     }
-    assert_eq!(budget.open_now(), 0, "the last close closes the clock");
+    assert_eq!(budget.open_now(), 1, "the clock outlives its counters");
+    let reopen = syscalls_of(&mut src, |s| s.open(p0, &cycles()).unwrap());
+    assert_eq!(reopen, 0, "a counter opens on the clock for free");
+    drop(src);
+    assert_eq!(budget.open_now(), 0, "the backend's end closes the clock");
 }
 
 #[test]
@@ -78,10 +83,14 @@ fn the_timer_follows_the_nearest_overflow_only_when_it_moves() {
     let (p0, p1) = (PmcIdx::gp(0).unwrap(), PmcIdx::gp(1).unwrap());
     src.arm_overflow(p0, Some(1_000_000_000));
     src.arm_overflow(p1, Some(2_000_000_000));
-    assert_eq!(syscalls_of(&mut src, |s| s.enable_many(mask)), 2, "a read, and a period for the nearest");
+    let enable = syscalls_of(&mut src, |s| s.enable_many(mask));
+    assert!((1..=2).contains(&enable), "a read at most, and a period for the nearest: {enable}");
     let due = src.timer.expect("armed").due;
     spin(&mut src, 2);
-    assert_eq!(syscalls_of(&mut src, |s| s.arm_overflow(p1, Some(3_000_000_000))), 1, "a later overflow: a read");
+    assert!(
+        syscalls_of(&mut src, |s| s.arm_overflow(p1, Some(3_000_000_000))) <= 1,
+        "a later overflow: a read at most"
+    );
     assert_eq!(src.timer.unwrap().due, due, "the nearest did not move");
     spin(&mut src, 2);
     src.arm_overflow(p1, Some(1_000_000));
@@ -93,8 +102,8 @@ fn the_timer_follows_the_nearest_overflow_only_when_it_moves() {
     assert!(src.timer.is_none(), "nothing runs armed: off");
 }
 
-/// Counters the model re-arms while a notification is handled get one period, at the end,
-/// and none when the timer already fires there.
+/// Counters the model re-arms while a notification is handled get one period, at the end:
+/// a notification costs its exact clock read and that period, whatever the counters.
 #[test]
 fn a_notification_sets_one_period_at_most() {
     let Some((mut src, _, mask)) = four_counters("a_notification_sets_one_period_at_most") else {
@@ -114,7 +123,7 @@ fn a_notification_sets_one_period_at_most() {
     });
     assert_eq!(rearm, 2, "one read, one period");
     src.notification_taken();
-    assert!(syscalls_of(&mut src, |s| s.after_notification()) <= 1, "the timer lands already: a read at most");
+    assert_eq!(syscalls_of(&mut src, |s| s.after_notification()), 2, "re-armed at every notification");
 }
 
 #[test]

@@ -1,0 +1,54 @@
+//! Debian's stock cloud kernel, booted to /init under perfvm: minutes of emulation here, so
+//! one boot serves every check. The kernel and initramfs come from guest/linux's script
+//! (`apt-get download` only), run here when target/linux lacks them; a fetch that fails
+//! fails the test with the script's message.
+
+mod common;
+use common::*;
+use std::path::PathBuf;
+
+/// target/linux's kernel and initramfs, fetched and built when missing.
+fn assets() -> (String, String) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::var_os("PERFVM_LINUX_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target/linux"));
+    let (kernel, initrd) = (dir.join("vmlinuz"), dir.join("initramfs.cpio"));
+    let script = root.join("guest/linux/fetch-and-build.sh");
+    let out = std::process::Command::new("sh").arg(&script).env("PERFVM_LINUX_DIR", &dir).output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!(
+            "cannot fetch or build the Linux assets with {}: {}",
+            script.display(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => panic!("cannot run {}: {e}", script.display()),
+    }
+    assert!(kernel.exists() && initrd.exists(), "{} did not produce {}", script.display(), dir.display());
+    (kernel.display().to_string(), initrd.display().to_string())
+}
+
+/// Ignored: on this host the kernel reaches /init (about 30 minutes of emulation) but init
+/// dies at its first system call, because kvm_pvm enters LSTAR in user mode (docs/LINUX.md,
+/// "SYSCALL"). Run it with `--ignored` on a host where user-mode SYSCALL works.
+#[test]
+#[ignore = "user-mode SYSCALL does not reach Linux's kernel on this host (docs/LINUX.md)"]
+fn stock_kernel_boots_to_init_runs_commands_and_reboots() {
+    require_kvm!();
+    let (kernel, initrd) = assets();
+    let cmdline = r#"-- "echo marker-$((6 * 7))" "/bin/loop 1000" "/bin/twofunc 1000" "false""#;
+    let o = perfvm(&["run", &kernel, "--initrd", &initrd, "--timeout", "3600", "--stats", "--cmdline", cmdline]);
+    let (out, err) = (stdout(&o), stderr(&o));
+    let context = format!("stdout tail: {}\nstderr: {err}", &out[out.len().saturating_sub(3000)..]);
+    assert!(out.contains("Linux version 6."), "{context}");
+    assert!(out.contains("Run /init as init process"), "{context}");
+    assert!(out.contains("perfvm-init: ready"), "{context}");
+    assert!(out.contains("marker-42"), "a shell ran the first command: {context}");
+    assert!(out.contains("perfvm-init: exit 2: 0"), "/bin/loop: {context}");
+    assert!(out.contains("twofunc: hot 3000 iterations, cold 1000 iterations"), "{context}");
+    assert!(out.contains("perfvm-init: exit 4: 1"), "a failing command's status: {context}");
+    assert!(out.contains("perfvm-init: done"), "{context}");
+    assert!(!out.contains("Kernel panic"), "{context}");
+    assert_eq!(code(&o), 0, "reboot -f ends the run with exit 0: {context}");
+    assert!(err.contains("kernel command line: console=ttyS0 "), "--stats prints the whole line: {err}");
+    assert!(err.contains(cmdline), "the user's text at its end: {err}");
+}

@@ -1,0 +1,151 @@
+//! Reading the vCPU's task-clock without a system call. The clock is the thread's CPU
+//! time; while the thread stays on its CPU, CPU time advances exactly as wall time does.
+//! The kernel rewrites the event's control page (and bumps its sequence count) whenever
+//! it schedules the thread back in, so an unchanged count since a read(2) means the thread
+//! has run without a break since, and the clock is that read plus the TSC time since. A
+//! changed count (or an old read) costs one read(2) to start over.
+//!
+//! (perf's own self-monitoring extrapolates the page's `time_running` with `cap_user_time`
+//! and the TSC; this host's kernel leaves `cap_user_time` clear for task-clock events,
+//! measured, so the page is used only as the "not rescheduled" witness.)
+
+use crate::backends::perf_sys::{PerfEvent, UserPage};
+
+/// After this much TSC time a read(2) starts over anyway, bounding what the TSC rate's
+/// rounding and interrupt time the clock accounts differently can add up to.
+const MAX_AGE_NS: u64 = 10_000_000;
+
+/// The last read(2) and what the page said then.
+#[derive(Debug, Clone, Copy)]
+struct Anchor {
+    seq: u32,
+    tsc: u64,
+    clock_ns: u64,
+}
+
+/// The clock's reads, mostly from the TSC.
+#[derive(Debug)]
+pub struct SelfRead {
+    page: Option<UserPage>,
+    anchor: Option<Anchor>,
+    tsc_khz: u64,
+    /// Reads answered without a system call.
+    pub from_tsc: u64,
+    /// Reads that took a read(2).
+    pub syscalls: u64,
+}
+
+impl SelfRead {
+    /// Reads of `clock` (on the calling thread) with the TSC at `tsc_khz`; without its
+    /// control page every read is a read(2).
+    pub fn new(clock: &PerfEvent, tsc_khz: u64) -> Self {
+        SelfRead { page: clock.user_page().ok(), anchor: None, tsc_khz: tsc_khz.max(1), from_tsc: 0, syscalls: 0 }
+    }
+
+    /// The clock now, in ns, given the TSC `tsc`; None if the read(2) it needed failed.
+    pub fn now(&mut self, clock: &PerfEvent, tsc: u64) -> Option<u64> {
+        if let (Some(page), Some(a)) = (&self.page, self.anchor) {
+            let ns = (u128::from(tsc.saturating_sub(a.tsc)) * 1_000_000 / u128::from(self.tsc_khz)) as u64;
+            if page.seq() == a.seq && ns < MAX_AGE_NS {
+                self.from_tsc += 1;
+                return Some(a.clock_ns + ns);
+            }
+        }
+        self.read(clock)
+    }
+
+    /// Start over from a read(2), if the thread was not rescheduled during it.
+    fn read(&mut self, clock: &PerfEvent) -> Option<u64> {
+        self.syscalls += 1;
+        let before = self.page.as_ref().map(UserPage::seq);
+        let clock_ns = clock.read().ok()?;
+        let tsc = super::host_tsc();
+        let seq = self.page.as_ref().map(UserPage::seq);
+        self.anchor = match (before, seq) {
+            (Some(b), Some(s)) if b == s => Some(Anchor { seq: s, tsc, clock_ns }),
+            _ => None,
+        };
+        Some(clock_ns)
+    }
+
+    /// The next read is a read(2): the exact clock is wanted.
+    pub fn forget(&mut self) {
+        self.anchor = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::perf_sys::{PerfEventAttr, PERF_COUNT_SW_TASK_CLOCK, PERF_TYPE_SOFTWARE};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    /// The TSC rate, kHz, measured against the monotonic clock.
+    fn tsc_khz() -> u64 {
+        let (t0, c0) = (Instant::now(), crate::backends::host_tsc());
+        std::thread::sleep(Duration::from_millis(50));
+        let (ns, ticks) = (t0.elapsed().as_nanos() as u64, crate::backends::host_tsc() - c0);
+        ticks * 1_000_000 / ns
+    }
+
+    /// Over `reads` reads spaced by some work, each bracketed by two read(2)s: how far the
+    /// largest estimate fell outside its bracket, and how many reads were estimates.
+    fn compare(reads: usize) -> Option<(u64, u64)> {
+        let attr = PerfEventAttr { type_: PERF_TYPE_SOFTWARE, config: PERF_COUNT_SW_TASK_CLOCK, ..Default::default() };
+        let clock = match PerfEvent::open_untracked(&attr) {
+            Ok(c) => c,
+            Err(e) => {
+                crate::kvm::skip_test("self_read", &format!("perf_event_open: {e}"));
+                return None;
+            }
+        };
+        let mut reader = SelfRead::new(&clock, tsc_khz());
+        assert!(reader.page.is_some(), "the control page maps");
+        let mut worst = 0;
+        for i in 0..reads {
+            let mut x = 0u64;
+            for j in 0..(20_000 * (1 + i % 5)) as u64 {
+                x = std::hint::black_box(x.wrapping_add(j));
+            }
+            let before = clock.read().unwrap();
+            let estimate = reader.now(&clock, crate::backends::host_tsc()).unwrap();
+            let after = clock.read().unwrap();
+            worst = worst.max(before.saturating_sub(estimate)).max(estimate.saturating_sub(after));
+        }
+        eprintln!(
+            "self_read: estimates within {worst} ns of their read(2) brackets; {} of {reads} reads without a system call",
+            reader.from_tsc
+        );
+        Some((worst, reader.from_tsc))
+    }
+
+    #[test]
+    fn estimates_equal_read_within_microseconds_and_avoid_the_syscall() {
+        let Some((worst, from_tsc)) = compare(2000) else { return };
+        assert!(worst < 5_000, "estimate off by {worst} ns");
+        assert!(from_tsc > 1000, "{from_tsc} of 2000 reads without a system call");
+    }
+
+    #[test]
+    fn beside_two_cpu_hogs_too() {
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let hogs: Vec<_> = (0..2)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        let got = compare(2000);
+        stop.store(true, Ordering::Relaxed);
+        hogs.into_iter().for_each(|h| h.join().unwrap());
+        let Some((worst, from_tsc)) = got else { return };
+        // Rescheduled often, the reader starts over often, and is as right.
+        assert!(worst < 5_000, "estimate off by {worst} ns");
+        assert!(from_tsc > 100, "{from_tsc} of 2000 reads without a system call");
+    }
+}
