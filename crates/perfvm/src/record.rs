@@ -225,7 +225,18 @@ fn agent_clock(agent: &vmm::devices::AgentData, tsc: TscRate) -> impl Fn(u64) ->
 }
 
 pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
-    let event = events::parse(&args.event).map_err(Failure::usage)?;
+    // One event per record: several would need rotation with each event's period kept
+    // across it, and a record format and views per event, which perfvm does not have.
+    let event = match events::parse_list(&args.event).map_err(Failure::usage)?[..] {
+        [one] => one,
+        ref several => {
+            return Err(Failure::usage(format!(
+                "record samples one event per run and does not multiplex {}: record each in a run of its own, \
+                 or count them together with perfvm stat -e (which multiplexes)",
+                several.iter().map(Event::display).collect::<Vec<_>>().join(", ")
+            )))
+        }
+    };
     if args.reference && args.vm.pmu.backend != BackendArg::Exact {
         return Err(Failure::usage("--reference needs --backend exact"));
     }
