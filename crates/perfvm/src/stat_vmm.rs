@@ -198,10 +198,7 @@ mod tests {
             time_enabled: 0,
             time_running: 0,
         };
-        let run = Run {
-            counts: events.iter().map(|e| count(e, e.raw != 0x003c)).collect(),
-            tasks: Default::default(),
-        };
+        let run = Run { counts: events.iter().map(|e| count(e, e.raw != 0x003c)).collect(), tasks: Default::default() };
         let offered = Some(EventSet::from_fn(|e| e == ArchEvent::CoreCycles));
         let mut lines = profile::counts::fold(&[&run], offered);
         let notes = apply_levels(&mut lines, &events, true);

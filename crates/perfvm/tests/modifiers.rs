@@ -13,7 +13,9 @@ fn lines(o: &std::process::Output) -> Vec<(String, String, Option<u64>)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| (c["event"].as_str().unwrap().to_owned(), c["status"].as_str().unwrap().to_owned(), c["value"].as_u64()))
+        .map(|c| {
+            (c["event"].as_str().unwrap().to_owned(), c["status"].as_str().unwrap().to_owned(), c["value"].as_u64())
+        })
         .collect()
 }
 
@@ -58,7 +60,10 @@ fn the_perf_backend_says_what_it_cannot_split() {
         assert_eq!(l[1].1, "not_supported", "{l:?}");
         let o = perfvm(&["stat", "-e", "cycles:u,cycles:k", "hello"]);
         let err = stderr(&o);
-        assert!(err.contains(" cycles:u: the perf backend's software clock cannot tell user mode from the kernel"), "{err}");
+        assert!(
+            err.contains(" cycles:u: the perf backend's software clock cannot tell user mode from the kernel"),
+            "{err}"
+        );
         assert!(err.contains(" cycles:k: the software clock counts every privilege level"), "{err}");
     } else {
         // A host PMU: guest mode at CPL0 only, so user-mode cycles are few.

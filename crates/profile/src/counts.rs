@@ -257,10 +257,16 @@ impl Table<'_> {
     }
 
     /// perf's ratio column: IPC for instructions, miss rate for branch misses, each against
-    /// the other event at the same privilege levels.
+    /// the other event at the same privilege levels; the clock rate for cycles over the
+    /// workload's time (perf divides by task-clock, which perfvm has not; not for the exact
+    /// backend's model clock, which is no rate).
     fn note(&self, line: &Line) -> String {
         let of = |raw| self.mean_of(raw, line.levels).filter(|&d| d > 0.0 && line.status == Status::Counted);
+        let seconds = self.seconds.iter().sum::<f64>() / self.seconds.len().max(1) as f64;
         match line.event {
+            0x003c if !self.model_clock && seconds > 0.0 && line.status == Status::Counted => {
+                Some(format!("#  {:>6.3} GHz", line.mean() / seconds / 1e9))
+            }
             0x00c0 => of(0x003c).map(|cy| format!("#  {:>6.2}  insn per cycle", line.mean() / cy)),
             0x00c5 => of(0x00c4).map(|b| format!("#  {:>6.2}% of all branches", 100.0 * line.mean() / b)),
             _ => None,
@@ -410,7 +416,12 @@ mod tests {
         );
         let out = render(&[&a], cpuid(0), false);
         assert!(out.contains(" Performance counter stats for 'ftest 3':"), "{out}");
-        assert!(out.contains("           2,000,000      cycles\n"), "{out}");
+        let lines = fold(&[&a], cpuid(0));
+        let model =
+            Table { command: "", lines: &lines, tasks: &a.tasks, seconds: &[1.5], model_clock: true, exact_hint: None };
+        assert!(!model.render().contains("GHz"), "the model clock is no rate");
+        // 2,000,000 cycles in 1.5 s.
+        assert!(out.contains("           2,000,000      cycles                    #   0.001 GHz\n"), "{out}");
         assert!(out.contains("1,000,000      instructions              #    0.50  insn per cycle\n"), "{out}");
         assert!(out.contains("2,000      branch-misses             #    2.00% of all branches\n"), "{out}");
         assert!(out.contains("1.500000000 seconds time elapsed"), "{out}");
@@ -484,7 +495,11 @@ mod tests {
         ]);
         let out = render(&[&a], cpuid(0), false);
         let line = |n: usize| out.lines().filter(|l| l.contains("cycles") || l.contains("branches")).nth(n).unwrap();
-        assert_eq!(line(0).trim_end(), "               3,000      cycles", "ran all the time: no column: {out}");
+        let first = line(0);
+        assert!(
+            first.starts_with("               3,000      cycles ") && first.ends_with(" GHz"),
+            "ran all the time: no column: {out}"
+        );
         assert!(
             line(1).starts_with("               3,000      ref-cycles") && line(1).ends_with("  (33.33%)"),
             "{out}"

@@ -103,7 +103,8 @@ pub fn parse(spec: &str) -> Result<Event, String> {
             None => return Err(format!("bad modifier ':{mods}' in '{spec}' (perfvm takes :u, :k, :uk)")),
         },
     };
-    let event = parse_base(base).ok_or_else(|| format!("unknown event '{spec}' (available: {}, or rUUEE)", available()))?;
+    let event =
+        parse_base(base).ok_or_else(|| format!("unknown event '{spec}' (available: {}, or rUUEE)", available()))?;
     Ok(Event { levels, ..event })
 }
 
