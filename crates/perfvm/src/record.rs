@@ -133,9 +133,8 @@ pub fn record(
     if let Some(msg) = report.end.message() {
         eprintln!("perfvm: {msg}");
     }
-    // The running VM states its TSC rate; a VM that did not is asked again.
+    // The running VM states its TSC rate (a second VM would only ask KVM the same again).
     let tsc = TscRate::from_khz(report.tsc_khz)
-        .or_else(|| vmm::kvm::guest_tsc_khz().ok().and_then(TscRate::from_khz))
         .ok_or_else(|| Failure::failed("the VM stated no TSC rate: -F cannot be turned into a period"))?;
     let period = if mode == Mode::Reference { 1 } else { tsc.cycles_of(period) };
     let samples: Vec<Sample> = match mode {
