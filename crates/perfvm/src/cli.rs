@@ -56,8 +56,9 @@ pub const DEFAULT_EXACT_PERIOD: u64 = 10_007;
 #[derive(Debug, Args)]
 pub struct StatArgs {
     /// Events to count, comma-separated or -e repeated (cycles, instructions, ref-cycles,
-    /// cache-references, cache-misses, branches, branch-misses, or rUUEE). More than the vPMU
-    /// has counters for are multiplexed and scaled, as perf does.
+    /// cache-references, cache-misses, branches, branch-misses, or rUUEE), each optionally
+    /// with :u (user mode) or :k (kernel). More than the vPMU has counters for are
+    /// multiplexed and scaled, as perf does.
     #[arg(short = 'e', long = "event", default_value = "cycles,instructions,branches,branch-misses")]
     pub events: Vec<String>,
     /// Count per guest task too (counters saved and restored on every guest context switch),
@@ -87,7 +88,7 @@ pub struct StatArgs {
 
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// Event to sample.
+    /// Event to sample, optionally with :u or :k (one event: record does not multiplex).
     #[arg(short = 'e', long = "event", default_value = "cycles")]
     pub event: String,
     /// Sample every PERIOD events (default: -F 1000 natively and -F 100 emulated for cycles
