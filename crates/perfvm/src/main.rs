@@ -4,6 +4,7 @@ mod agent_lines;
 mod bench;
 mod cli;
 mod failure;
+mod guest_symbols;
 mod guests;
 mod list;
 mod output;

@@ -1,7 +1,7 @@
 //! Reading record files and writing what the commands produce, with one-line failures.
 
 use crate::Failure;
-use profile::{Profile, Record, Resolver};
+use profile::{Profile, Record};
 use std::io::Write;
 use std::path::Path;
 
@@ -45,7 +45,7 @@ pub fn warn_all(warnings: Vec<String>) {
 /// `lines`), warnings printed.
 pub fn load(path: &str, lines: bool) -> Result<(Record, Profile), Failure> {
     let record = Record::load(Path::new(path))?;
-    let (resolver, warnings) = Resolver::load(Path::new(&record.elf), lines);
+    let (resolver, warnings) = crate::guest_symbols::load(Path::new(&record.elf), lines);
     warn_all(warnings);
     let profile = Profile::build(&record, &resolver);
     Ok((record, profile))

@@ -10,7 +10,7 @@ use crate::Failure;
 use pmu::tsc::{SamplePeriod, TscRate};
 use profile::agent::Order;
 use profile::events::{self, Event};
-use profile::{Mode, Notifications, Profile, Record, Resolver, Sample, FORMAT};
+use profile::{Mode, Notifications, Profile, Record, Sample, FORMAT};
 use std::time::Instant;
 use vmm::sampler::CallGraph;
 use vmm::unwind::cfi_section;
@@ -204,7 +204,7 @@ pub fn record(
         wall_ns: report.stats.wall_ns,
         exits: report.stats.workload_exits_but_console(),
     };
-    let (resolver, warnings) = Resolver::from_elf(&elf_bytes, &config.kernel.display().to_string(), false);
+    let (resolver, warnings) = crate::guest_symbols::resolver(&elf_bytes, &config.kernel.display().to_string(), false);
     warn_all(warnings);
     let profile = Profile::build(&record, &resolver);
     let agent_seen = report.agent.messages > 0 || !report.agent.marks.is_empty();

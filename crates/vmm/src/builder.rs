@@ -12,6 +12,7 @@ use crate::error::{ioctl, memory, VmError};
 use crate::kvm::open_kvm;
 use crate::layout::{MAX_MEM_MIB, MAX_VCPUS, MIN_MEM_MIB};
 use crate::loader::{load_guest, BootProtocol, KernelImage};
+use crate::rdpmc_traps::RdpmcTraps;
 use crate::native;
 use crate::pmu_report::PmuReport;
 use crate::vcpu::{Shared, Vcpu};
@@ -81,6 +82,12 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     // The CFI is read once per VM, only for call chains that use it.
     let dwarf = config.sampling.is_some_and(|s| s.callchain == Some(crate::sampler::CallGraph::Dwarf));
     let unwinder = dwarf.then(|| crate::unwind::GuestUnwinder::from_elf(&bytes).map(Arc::new)).flatten();
+    // A Linux kernel reads its counters with RDPMC, which this host gives the VMM no exit for.
+    let rdpmc_traps = Arc::new(match linux && config.pmu.is_some() {
+        true => RdpmcTraps::find(&bytes),
+        false => RdpmcTraps::default(),
+    });
+    rdpmc_traps.plant(&mem).map_err(memory("trapping the kernel's RDPMC instructions"))?;
     drop(bytes);
 
     let cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES).map_err(ioctl("KVM_GET_SUPPORTED_CPUID"))?;
@@ -160,6 +167,9 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     if linux {
         crate::devices::console_input::start(shared.clone());
     }
+    for pmu in &mut pmus {
+        pmu.set_rdpmc_traps(rdpmc_traps.clone());
+    }
     let mut pmus = pmus.drain(..).map(Some).collect::<Vec<_>>();
     pmus.resize_with(fds.len(), || None);
     let vcpus = fds
@@ -187,6 +197,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
             syscall_entry: None,
             fault_breakpoint: None,
             stepping_over_fault: false,
+            rdpmc_traps: rdpmc_traps.clone(),
         })
         .collect();
     Ok(Vm {

@@ -44,6 +44,35 @@ impl KernelSymbol {
     }
 }
 
+/// The symbols of the kernel ELF `data`, sorted by address: its `.symtab` where it has one,
+/// else its kallsyms tables (found in `.rodata`, addresses from `.text`'s, which is `_text`).
+pub fn of_elf(data: &[u8]) -> Option<Vec<KernelSymbol>> {
+    let elf = goblin::elf::Elf::parse(data).ok()?;
+    let section = |name: &str| elf.section_headers.iter().find(|s| elf.shdr_strtab.get_at(s.sh_name) == Some(name));
+    if !elf.syms.is_empty() {
+        let mut symbols: Vec<KernelSymbol> = elf
+            .syms
+            .iter()
+            .filter(|s| s.st_value != 0 && (s.is_function() || s.st_type() == goblin::elf::sym::STT_NOTYPE))
+            .filter_map(|s| {
+                let name = elf.strtab.get_at(s.st_name)?;
+                let kind = match (s.is_function(), s.st_bind() == goblin::elf::sym::STB_GLOBAL) {
+                    (true, true) => 'T',
+                    (true, false) => 't',
+                    (false, _) => 'n',
+                };
+                Some(KernelSymbol { addr: s.st_value, kind, name: name.to_owned() })
+            })
+            .collect();
+        symbols.sort_by_key(|s| s.addr);
+        return Some(symbols);
+    }
+    let rodata = section(".rodata")?;
+    let start = usize::try_from(rodata.sh_offset).ok()?;
+    let end = start.checked_add(usize::try_from(rodata.sh_size).ok()?)?;
+    recover(data, start..end, section(".text")?.sh_addr)
+}
+
 /// Most symbols a kernel is taken to have (6.1 distribution kernels have ~90,000; with
 /// all modules built in, a few hundred thousand).
 const MAX_SYMBOLS: u32 = 4_000_000;

@@ -24,6 +24,7 @@ pub mod pmi;
 pub mod pmu_report;
 pub mod pv;
 pub mod pv_sampling;
+pub mod rdpmc_traps;
 pub mod requests;
 pub mod sampler;
 pub mod softint;

@@ -167,6 +167,10 @@ fn sync_interrupt_flag(vcpu: &VcpuFd, on: bool) {
     }
 }
 
+/// Code pages seen while stepping: (CR3, guest-virtual page) -> guest-physical page (a
+/// Linux guest's processes map the same user addresses to different pages).
+pub type CodePages = HashMap<(u64, u64), u64>;
+
 /// A stepped KVM vCPU as the retirement rules see it (`backends::retire`).
 #[derive(Debug)]
 pub struct VcpuStep<'a> {
@@ -174,19 +178,23 @@ pub struct VcpuStep<'a> {
     pub vcpu: &'a VcpuFd,
     /// Guest memory.
     pub mem: &'a GuestMemoryMmap,
-    /// Guest-virtual page -> guest-physical page of code, kept while stepping.
-    pub code_pages: &'a mut HashMap<u64, u64>,
+    /// Code pages seen, kept while stepping.
+    pub code_pages: &'a mut CodePages,
+    /// The VMM's INT3s on RDPMCs: the code is read as the guest wrote it.
+    pub rdpmc_traps: &'a crate::rdpmc_traps::RdpmcTraps,
     /// Where the vCPU keeps its interrupt flag (for INT n and IRETQ).
     pub home: FlagHome,
 }
 
 impl VcpuStep<'_> {
     fn translate(&mut self, page: u64) -> Option<u64> {
-        if let Some(&pa) = self.code_pages.get(&page) {
+        // The registers KVM synced out at this exit (a stepping backend enables them).
+        let key = (self.vcpu.sync_regs().sregs.cr3, page);
+        if let Some(&pa) = self.code_pages.get(&key) {
             return Some(pa);
         }
         let t = self.vcpu.translate_gva(page).ok().filter(|t| t.valid != 0)?;
-        self.code_pages.insert(page, t.physical_address & !0xfff);
+        self.code_pages.insert(key, t.physical_address & !0xfff);
         Some(t.physical_address & !0xfff)
     }
 }
@@ -202,6 +210,7 @@ impl StepCpu for VcpuStep<'_> {
                 Err(_) => break,
             }
         }
+        self.rdpmc_traps.unpatch(va, &mut bytes);
         bytes
     }
 

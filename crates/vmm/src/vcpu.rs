@@ -96,6 +96,8 @@ pub struct Vcpu {
     pub fault_breakpoint: Option<u64>,
     /// Single-stepping over that breakpoint: re-arm it at the next debug exit.
     pub stepping_over_fault: bool,
+    /// The VMM's INT3s on the guest kernel's RDPMCs (`rdpmc_traps`).
+    pub rdpmc_traps: Arc<crate::rdpmc_traps::RdpmcTraps>,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -373,6 +375,9 @@ impl Vcpu {
         // SAFETY: the exit reason was KVM_EXIT_INTERNAL_ERROR, so `internal` is the live union member.
         let suberror = unsafe { self.fd.get_kvm_run().__bindgen_anon_1.internal.suberror };
         let insn = if suberror == kvm_bindings::KVM_INTERNAL_ERROR_EMULATION {
+            if let Some(done) = self.trapped_rdpmc() {
+                return done;
+            }
             let home = match self.native {
                 true => FlagHome::Vif(crate::native::vif_page(self.index)),
                 false => FlagHome::Rflags,
@@ -388,6 +393,34 @@ impl Vcpu {
             None
         };
         Some(VmEnd::InternalError { vcpu: self.index, suberror, rip: self.rip(), insn })
+    }
+}
+
+impl Vcpu {
+    /// The INT3 at RIP is one of the VMM's RDPMC traps: run the RDPMC on the vPMU (EDX:EAX,
+    /// RIP past the two bytes), or give the guest the #GP the model says. None: not a trap.
+    fn trapped_rdpmc(&mut self) -> Option<Option<VmEnd>> {
+        if self.rdpmc_traps.is_empty() {
+            return None;
+        }
+        let mut regs = self.fd.get_regs().ok()?;
+        let mut bytes = [0u8; 2];
+        crate::linear::LinearMemory::read(&mut crate::linear::VcpuLinear::new(&self.fd, &self.mem), regs.rip, &mut bytes)?;
+        if !self.rdpmc_traps.is_trap(regs.rip, &bytes) {
+            return None;
+        }
+        *self.stats.completed.entry("rdpmc").or_default() += 1;
+        let value = self.pmu.as_mut().and_then(|p| p.rdpmc(regs.rcx as u32));
+        let done = match value {
+            Some(value) => {
+                regs.rax = value & 0xffff_ffff;
+                regs.rdx = value >> 32;
+                regs.rip += 2;
+                self.fd.set_regs(&regs).map_err(|e| format!("RDPMC: KVM_SET_REGS: {e}"))
+            }
+            None => crate::complete::inject_gp(&self.fd).map_err(|e| format!("RDPMC #GP: {e}")),
+        };
+        Some(done.err().map(|reason| self.failed(reason)))
     }
 }
 

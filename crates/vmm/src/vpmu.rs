@@ -10,11 +10,13 @@ use crate::backends::VmmSource;
 use crate::kick;
 use crate::pmi::{self, PmiOutcome};
 use crate::pv;
+use crate::rdpmc_traps::RdpmcTraps;
 use crate::stepping::Owed;
 pub use crate::vpmu_stats::{OpStart, OpTime, PmuOp, VpmuStats};
 use kvm_ioctls::{VcpuFd, VmFd};
 use pmu::{ArchEvent, Initiator, MsrIndex, PmcIdx, Pmu, PmuStats, RdpmcIdx};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 use vm_memory::GuestMemoryMmap;
 
@@ -59,7 +61,9 @@ pub struct VcpuPmu {
     /// When the PMI now owed as an NMI began to be handled (accounted at its KVM_NMI).
     pmi_started: Option<OpStart>,
     /// Guest-virtual page -> guest-physical page of code seen while stepping.
-    code_pages: HashMap<u64, u64>,
+    code_pages: crate::stepping::CodePages,
+    /// The VMM's INT3s on the guest kernel's RDPMCs: stepping sees the RDPMC under them.
+    rdpmc_traps: Arc<RdpmcTraps>,
     /// Exact mode with tracing: retired instructions per RIP (the reference profile).
     pub rip_profile: Option<HashMap<u64, u64>>,
     /// `stat -a` on the exact backend: the VMM steps the whole run and counts every
@@ -100,7 +104,8 @@ impl VcpuPmu {
             wrmsr_completing: false,
             nmi_waiting: false,
             pmi_started: None,
-            code_pages: HashMap::new(),
+            code_pages: Default::default(),
+            rdpmc_traps: Default::default(),
             rip_profile: None,
             retired: None,
             pv: None,
@@ -120,6 +125,16 @@ impl VcpuPmu {
     /// KVM_RUN returned: the guest ran, and counts moved.
     pub fn guest_ran(&mut self) {
         self.pmu.backend_mut().guest_ran();
+    }
+
+    /// The guest kernel's RDPMCs the VMM traps (`rdpmc_traps`).
+    pub fn set_rdpmc_traps(&mut self, traps: Arc<RdpmcTraps>) {
+        self.rdpmc_traps = traps;
+    }
+
+    /// Guest RDPMC with ECX = `ecx` (one the VMM trapped): the value, or None for #GP.
+    pub fn rdpmc(&mut self, ecx: u32) -> Option<u64> {
+        self.counting().rdpmc(ecx)
     }
 
     /// Guest RDMSR of a PMU MSR: the value, or None for #GP.
@@ -380,7 +395,13 @@ impl VcpuPmu {
             Some(gpa) => crate::softint::FlagHome::Vif(gpa),
             None => crate::softint::FlagHome::Rflags,
         };
-        let cpu = crate::stepping::VcpuStep { vcpu, mem, code_pages: &mut self.code_pages, home };
+        let cpu = crate::stepping::VcpuStep {
+            vcpu,
+            mem,
+            code_pages: &mut self.code_pages,
+            rdpmc_traps: &self.rdpmc_traps,
+            home,
+        };
         let counting = StepCounting {
             pmu: &mut self.pmu,
             stats: &mut self.stats,

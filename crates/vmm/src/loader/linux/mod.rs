@@ -97,6 +97,15 @@ fn elf_has_linux_notes(bytes: &[u8]) -> bool {
             .any(|note| LINUX_NOTE_OWNERS.contains(&note.name))
 }
 
+/// The kernel ELF (vmlinux) of a bzImage, decompressed; a vmlinux is its own.
+pub fn kernel_elf(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, LinuxError> {
+    if !bzimage::is_bzimage(bytes) {
+        return Ok(bytes.into());
+    }
+    let bz = bzimage::parse(bytes)?;
+    Ok(decompress::decompress(bz.payload)?.1.into())
+}
+
 /// Parse a bzImage or vmlinux for a guest of `mem_size` bytes and place `initrd`. Returns
 /// the image and the bytes its segments refer to (the decompressed vmlinux for a bzImage).
 pub fn load(bytes: &[u8], initrd: Option<Vec<u8>>, mem_size: u64) -> Result<(KernelImage, Vec<u8>), LoadError> {
