@@ -93,7 +93,8 @@ struct agent_sample2 {
 	uint64_t tsc;   /* guest TSC in the PMI handler */
 	uint32_t task;  /* current task id (0 outside tasks) */
 	uint16_t event; /* EVENTSEL[15:0] of the sampling counter */
-	uint16_t nr;    /* call-chain entries that follow (at most AGENT_CHAIN_MAX) */
+	uint8_t nr;     /* call-chain entries that follow (at most AGENT_CHAIN_MAX) */
+	uint8_t vcpu;   /* the vCPU whose PMI took the sample (was nr's high byte, always 0) */
 	uint64_t chain[];
 };
 

@@ -110,17 +110,22 @@ int agent_check_period(void)
 	return 0;
 }
 
+/* USR and OS as the event's modifiers say (AMD's PERF_CTL has them at the same bits). */
 static uint64_t event_select(const struct agent_event *e)
 {
-	return e->sel | EVTSEL_OS | EVTSEL_EN | (agent_recording ? EVTSEL_INT : 0);
+	uint64_t levels = (e->levels & AGENT_LEVEL_USR ? EVTSEL_USR : 0) | (e->levels & AGENT_LEVEL_OS ? EVTSEL_OS : 0);
+	return e->sel | levels | EVTSEL_EN | (agent_recording ? EVTSEL_INT : 0);
 }
 
 static uint64_t fixed_control(void)
 {
 	uint64_t ctrl = 0;
 	for (unsigned i = 0; i < agent_nev; i++)
-		if (agent_evs[i].hw >= 32)
-			ctrl |= FIXED_CTRL(agent_evs[i].hw - 32, FIXED_OS | (agent_recording ? FIXED_PMI : 0));
+		if (agent_evs[i].hw >= 32) {
+			const struct agent_event *e = &agent_evs[i];
+			uint64_t levels = (e->levels & AGENT_LEVEL_USR ? FIXED_USR : 0) | (e->levels & AGENT_LEVEL_OS ? FIXED_OS : 0);
+			ctrl |= FIXED_CTRL(e->hw - 32, levels | (agent_recording ? FIXED_PMI : 0));
+		}
 	return ctrl;
 }
 

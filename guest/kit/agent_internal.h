@@ -23,12 +23,17 @@
 #define AGENT_MAX_IDS (SCHED_MAX_TASKS + 1)
 #define NO_COUNTER (-1)
 
+/* Privilege levels an event counts at: user mode (USR, CPL > 0), the kernel (OS, CPL 0). */
+#define AGENT_LEVEL_USR 1u
+#define AGENT_LEVEL_OS  2u
+
 struct agent_event {
 	uint16_t code;       /* perfvm's code: Intel's EVENTSEL[15:0] (what counts and samples carry) */
 	uint8_t has_sel;     /* the host gave the vendor's select (`code=select`) */
 	uint32_t given_sel;  /* that select, in the vendor's -e form (AMD: 0xUUEEE) */
 	uint64_t sel;        /* event select bits of EVENTSEL / PERF_CTL (no flags) */
 	uint16_t flags;      /* AGENT_COUNT_* */
+	uint8_t levels;      /* AGENT_LEVEL_*: the privilege levels it counts at (`:u`, `:k`) */
 	int hw;              /* GLOBAL_CTRL bit: 0-7 = PMCi, 32-34 = FIXED_CTRj; NO_COUNTER */
 	const char *why;     /* why it is not counted */
 	uint32_t rd_msr, wr_msr;

@@ -8,7 +8,8 @@ void agent_usage(void)
 	printf("agent: usage: <guest> stat -e <ev>[,<ev>...] [-p] -- <args>\n"
 	       "agent:        <guest> record -e <ev>[,<ev>...] -c <period> | -F <hz> [-p] [-g] -- <args>\n"
 	       "agent:   <ev> = 0xUUEE (umask, event select) or an architectural event name,\n"
-	       "agent:          optionally =<the vendor's select> (AMD: 0xUUEEE, 12-bit event select)\n");
+	       "agent:          optionally =<the vendor's select> (AMD: 0xUUEEE, 12-bit event select),\n"
+	       "agent:          then :u (user mode only) or :k (kernel only; both levels otherwise)\n");
 }
 
 int agent_parse_events(const char *list)
@@ -29,6 +30,19 @@ int agent_parse_events(const char *list)
 		if (agent_nev >= AGENT_MAX_EVENTS) {
 			printf("agent: at most %u events\n", AGENT_MAX_EVENTS);
 			return -1;
+		}
+		uint8_t levels = AGENT_LEVEL_USR | AGENT_LEVEL_OS;
+		char *colon = strchr(word, ':');
+		if (colon) {
+			*colon = 0;
+			if (!strcmp(colon + 1, "u"))
+				levels = AGENT_LEVEL_USR;
+			else if (!strcmp(colon + 1, "k"))
+				levels = AGENT_LEVEL_OS;
+			else if (strcmp(colon + 1, "uk") && strcmp(colon + 1, "ku")) {
+				printf("agent: bad modifier ':%s'\n", colon + 1);
+				return -1;
+			}
 		}
 		int has_sel = 0;
 		unsigned long sel = 0;
@@ -58,6 +72,7 @@ int agent_parse_events(const char *list)
 		}
 		agent_evs[agent_nev].code = (uint16_t)code;
 		agent_evs[agent_nev].has_sel = (uint8_t)has_sel;
+		agent_evs[agent_nev].levels = levels;
 		agent_evs[agent_nev].given_sel = (uint32_t)sel;
 		agent_evs[agent_nev].hw = NO_COUNTER;
 		agent_nev++;

@@ -33,7 +33,8 @@ static void add_sample(const struct trap_frame *f, uint64_t tsc, uint32_t task, 
 	x->tsc = tsc;
 	x->task = task;
 	x->event = code;
-	x->nr = (uint16_t)(agent_call_graph ? agent_callchain(f, x->chain, AGENT_CHAIN_MAX) : 0);
+	x->nr = (uint8_t)(agent_call_graph ? agent_callchain(f, x->chain, AGENT_CHAIN_MAX) : 0);
+	x->vcpu = (uint8_t)smp_processor_id();
 	sample_used += sizeof(*x) + x->nr * sizeof(uint64_t);
 	s->n++;
 	agent_samples_total++;

@@ -56,8 +56,9 @@ pub const DEFAULT_EXACT_PERIOD: u64 = 10_007;
 #[derive(Debug, Args)]
 pub struct StatArgs {
     /// Events to count, comma-separated or -e repeated (cycles, instructions, ref-cycles,
-    /// cache-references, cache-misses, branches, branch-misses, or rUUEE). More than the vPMU
-    /// has counters for are multiplexed and scaled, as perf does.
+    /// cache-references, cache-misses, branches, branch-misses, or rUUEE), each optionally
+    /// with :u (user mode) or :k (kernel). More than the vPMU has counters for are
+    /// multiplexed and scaled, as perf does.
     #[arg(short = 'e', long = "event", default_value = "cycles,instructions,branches,branch-misses")]
     pub events: Vec<String>,
     /// Count per guest task too (counters saved and restored on every guest context switch),
@@ -67,6 +68,11 @@ pub struct StatArgs {
     /// Run the workload N times and print the mean of each count with its spread.
     #[arg(short = 'r', long = "repeat", value_name = "N", default_value_t = 1)]
     pub repeat: u32,
+    /// Count the whole guest from the VMM, no agent needed (any guest ELF): cycles are the
+    /// vCPU threads' CPU time x TSC; --backend exact counts instructions and branches
+    /// exactly, single-stepping the whole run.
+    #[arg(short = 'a', long = "all-cpus")]
+    pub all_cpus: bool,
     /// Print counts, statistics and console as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -82,7 +88,7 @@ pub struct StatArgs {
 
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// Event to sample.
+    /// Event to sample, optionally with :u or :k (one event: record does not multiplex).
     #[arg(short = 'e', long = "event", default_value = "cycles")]
     pub event: String,
     /// Sample every PERIOD events (default: -F 1000 natively and -F 100 emulated for cycles
@@ -103,9 +109,15 @@ pub struct RecordArgs {
     /// agent needed (cycles: the vCPU threads' time).
     #[arg(short = 'a', long = "all-cpus")]
     pub all_cpus: bool,
-    /// Record call chains (frame pointers).
-    #[arg(short = 'g', long = "call-graph")]
+    /// Record call chains: with -a unwound by the VMM with the guest ELF's CFI (dwarf) when
+    /// it has .eh_frame or .debug_frame, else by frame pointers; without -a the guest
+    /// agent walks frame pointers.
+    #[arg(short = 'g')]
     pub call_graph: bool,
+    /// Record call chains unwound so: fp (frame pointers) or dwarf (the guest ELF's CFI,
+    /// unwound by the VMM: with -a).
+    #[arg(long = "call-graph", value_enum, value_name = "MODE")]
+    pub call_graph_mode: Option<CallGraphArg>,
     /// Also print VM exit and vPMU statistics, and exits per sample.
     #[arg(long = "stats")]
     pub stats: bool,
@@ -316,6 +328,15 @@ impl From<NativeArg> for vmm::native::NativeMode {
             NativeArg::Off => vmm::native::NativeMode::Off,
         }
     }
+}
+
+/// How `record` unwinds call chains (perf's `--call-graph`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CallGraphArg {
+    /// Frame pointers.
+    Fp,
+    /// The guest ELF's DWARF CFI (.eh_frame or .debug_frame).
+    Dwarf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -14,6 +14,7 @@ mod report;
 mod run;
 mod script;
 mod stat;
+mod stat_vmm;
 mod stats_text;
 
 pub use failure::Failure;

@@ -3,7 +3,7 @@
 //! write the record file (the profile library's format) plus collapsed stacks for
 //! flamegraph tools.
 
-use crate::cli::{BackendArg, RecordArgs};
+use crate::cli::{BackendArg, CallGraphArg, RecordArgs};
 use crate::output::{check_writable, warn_all, write_file, write_file_keeping_old};
 use crate::run::{boot_under_agent, vm_config};
 use crate::Failure;
@@ -12,6 +12,8 @@ use profile::agent::Order;
 use profile::events::{self, Event};
 use profile::{Mode, Notifications, Profile, Record, Sample, FORMAT};
 use std::time::Instant;
+use vmm::sampler::CallGraph;
+use vmm::unwind::cfi_section;
 use vmm::VmConfig;
 
 /// What one recorded run gives.
@@ -25,6 +27,8 @@ pub struct Capture {
     pub code: i32,
     /// The run's VM statistics.
     pub stats: vmm::stats::VmStats,
+    /// The guest's perf agent said something (a mark, a message).
+    pub agent_seen: bool,
 }
 
 /// Period from `-c` / `-F`: frequency means samples per second of guest cycles. The exact
@@ -52,8 +56,43 @@ fn period(args: &RecordArgs, event: Event, native: bool, mode: Mode) -> Result<S
     }
 }
 
-/// Boot a guest, sample it as `mode` says (`callgraph`: with call chains), and build its
-/// record.
+/// How `-g` / `--call-graph` unwind in `mode` for a guest ELF of these bytes: with -a the
+/// VMM unwinds, by the ELF's CFI by default where it has some; the guest agent walks frame
+/// pointers.
+fn call_graph(args: &RecordArgs, mode: Mode, elf: &[u8]) -> Result<Option<CallGraph>, Failure> {
+    if !args.call_graph && args.call_graph_mode.is_none() {
+        return Ok(None);
+    }
+    let cfi = cfi_section(elf);
+    match (mode, args.call_graph_mode) {
+        (Mode::Reference, _) => Ok(None),
+        (Mode::Sampled, Some(CallGraphArg::Dwarf)) => Err(Failure::usage(
+            "--call-graph dwarf is the VMM's unwinding: add -a (the guest agent walks frame pointers)",
+        )),
+        (Mode::Sampled, _) | (Mode::Vcpus, Some(CallGraphArg::Fp)) => Ok(Some(CallGraph::FramePointers)),
+        (Mode::Vcpus, Some(CallGraphArg::Dwarf)) if cfi.is_none() => Err(Failure::usage(
+            "--call-graph dwarf: the guest ELF has no .eh_frame or .debug_frame (build it with -g, or use --call-graph fp)",
+        )),
+        (Mode::Vcpus, _) if cfi.is_some() => Ok(Some(CallGraph::Dwarf)),
+        (Mode::Vcpus, _) => Ok(Some(CallGraph::FramePointers)),
+    }
+}
+
+/// How the chains of a record were unwound, as its header says it.
+fn unwinding(mode: Mode, callgraph: Option<CallGraph>, elf: &[u8]) -> Option<String> {
+    match (mode, callgraph?) {
+        (Mode::Reference, _) => None,
+        (Mode::Sampled, _) => Some("fp: the guest agent followed the frame pointers".into()),
+        (_, CallGraph::FramePointers) => Some("fp: the VMM followed the guest's frame pointers".into()),
+        (_, CallGraph::Dwarf) => Some(format!(
+            "dwarf: the VMM unwound with the guest ELF's {} (frame pointers where no FDE covers an address)",
+            cfi_section(elf).map_or("CFI", |s| s.name())
+        )),
+    }
+}
+
+/// Boot a guest, sample it as `mode` says (`callgraph`: with call chains unwound so), and
+/// build its record.
 #[allow(clippy::too_many_arguments)]
 pub fn record(
     mut config: VmConfig,
@@ -62,12 +101,13 @@ pub fn record(
     event: Event,
     period: SamplePeriod,
     mode: Mode,
-    callgraph: bool,
+    callgraph: Option<CallGraph>,
     started: Instant,
 ) -> Result<Capture, Failure> {
     if matches!(period, SamplePeriod::Count(n) if n >= 1 << 31) && mode == Mode::Sampled {
         return Err(Failure::usage("-c PERIOD must be below 2^31"));
     }
+    let elf_bytes = std::fs::read(&config.kernel).unwrap_or_default();
     let extra = std::mem::take(&mut config.cmdline);
     let vendor = config.cpu_vendor.pmu_vendor();
     let instructions = events::by_raw(0x00c0);
@@ -80,22 +120,21 @@ pub fn record(
             }
             Order::Stat { events: vec![instructions], per_task: false }.cmdline(vendor, args, &extra)
         }
-        Mode::Sampled => Order::Record { event, period, callchain: callgraph }.cmdline(vendor, args, &extra),
+        Mode::Sampled => Order::Record { event, period, callchain: callgraph.is_some() }.cmdline(vendor, args, &extra),
         Mode::Vcpus => {
             config.sampling =
                 Some(vmm::sampler::SamplingConfig { period, callchain: callgraph, max_samples: config.max_samples });
             [args.join(" "), extra].iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>().join(" ")
         }
     };
-    let elf_bytes = std::fs::read(&config.kernel).unwrap_or_default();
     let report = boot_under_agent(&config, started)?;
+    crate::run::note_stepped_size(&report, args);
     let code = report.end.exit_code();
     if let Some(msg) = report.end.message() {
         eprintln!("perfvm: {msg}");
     }
-    // The running VM states its TSC rate; a VM that did not is asked again.
+    // The running VM states its TSC rate (a second VM would only ask KVM the same again).
     let tsc = TscRate::from_khz(report.tsc_khz)
-        .or_else(|| vmm::kvm::guest_tsc_khz().ok().and_then(TscRate::from_khz))
         .ok_or_else(|| Failure::failed("the VM stated no TSC rate: -F cannot be turned into a period"))?;
     let period = if mode == Mode::Reference { 1 } else { tsc.cycles_of(period) };
     let samples: Vec<Sample> = match mode {
@@ -111,7 +150,7 @@ pub fn record(
             let at = agent_clock(&report.agent, tsc);
             let to_sample = |s: &vmm::devices::SampleRecord| Sample {
                 time_ns: at(s.tsc),
-                vcpu: 0,
+                vcpu: s.vcpu,
                 task: s.task,
                 ip: s.rip,
                 period,
@@ -144,7 +183,7 @@ pub fn record(
         guest: guest.to_owned(),
         elf: std::fs::canonicalize(&config.kernel).unwrap_or(config.kernel.clone()).display().to_string(),
         args: args.to_vec(),
-        event: if reference { instructions.name.into() } else { event.name.into() },
+        event: if reference { instructions.name.into() } else { event.display() },
         raw_event: if reference { instructions.raw } else { event.raw },
         period,
         backend: match mode {
@@ -153,7 +192,8 @@ pub fn record(
         },
         policy: pmu.map(|p| p.policy.clone()).unwrap_or_default(),
         mode,
-        callgraph: callgraph && !reference,
+        callgraph: callgraph.is_some() && !reference,
+        unwinding: unwinding(mode, callgraph, &elf_bytes),
         samples,
         tasks: report.agent.tasks.clone(),
         samples_dropped: report.agent.samples_dropped_guest + report.agent.samples_dropped_vmm + report.samples.dropped,
@@ -167,7 +207,8 @@ pub fn record(
     let (resolver, warnings) = crate::guest_symbols::resolver(&elf_bytes, &config.kernel.display().to_string(), false);
     warn_all(warnings);
     let profile = Profile::build(&record, &resolver);
-    Ok(Capture { record, profile, code, stats: report.stats })
+    let agent_seen = report.agent.messages > 0 || !report.agent.marks.is_empty();
+    Ok(Capture { record, profile, code, stats: report.stats, agent_seen })
 }
 
 /// Guest TSC (at `tsc`) -> host ns since the VM was built, through the agent's START mark
@@ -183,7 +224,18 @@ fn agent_clock(agent: &vmm::devices::AgentData, tsc: TscRate) -> impl Fn(u64) ->
 }
 
 pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
-    let event = events::parse(&args.event).map_err(Failure::usage)?;
+    // One event per record: several would need rotation with each event's period kept
+    // across it, and a record format and views per event, which perfvm does not have.
+    let event = match events::parse_list(&args.event).map_err(Failure::usage)?[..] {
+        [one] => one,
+        ref several => {
+            return Err(Failure::usage(format!(
+                "record samples one event per run and does not multiplex {}: record each in a run of its own, \
+                 or count them together with perfvm stat -e (which multiplexes)",
+                several.iter().map(Event::display).collect::<Vec<_>>().join(", ")
+            )))
+        }
+    };
     if args.reference && args.vm.pmu.backend != BackendArg::Exact {
         return Err(Failure::usage("--reference needs --backend exact"));
     }
@@ -199,16 +251,23 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
             event.name
         )));
     }
+    if mode == Mode::Vcpus && event.levels == events::Levels::User {
+        return Err(Failure::usage(format!(
+            "-a samples the vCPU threads' time, which cannot tell user mode from the kernel: {} (drop -a)",
+            event.display()
+        )));
+    }
     if mode != Mode::Vcpus {
         crate::run::check_agent_vendor(&args.vm)?;
     }
     let config = vm_config(&args.vm, false)?;
+    let callgraph = call_graph(&args, mode, &std::fs::read(&config.kernel).unwrap_or_default())?;
     let native = crate::bench::runs_natively(&config, config.native);
     let period = if args.reference { SamplePeriod::Count(1) } else { period(&args, event, native, mode)? };
     let folded = format!("{}.folded", args.output);
     check_writable(&args.output)?;
     check_writable(&folded)?;
-    let capture = record(config, &args.vm.guest, &args.args, event, period, mode, args.call_graph, started)?;
+    let capture = record(config, &args.vm.guest, &args.args, event, period, mode, callgraph, started)?;
     let (record, code) = (&capture.record, capture.code);
     let json = record.to_json();
     // The folded stacks first: the record file names the run, so it lands last.
@@ -232,14 +291,24 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
             );
         }
     }
+    if event.levels == events::Levels::Kernel && (mode == Mode::Vcpus || record.backend.contains("task-clock")) {
+        eprintln!("perfvm: {}: the software clock samples every privilege level", record.event);
+    }
     if let Some(warning) = record.shortfall() {
         eprintln!("perfvm: warning: {warning}");
     }
     if record.sample_count() == 0 && code == 0 {
-        eprintln!(
-            "perfvm: no samples (is the guest built with the guest kit's perf agent, and does the backend count {}?)",
-            record.event
-        );
+        match capture.agent_seen || mode != Mode::Sampled {
+            true if event.levels == events::Levels::User && record.backend.contains("task-clock") => eprintln!(
+                "perfvm: no samples: the perf backend's software clock cannot tell user mode from the kernel ({}; \
+                 --backend exact counts by privilege level)",
+                record.event
+            ),
+            true => eprintln!("perfvm: no samples (does the backend count {}?)", record.event),
+            false => eprintln!(
+                "perfvm: no samples: the guest runs no perfvm agent (perfvm record -a samples any guest from the VMM)"
+            ),
+        }
     }
     Ok(code)
 }

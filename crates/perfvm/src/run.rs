@@ -51,6 +51,7 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
         filter,
         pebs: args.pebs,
         pmi_max_percent: args.pmi_max_percent,
+        count_retired: false,
     }))
 }
 
@@ -129,6 +130,21 @@ pub fn boot(config: &VmConfig, started: Instant) -> Result<RunReport, Failure> {
 pub fn boot_under_agent(config: &VmConfig, started: Instant) -> Result<RunReport, Failure> {
     let _split = if config.capture_console { None } else { crate::agent_lines::AgentLinesToStderr::start() };
     boot(config, started)
+}
+
+/// One line on stderr when the exact backend changed the size of a kit workload run
+/// natively with its default size: the kit's guests take their emulated size when
+/// single-stepped (boot info `PERFVM_BOOT_F_STEPPED`), as their native one would take hours.
+pub fn note_stepped_size(report: &RunReport, workload: &[String]) {
+    let exact = report.stats.pmu.as_ref().is_some_and(|p| p.backend == BackendKind::Exact);
+    let native = report.stats.execution.as_ref().is_some_and(|e| e.native);
+    let kit = !report.agent.marks.is_empty();
+    if exact && native && kit && workload.is_empty() {
+        eprintln!(
+            "perfvm: --backend exact single-steps: the guest kit's workloads take their emulated default size, \
+             not the native one (ftest: 15000x smaller, hours stepped otherwise); give a size to choose it"
+        );
+    }
 }
 
 pub fn run(args: RunArgs, started: Instant) -> Result<i32, Failure> {

@@ -34,15 +34,63 @@ fn run_of(agent: &AgentData) -> Run {
     Run { counts: agent.counts.iter().map(count).collect(), tasks: agent.tasks.clone() }
 }
 
+/// The counts of one run: the agent's, or (`-a`, or a run cut short before the agent
+/// reported) the VMM's; an error for a guest that sent none and has no agent.
+fn counts_of(
+    report: &RunReport,
+    args: &StatArgs,
+    events: &[profile::events::Event],
+    code: i32,
+) -> Result<Run, Failure> {
+    let backend = report.stats.pmu.as_ref().map(|p| p.backend);
+    if args.all_cpus {
+        return Ok(crate::stat_vmm::whole_guest(report, events, backend));
+    }
+    if report.agent.counts.iter().any(|c| c.task == 0) {
+        return Ok(run_of(&report.agent));
+    }
+    if matches!(report.end, vmm::VmEnd::Signal { .. } | vmm::VmEnd::Timeout { .. }) {
+        eprintln!(
+            "perfvm: cut short before the guest's agent reported: the counts are its counters as the vPMU held them \
+             at the end (an event on no counter then: <not counted>; a multiplexed one: its last turn only)"
+        );
+        return Ok(crate::stat_vmm::counters_at_end(&report.vcpu_counts, events));
+    }
+    let code = if code == 0 { 1 } else { code };
+    let message = if report.agent.marks.is_empty() && report.agent.messages == 0 {
+        "the guest sent no counts: it runs no perfvm agent (perfvm stat -a counts any guest from the VMM)"
+    } else {
+        "the guest's agent sent no counts (its workload did not end: perfvm stat -a counts from the VMM)"
+    };
+    Err(Failure::Status { code, message: message.into() })
+}
+
 pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
     let events = events::parse_list(&args.events.join(",")).map_err(Failure::usage)?;
     if args.repeat == 0 {
         return Err(Failure::usage("-r N must be at least 1"));
     }
+    if args.all_cpus && args.per_task {
+        return Err(Failure::usage("--per-task needs the guest's agent: drop -a"));
+    }
     let mut config = vm_config(&args.vm, args.json)?;
-    let order = Order::Stat { events, per_task: args.per_task };
-    config.cmdline = order.cmdline(config.cpu_vendor.pmu_vendor(), &args.args, &args.vm.cmdline);
+    if args.all_cpus {
+        // No agent: the workload's words as they are; the exact backend steps the whole run.
+        config.cmdline = [args.args.join(" "), args.vm.cmdline.clone()]
+            .iter()
+            .filter(|s| !s.is_empty())
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if let Some(p) = config.pmu.as_mut() {
+            p.count_retired = p.backend == BackendKind::Exact;
+        }
+    } else {
+        let order = Order::Stat { events: events.clone(), per_task: args.per_task };
+        config.cmdline = order.cmdline(config.cpu_vendor.pmu_vendor(), &args.args, &args.vm.cmdline);
+    }
     let mut reports: Vec<RunReport> = Vec::new();
+    let mut runs: Vec<Run> = Vec::new();
     let mut code = 0;
     for run in 0..args.repeat {
         let report = boot_under_agent(&config, if run == 0 { started } else { Instant::now() })?;
@@ -50,13 +98,10 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
         if let Some(msg) = report.end.message() {
             eprintln!("perfvm: {msg}");
         }
-        let sent_counts = report.agent.counts.iter().any(|c| c.task == 0);
-        if !sent_counts {
-            return Err(Failure::Status {
-                code: if code == 0 { 1 } else { code },
-                message: "the guest sent no counts (is it built with the guest kit's perf agent?)".into(),
-            });
+        if run == 0 {
+            crate::run::note_stepped_size(&report, &args.args);
         }
+        runs.push(counts_of(&report, &args, &events, code)?);
         reports.push(report);
         if code != 0 {
             break; // the runs so far are the result
@@ -64,19 +109,40 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
     }
     let last = reports.last().expect("at least one run");
     let command = std::iter::once(args.vm.guest.clone()).chain(args.args.iter().cloned()).collect::<Vec<_>>().join(" ");
-    let seconds: Vec<f64> =
-        reports.iter().map(|r| r.agent.workload_ns().unwrap_or(r.stats.wall_ns) as f64 / 1e9).collect();
+    let seconds: Vec<f64> = reports
+        .iter()
+        .map(|r| if args.all_cpus { None } else { r.agent.workload_ns() }.unwrap_or(r.stats.wall_ns) as f64 / 1e9)
+        .collect();
     let pmu = last.stats.pmu.as_ref();
-    let runs: Vec<Run> = reports.iter().map(|r| run_of(&r.agent)).collect();
-    let lines = fold(&runs.iter().collect::<Vec<_>>(), pmu.map(|p| p.available));
-    let backend = pmu.map(|p| p.backend_detail.clone()).unwrap_or_default();
+    let backend_kind = pmu.map(|p| p.backend);
+    let offered = match args.all_cpus {
+        true => Some(crate::stat_vmm::whole_guest_events(backend_kind)),
+        false => pmu.map(|p| p.available),
+    };
+    let mut lines = fold(&runs.iter().collect::<Vec<_>>(), offered);
+    let clock = match args.all_cpus {
+        true => backend_kind != Some(BackendKind::Exact),
+        false => pmu.is_some_and(|p| p.backend_detail.contains("task-clock")),
+    };
+    let level_notes = crate::stat_vmm::apply_levels(&mut lines, &events, clock);
+    let backend = match (args.all_cpus, backend_kind) {
+        (true, Some(BackendKind::Exact)) => {
+            "every instruction retired, single-stepped; cycles = model clock, 1 per retired instruction".to_owned()
+        }
+        (true, _) => "cycles = the vCPU threads' CPU time x TSC".to_owned(),
+        (false, _) => pmu.map(|p| p.backend_detail.clone()).unwrap_or_default(),
+    };
     let table = Table {
         command: &command,
         lines: &lines,
         tasks: &last.agent.tasks,
         seconds: &seconds,
         model_clock: backend.contains("model clock"),
-        exact_hint: pmu.is_some_and(|p| p.backend == BackendKind::Perf).then(exact_events),
+        exact_hint: match args.all_cpus {
+            true => (backend_kind != Some(BackendKind::Exact))
+                .then(|| crate::stat_vmm::whole_guest_events(Some(BackendKind::Exact))),
+            false => pmu.is_some_and(|p| p.backend == BackendKind::Perf).then(exact_events),
+        },
     };
     if args.json {
         let counts: Vec<_> = lines.iter().map(|l| line_json(l, &table)).collect();
@@ -87,6 +153,12 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
         println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
     } else {
         eprint!("{}", table.render());
+        for note in &level_notes {
+            eprintln!("{note}\n");
+        }
+        if args.all_cpus {
+            eprintln!(" counted by the VMM (-a), no agent: {backend}\n");
+        }
         if args.vm_stats {
             eprint!("{}", crate::stats_text::vm_stats(&last.stats));
         }

@@ -1,12 +1,13 @@
 //! `record -a -g`: the VMM profiles a guest that never heard of perfvm's agent, with call
-//! chains walked through its page tables (tests/callgraph-guest: main -> cmain -> work ->
-//! heavy, 70% of the iterations, and light, 30%).
+//! chains unwound through its page tables (tests/callgraph-guest: main -> cmain -> work ->
+//! heavy, 70% of the iterations, and light, 30%; built with frame pointers and without).
 
 mod common;
 use common::*;
 use std::path::PathBuf;
 
-/// Build the foreign guest into a fresh directory.
+/// Build the foreign guest into a fresh directory: callgraph.elf (frame pointers) is
+/// returned, callgraph-nofp.elf (-fomit-frame-pointer) is beside it.
 fn build_guest(test: &str) -> PathBuf {
     let out = std::env::temp_dir().join(format!("perfvm-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
@@ -142,6 +143,84 @@ fn record_a_attributes_samples_per_vcpu() {
 fn record_a_refuses_what_it_cannot_sample() {
     assert_usage_error(&perfvm(&["record", "-a", "-e", "instructions", "ftest"]), "-a samples cycles");
     assert_usage_error(&perfvm(&["record", "-a", "--reference", "--backend", "exact", "ftest"]), "exclude each other");
+    assert_usage_error(&perfvm(&["record", "--call-graph", "dwarf", "ftest"]), "add -a");
+    // An ELF with symbols and no CFI.
+    assert_usage_error(
+        &perfvm(&["record", "-a", "--call-graph", "dwarf", &symbol_elf()]),
+        "no .eh_frame or .debug_frame",
+    );
+}
+
+/// The weight of the folded stacks (each line `frames weight`) that contain `needle`.
+fn weight(folded: &str, needle: &str) -> u64 {
+    folded.lines().filter(|l| l.contains(needle)).map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap()).sum()
+}
+
+/// Built with -fomit-frame-pointer, the foreign guest's chains come from its CFI alone:
+/// `record -a -g` unwinds with it by default (the ELF has .debug_frame), and heavy and
+/// light get their true callers, main -> cmain -> work.
+#[test]
+fn record_a_g_unwinds_a_guest_without_frame_pointers() {
+    require_kvm!();
+    let elf = build_guest("callgraph-nofp").with_file_name("callgraph-nofp.elf");
+    for mode in modes("record_a_g_unwinds_a_guest_without_frame_pointers") {
+        let millions = if mode == "on" { "1000" } else { "1" };
+        let out = &out_path(&format!("cg-nofp-{mode}"));
+        let o = perfvm(&["record", "-a", "-g", "--native", mode, "-o", out, elf.to_str().unwrap(), millions]);
+        assert_eq!(code(&o), 0, "--native {mode}: {}", stderr(&o));
+        let file = load(out);
+        assert!(file["unwinding"].as_str().unwrap().starts_with("dwarf: "), "{}", file["unwinding"]);
+        let folded = std::fs::read_to_string(format!("{out}.folded")).unwrap();
+        for leaf in ["heavy", "light"] {
+            let (all, true_chain) =
+                (weight(&folded, &format!(";{leaf} ")), weight(&folded, &format!("main;cmain;work;{leaf} ")));
+            assert!(
+                all > 0 && true_chain * 100 >= all * 95,
+                "--native {mode}: {leaf}: {true_chain} of {all}\n{folded}"
+            );
+        }
+        let share = weight(&folded, ";heavy ") as f64 / weight(&folded, ";").max(1) as f64;
+        assert!((0.55..=0.85).contains(&share), "--native {mode}: heavy {share:.3}\n{folded}");
+        let report = stdout(&perfvm(&["report", "-i", out]));
+        assert!(report.contains("# call chains: dwarf: the VMM unwound with the guest ELF's .debug_frame"), "{report}");
+        remove(out);
+    }
+}
+
+/// GCC 12 gives ftest's leaves (qux, foo, bar, random_r) no frame pointer whatever the
+/// flags: their caller drops out of a frame-pointer chain (`kit_start -> qux`). The CFI
+/// gives them their true callers: main, and random (or the seeding) for random_r.
+#[test]
+fn record_a_g_gives_ftest_leaves_their_callers() {
+    require_kvm!();
+    for mode in modes("record_a_g_gives_ftest_leaves_their_callers") {
+        let out = &out_path(&format!("ftest-leaves-{mode}"));
+        let o = perfvm(&["record", "-a", "-g", "--native", mode, "-o", out, "ftest"]);
+        assert_eq!(code(&o), 0, "--native {mode}: {}", stderr(&o));
+        let folded = std::fs::read_to_string(format!("{out}.folded")).unwrap();
+        // random_r is called by random, and by the seeding (srandom_seed).
+        let leaves: [(&str, &[&str]); 4] = [
+            ("qux", &["main"]),
+            ("foo", &["main"]),
+            ("bar", &["main"]),
+            ("random_r", &["main;random", "main;srandom_seed.constprop.0"]),
+        ];
+        for (leaf, callers) in leaves {
+            let all = weight(&folded, &format!(";{leaf} "));
+            let true_chain: u64 =
+                callers.iter().map(|c| weight(&folded, &format!("_start;kit_start;{c};{leaf} "))).sum();
+            assert!(
+                all > 0 && true_chain * 100 >= all * 95,
+                "--native {mode}: {leaf}: {true_chain} of {all}\n{folded}"
+            );
+        }
+        // Frame pointers alone: qux's caller is missing, as before.
+        let o = perfvm(&["record", "-a", "--call-graph", "fp", "--native", mode, "-o", out, "ftest"]);
+        assert_eq!(code(&o), 0, "--native {mode}: {}", stderr(&o));
+        let folded = std::fs::read_to_string(format!("{out}.folded")).unwrap();
+        assert!(weight(&folded, "kit_start;qux ") > 0 && weight(&folded, "main;qux ") == 0, "{folded}");
+        remove(out);
+    }
 }
 
 /// SIGTERM mid-run: exit 143, and the file holds the VMM's samples so far, marked partial.

@@ -77,6 +77,14 @@ fn ctrl_c_stops_the_bench_with_130_and_one_line() {
     assert!(!rest.iter().any(|l| l.contains("Signal {") || l.contains("failed (")), "no debug text: {rest:?}");
 }
 
+/// record samples one event: several are refused in one line, before booting.
+#[test]
+fn record_refuses_several_events() {
+    let o = perfvm(&["record", "-e", "cycles,instructions:k", "ftest"]);
+    assert_usage_error(&o, "record samples one event per run and does not multiplex cycles, instructions:k");
+    assert!(stderr(&o).contains("perfvm stat -e (which multiplexes)"), "{}", stderr(&o));
+}
+
 #[test]
 fn record_checks_its_output_before_booting() {
     let started = std::time::Instant::now();

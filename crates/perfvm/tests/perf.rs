@@ -59,11 +59,24 @@ fn stat_prints_perf_shaped_output() {
     let err = stderr(&o);
     assert!(err.contains(" Performance counter stats for 'ftest':"), "{err}");
     assert!(err.contains("seconds time elapsed"), "{err}");
-    let cycles = err.lines().find(|l| l.trim_end().ends_with("cycles")).expect("cycles line");
+    let cycles = err.lines().find(|l| l.split_whitespace().nth(1) == Some("cycles")).expect("cycles line");
     assert!(
         cycles.trim_start().chars().next().unwrap().is_ascii_digit() && cycles.contains(','),
         "thousands separators: {cycles}"
     );
+    // perf's derived rate: cycles over the workload's seconds.
+    let ghz: f64 = cycles.split('#').nth(1).and_then(|r| r.trim().strip_suffix(" GHz")?.parse().ok()).expect(cycles);
+    let seconds: f64 = err
+        .lines()
+        .find(|l| l.ends_with("seconds time elapsed"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let n: f64 = cycles.split_whitespace().next().unwrap().replace(',', "").parse().unwrap();
+    assert!((ghz - n / seconds / 1e9).abs() < 0.001, "{cycles}: {ghz} GHz in {seconds} s");
     // No host PMU here: the perf backend counts cycles from a clock and says instructions
     // are not supported rather than inventing them, and that the exact backend counts them
     // (a host with a PMU counts both).

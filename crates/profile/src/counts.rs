@@ -106,6 +106,16 @@ pub struct Line {
     pub enabled: u64,
     /// Guest TSC ticks it was running on a counter, summed over the runs.
     pub running: u64,
+    /// The privilege levels it counted at (its modifier, which the counts do not carry:
+    /// the caller sets it from its `-e` list by `slot`).
+    pub levels: events::Levels,
+}
+
+impl Line {
+    /// The event's name with its modifier.
+    pub fn name(&self) -> String {
+        format!("{}{}", events::by_raw(self.event).name, self.levels.suffix())
+    }
 }
 
 /// perf's estimate of what a multiplexed event would have counted on a counter of its own:
@@ -163,8 +173,16 @@ pub fn fold(runs: &[&Run], offered: Option<EventSet>) -> Vec<Line> {
             let i = match lines.iter().position(|l| l.slot == *slot && l.scope == scope) {
                 Some(i) => i,
                 None => {
-                    let line =
-                        Line { event: c.event, slot: *slot, scope, status, values: Vec::new(), enabled: 0, running: 0 };
+                    let line = Line {
+                        event: c.event,
+                        slot: *slot,
+                        scope,
+                        status,
+                        values: Vec::new(),
+                        enabled: 0,
+                        running: 0,
+                        levels: events::Levels::All,
+                    };
                     lines.push(line);
                     lines.len() - 1
                 }
@@ -230,17 +248,25 @@ impl Table<'_> {
         }
     }
 
-    fn mean_of(&self, raw: u16) -> Option<f64> {
+    /// The whole run's count of `raw` at `levels`.
+    fn mean_of(&self, raw: u16, levels: events::Levels) -> Option<f64> {
         self.lines
             .iter()
-            .find(|l| l.event == raw && l.scope == Scope::Whole && l.status == Status::Counted)
+            .find(|l| l.event == raw && l.levels == levels && l.scope == Scope::Whole && l.status == Status::Counted)
             .map(Line::mean)
     }
 
-    /// perf's ratio column: IPC for instructions, miss rate for branch misses.
+    /// perf's ratio column: IPC for instructions, miss rate for branch misses, each against
+    /// the other event at the same privilege levels; the clock rate for cycles over the
+    /// workload's time (perf divides by task-clock, which perfvm has not; not for the exact
+    /// backend's model clock, which is no rate).
     fn note(&self, line: &Line) -> String {
-        let of = |raw| self.mean_of(raw).filter(|&d| d > 0.0 && line.status == Status::Counted);
+        let of = |raw| self.mean_of(raw, line.levels).filter(|&d| d > 0.0 && line.status == Status::Counted);
+        let seconds = self.seconds.iter().sum::<f64>() / self.seconds.len().max(1) as f64;
         match line.event {
+            0x003c if !self.model_clock && seconds > 0.0 && line.status == Status::Counted => {
+                Some(format!("#  {:>6.3} GHz", line.mean() / seconds / 1e9))
+            }
             0x00c0 => of(0x003c).map(|cy| format!("#  {:>6.2}  insn per cycle", line.mean() / cy)),
             0x00c5 => of(0x00c4).map(|b| format!("#  {:>6.2}% of all branches", 100.0 * line.mean() / b)),
             _ => None,
@@ -251,7 +277,7 @@ impl Table<'_> {
     /// A count (or perf's placeholder), the event, the ratio, the spread over runs, and the
     /// share of the time it ran when multiplexed.
     fn row(&self, prefix: &str, line: &Line, note: &str) -> String {
-        let name = events::by_raw(line.event).name;
+        let name = line.name();
         let value = match line.status {
             Status::Counted => thousands(line.mean().round() as u64),
             other => other.placeholder().to_owned(),
@@ -283,7 +309,7 @@ impl Table<'_> {
             }
         }
         out.push_str(&self.elapsed());
-        if self.model_clock && self.mean_of(0x003c).is_some() {
+        if self.model_clock && self.lines.iter().any(|l| l.event == 0x003c && l.status == Status::Counted) {
             out.push_str(" cycles are the exact backend's model clock: one per retired instruction\n\n");
         }
         if let Some(hint) = self.exact_hint() {
@@ -306,12 +332,12 @@ impl Table<'_> {
     /// Events the perf backend does not support here (no host PMU) that `--backend exact`
     /// counts.
     fn exact_hint(&self) -> Option<String> {
-        let names: Vec<&str> = self
+        let names: Vec<String> = self
             .lines
             .iter()
             .filter(|l| l.scope == Scope::Whole && l.status == Status::NotSupported)
             .filter(|l| matches!((self.exact_hint, events::architectural(l.event)), (Some(set), Some(e)) if set.contains(e)))
-            .map(|l| events::by_raw(l.event).name)
+            .map(|l| l.name())
             .collect();
         (!names.is_empty()).then(|| {
             let (them, are) = if names.len() == 1 { ("it", "is") } else { ("them", "are") };
@@ -333,7 +359,7 @@ pub fn line_json(line: &Line, table: &Table) -> serde_json::Value {
         Scope::OutsideTasks => json!(null),
     };
     let name = (line.scope != Scope::Whole).then(|| table.task_name(line.scope));
-    json!({"event": events::by_raw(line.event).name, "raw": line.event, "task": task, "task_name": name,
+    json!({"event": line.name(), "raw": line.event, "task": task, "task_name": name,
            "status": line.status, "supported": line.status == Status::Counted,
            "value": (line.status == Status::Counted).then(|| line.mean().round() as u64), "values": line.values,
            "spread_percent": line.spread_percent(), "time_enabled": line.enabled, "time_running": line.running,
@@ -390,7 +416,12 @@ mod tests {
         );
         let out = render(&[&a], cpuid(0), false);
         assert!(out.contains(" Performance counter stats for 'ftest 3':"), "{out}");
-        assert!(out.contains("           2,000,000      cycles\n"), "{out}");
+        let lines = fold(&[&a], cpuid(0));
+        let model =
+            Table { command: "", lines: &lines, tasks: &a.tasks, seconds: &[1.5], model_clock: true, exact_hint: None };
+        assert!(!model.render().contains("GHz"), "the model clock is no rate");
+        // 2,000,000 cycles in 1.5 s.
+        assert!(out.contains("           2,000,000      cycles                    #   0.001 GHz\n"), "{out}");
         assert!(out.contains("1,000,000      instructions              #    0.50  insn per cycle\n"), "{out}");
         assert!(out.contains("2,000      branch-misses             #    2.00% of all branches\n"), "{out}");
         assert!(out.contains("1.500000000 seconds time elapsed"), "{out}");
@@ -464,7 +495,11 @@ mod tests {
         ]);
         let out = render(&[&a], cpuid(0), false);
         let line = |n: usize| out.lines().filter(|l| l.contains("cycles") || l.contains("branches")).nth(n).unwrap();
-        assert_eq!(line(0).trim_end(), "               3,000      cycles", "ran all the time: no column: {out}");
+        let first = line(0);
+        assert!(
+            first.starts_with("               3,000      cycles ") && first.ends_with(" GHz"),
+            "ran all the time: no column: {out}"
+        );
         assert!(
             line(1).starts_with("               3,000      ref-cycles") && line(1).ends_with("  (33.33%)"),
             "{out}"

@@ -81,6 +81,7 @@ impl RecordV1 {
             policy: self.policy,
             mode,
             callgraph: self.callgraph,
+            unwinding: None,
             samples,
             tasks: self.tasks,
             samples_dropped: self.samples_dropped,

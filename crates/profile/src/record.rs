@@ -100,6 +100,10 @@ pub struct Record {
     /// The samples carry call chains (`-g`).
     #[serde(default)]
     pub callgraph: bool,
+    /// How the call chains were unwound, as the report header says it (e.g. `dwarf: the
+    /// VMM, with the guest ELF's .debug_frame`); absent without chains and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unwinding: Option<String>,
     /// Every sample, in the order taken (the reference: one per address).
     pub samples: Vec<Sample>,
     /// Guest task names by task id, as the agent named them.

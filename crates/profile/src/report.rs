@@ -37,6 +37,9 @@ pub fn header(r: &Record) -> String {
             thousands(r.event_total())
         );
     }
+    if let (true, Some(how)) = (r.callgraph, &r.unwinding) {
+        let _ = writeln!(out, "# call chains: {how}");
+    }
     if r.partial {
         out.push_str("# partial: the run was cut short (SIGINT, SIGTERM or --timeout): the samples until then\n");
     }

@@ -49,6 +49,7 @@ pub fn record(samples: &[SampleSpec]) -> Record {
         policy: "test".into(),
         mode: Mode::Sampled,
         callgraph: samples.iter().any(|s| !s.callchain.is_empty()),
+        unwinding: None,
         samples,
         tasks: Default::default(),
         samples_dropped: 0,

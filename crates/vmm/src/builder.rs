@@ -81,6 +81,9 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         vm.create_pit2(pit).map_err(ioctl("KVM_CREATE_PIT2"))?;
     }
     boot::load_image(&mem, &image, &bytes).map_err(memory("loading the kernel"))?;
+    // The CFI is read once per VM, only for call chains that use it.
+    let dwarf = config.sampling.is_some_and(|s| s.callchain == Some(crate::sampler::CallGraph::Dwarf));
+    let unwinder = dwarf.then(|| crate::unwind::GuestUnwinder::from_elf(&bytes).map(Arc::new)).flatten();
     // A Linux kernel reads its counters with RDPMC, which this host gives the VMM no exit for.
     let rdpmc_traps = Arc::new(match linux && config.pmu.is_some() {
         true => RdpmcTraps::find(&bytes),
@@ -190,6 +193,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
             native: execution.native,
             in_workload: in_workload.clone(),
             sampling: config.sampling,
+            unwinder: unwinder.clone(),
             epoch,
             tsc_khz,
             syscall_entry: None,
@@ -289,6 +293,9 @@ fn build_pmus(
             vpmu.pv_offered = settings.pv;
             if settings.trace_rips && settings.backend == BackendKind::Exact {
                 vpmu.rip_profile = Some(Default::default());
+            }
+            if settings.count_retired && settings.backend == BackendKind::Exact {
+                vpmu.retired = Some(Default::default());
             }
             Ok(vpmu)
         })

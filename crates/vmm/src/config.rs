@@ -79,6 +79,9 @@ pub struct PmuSettings {
     /// Most share of vCPU time, percent, spent handling overflow notifications before
     /// periods are stretched (perf backend; 100: never throttle).
     pub pmi_max_percent: u8,
+    /// Exact backend: step the whole run and count every retired instruction and branch
+    /// in the VMM (`stat -a`), whatever the guest programs.
+    pub count_retired: bool,
 }
 
 impl Default for PmuSettings {
@@ -93,6 +96,7 @@ impl Default for PmuSettings {
             filter: None,
             pebs: false,
             pmi_max_percent: crate::throttle::DEFAULT_MAX_PERCENT,
+            count_retired: false,
         }
     }
 }

@@ -38,8 +38,10 @@ pub mod syscall_entry;
 pub mod syscount;
 pub mod throttle;
 pub mod transition;
+pub mod unwind;
 pub mod vcpu;
 pub mod vm;
+pub mod vmm_counts;
 pub mod vpmu;
 pub mod vpmu_stats;
 

@@ -2,14 +2,17 @@
 //! task-clock event on the vCPU thread fires every period of its CPU time; at the exit its
 //! signal causes, the VMM takes the guest's instruction pointer from the registers KVM
 //! copies out at every exit (KVM_CAP_SYNC_REGS: no ioctl per sample) and, for call graphs,
-//! walks the guest's frame pointers through its page tables. Any guest, no agent.
+//! unwinds the guest's stack through its page tables: with the guest ELF's CFI
+//! (`unwind.rs`) or by its frame pointers. Any guest, no agent.
 
 use crate::backends::perf_sys::*;
 use crate::kick;
 use crate::linear::{LinearMemory, PageWalk};
+use crate::unwind::{GuestUnwinder, UnwindCache};
 use kvm_ioctls::{SyncReg, VcpuFd};
 use pmu::tsc::{SamplePeriod, TscRate};
 use serde::Serialize;
+use std::sync::Arc;
 use std::time::Instant;
 use vm_memory::GuestMemoryMmap;
 
@@ -18,14 +21,24 @@ pub const MAX_DEPTH: usize = 64;
 /// A frame larger than this ends the walk: a frame pointer that far up is not one.
 const MAX_FRAME: u64 = 1 << 20;
 
+/// How the VMM unwinds a sampled vCPU's stack (`--call-graph`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallGraph {
+    /// Follow the saved frame pointers.
+    FramePointers,
+    /// Unwind with the guest ELF's CFI (`.eh_frame` or `.debug_frame`), frame pointers where
+    /// no FDE covers an address.
+    Dwarf,
+}
+
 /// How the VMM samples every vCPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SamplingConfig {
     /// How often: cycles are vCPU thread time at the guest TSC's rate, as the vPMU's
     /// software clock counts them.
     pub period: SamplePeriod,
-    /// Walk frame pointers for a call chain.
-    pub callchain: bool,
+    /// Take a call chain with every sample, unwound so.
+    pub callchain: Option<CallGraph>,
     /// Most samples kept per vCPU; more are counted as dropped.
     pub max_samples: usize,
 }
@@ -65,13 +78,17 @@ pub struct Sampler {
     /// say whose event fired).
     due: u64,
     samples: Samples,
+    /// The guest image's CFI (`CallGraph::Dwarf`) and this thread's cache of its rules.
+    unwinder: Option<(Arc<GuestUnwinder>, UnwindCache)>,
 }
 
 impl Sampler {
     /// Start sampling the calling thread, vCPU `vcpu` of `fd`, whose guest TSC runs at
-    /// `tsc_khz`; times count from `epoch`.
+    /// `tsc_khz`; times count from `epoch`. `unwinder`: the guest image's CFI, for
+    /// `CallGraph::Dwarf` (without it, frame pointers).
     pub fn start(
         config: SamplingConfig,
+        unwinder: Option<Arc<GuestUnwinder>>,
         tsc_khz: u64,
         vcpu: u32,
         fd: &mut VcpuFd,
@@ -87,10 +104,14 @@ impl Sampler {
         let clock = PerfEvent::open_untracked(&attr)?;
         clock.signal_overflows_to(gettid(), kick::sample_signal())?;
         fd.set_sync_valid_reg(SyncReg::Register);
-        if config.callchain {
+        if config.callchain.is_some() {
             fd.set_sync_valid_reg(SyncReg::SystemRegister);
         }
-        Ok(Sampler { clock, config, period_ns, vcpu, epoch, due: period_ns, samples: Samples::default() })
+        let unwinder = match config.callchain {
+            Some(CallGraph::Dwarf) => unwinder.map(|u| (u, UnwindCache::default())),
+            _ => None,
+        };
+        Ok(Sampler { clock, config, period_ns, vcpu, epoch, due: period_ns, samples: Samples::default(), unwinder })
     }
 
     /// KVM_RUN returned: take a sample if the clock said so.
@@ -110,7 +131,10 @@ impl Sampler {
             return;
         }
         let sync = fd.sync_regs();
-        let callchain = if self.config.callchain { walk(&sync, mem) } else { Vec::new() };
+        let callchain = match self.config.callchain {
+            Some(_) => walk(&sync, mem, self.unwinder.as_mut()),
+            None => Vec::new(),
+        };
         self.samples.taken.push(VcpuSample {
             time_ns: self.epoch.elapsed().as_nanos() as u64,
             vcpu: self.vcpu,
@@ -125,14 +149,23 @@ impl Sampler {
     }
 }
 
-/// The return addresses of the frame-pointer chain at the registers KVM synced out.
-fn walk(sync: &kvm_bindings::kvm_sync_regs, mem: &GuestMemoryMmap) -> Vec<u64> {
-    let s = &sync.sregs;
+/// The return addresses of the stack at the registers KVM synced out: unwound with the
+/// guest's CFI where `unwinder` has it, else by frame pointers.
+fn walk(
+    sync: &kvm_bindings::kvm_sync_regs,
+    mem: &GuestMemoryMmap,
+    unwinder: Option<&mut (Arc<GuestUnwinder>, UnwindCache)>,
+) -> Vec<u64> {
+    let (s, r) = (&sync.sregs, &sync.regs);
     let long_mode = s.efer & (1 << 10) != 0;
     let paging = s.cr0 & (1 << 31) != 0;
+    let mut unwind = |m: &mut dyn LinearMemory| match unwinder {
+        Some((u, cache)) => u.chain(cache, m, r.rip, r.rsp, r.rbp),
+        None => frames(m, r.rbp, r.rsp),
+    };
     match (paging, long_mode) {
-        (false, _) => frames(&mut crate::linear::Identity(mem), sync.regs.rbp, sync.regs.rsp),
-        (true, true) => frames(&mut PageWalk::new(mem, s.cr3), sync.regs.rbp, sync.regs.rsp),
+        (false, _) => unwind(&mut crate::linear::Identity(mem)),
+        (true, true) => unwind(&mut PageWalk::new(mem, s.cr3)),
         (true, false) => Vec::new(), // 32-bit paging: not walked
     }
 }
@@ -140,7 +173,7 @@ fn walk(sync: &kvm_bindings::kvm_sync_regs, mem: &GuestMemoryMmap) -> Vec<u64> {
 /// Follow saved frame pointers from `rbp`: each frame holds the caller's frame pointer and
 /// the return address above it. Stops at a null, misaligned, unmapped or non-increasing
 /// frame pointer, one below the stack pointer, or after MAX_DEPTH frames.
-pub fn frames(mem: &mut impl LinearMemory, rbp: u64, rsp: u64) -> Vec<u64> {
+pub fn frames(mem: &mut (impl LinearMemory + ?Sized), rbp: u64, rsp: u64) -> Vec<u64> {
     let mut chain = Vec::new();
     let mut fp = rbp;
     while chain.len() < MAX_DEPTH && fp != 0 && fp.is_multiple_of(8) && fp >= rsp {

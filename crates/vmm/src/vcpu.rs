@@ -84,6 +84,8 @@ pub struct Vcpu {
     pub in_workload: Arc<AtomicBool>,
     /// Sample this vCPU from the VMM (`record -a`), times counted from `epoch`.
     pub sampling: Option<crate::sampler::SamplingConfig>,
+    /// The guest image's CFI, for samples' call chains (`--call-graph dwarf`).
+    pub unwinder: Option<Arc<crate::unwind::GuestUnwinder>>,
     /// When the VM was built.
     pub epoch: Instant,
     /// The guest TSC's frequency, kHz (0: unknown).
@@ -107,6 +109,8 @@ pub struct VcpuResult {
     pub pmu: Option<VcpuPmu>,
     /// What the VMM's sampler took.
     pub samples: crate::sampler::Samples,
+    /// What the VMM saw of the counts (`stat -a`, and a run cut short).
+    pub counts: crate::vmm_counts::VcpuCounts,
 }
 
 impl Vcpu {
@@ -116,7 +120,8 @@ impl Vcpu {
         let syscalls = if self.count_syscalls { crate::syscount::SyscallCounter::start().ok() } else { None };
         let kvm_stats = crate::kvm_stats::KvmStatsFile::open(&self.fd);
         let mut sampler = self.start_sampler();
-        if self.pmu.as_ref().is_some_and(|p| crate::backends::VmmSource::counts_by_steps(p.pmu.backend())) {
+        // (A stepping backend wants steps whenever a counter is programmed: from the start.)
+        if self.pmu.as_ref().is_some_and(|p| crate::backends::VmmSource::wants_steps(p.pmu.backend(), true)) {
             // Each step retires at the privilege level in CS: have KVM copy it out.
             self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::SystemRegister);
         }
@@ -179,17 +184,31 @@ impl Vcpu {
         self.stats.mode = if self.native { "native" } else { "emulated" };
         self.stats.kvm = kvm_stats.map(|s| s.read()).unwrap_or_default();
         kick::unregister();
+        let mut counts = crate::vmm_counts::VcpuCounts {
+            vcpu: self.index,
+            thread_ns: crate::vpmu::thread_cpu_ns(),
+            ..Default::default()
+        };
         if let Some(pmu) = &mut self.pmu {
-            pmu.finish();
+            counts.counters = pmu.finish();
+            counts.retired = pmu.retired;
         }
-        VcpuResult { stats: self.stats, pmu: self.pmu, samples: sampler.map(|s| s.finish()).unwrap_or_default() }
+        let samples = sampler.map(|s| s.finish()).unwrap_or_default();
+        VcpuResult { stats: self.stats, pmu: self.pmu, samples, counts }
     }
 
     /// The VMM's sampler on this thread, if the VM samples (a failure to start it is said
     /// once and the run goes on unsampled).
     fn start_sampler(&mut self) -> Option<crate::sampler::Sampler> {
         let config = self.sampling?;
-        match crate::sampler::Sampler::start(config, self.tsc_khz, self.index, &mut self.fd, self.epoch) {
+        match crate::sampler::Sampler::start(
+            config,
+            self.unwinder.clone(),
+            self.tsc_khz,
+            self.index,
+            &mut self.fd,
+            self.epoch,
+        ) {
             Ok(s) => Some(s),
             Err(e) => {
                 eprintln!("perfvm: vCPU {}: cannot sample from the VMM: {e}", self.index);

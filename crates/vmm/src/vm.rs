@@ -36,6 +36,8 @@ pub struct RunReport {
     pub samples: crate::sampler::Samples,
     /// The guest TSC's frequency, kHz (0: unknown): agent TSCs to time.
     pub tsc_khz: u64,
+    /// What the VMM saw of the counts, per vCPU (`stat -a`, and a run cut short).
+    pub vcpu_counts: Vec<crate::vmm_counts::VcpuCounts>,
 }
 
 /// A built VM, ready to run.
@@ -153,8 +155,10 @@ impl Vm {
         let mut pmu_report = self.pmu_report.take();
         let mut rip_profile = std::collections::HashMap::new();
         let mut samples = crate::sampler::Samples::default();
+        let mut vcpu_counts = Vec::new();
         for t in threads {
             let mut result = t.join().expect("vCPU thread panicked");
+            vcpu_counts.push(std::mem::take(&mut result.counts));
             samples.taken.append(&mut result.samples.taken);
             samples.dropped += result.samples.dropped;
             stats.merge_vcpu(&result.stats);
@@ -185,6 +189,6 @@ impl Vm {
         let agent = bus.agent.as_mut().map(|a| std::mem::take(&mut a.data)).unwrap_or_default();
         drop(bus);
         samples.taken.sort_by_key(|s| s.time_ns);
-        RunReport { end, stats, console: self.console, agent, rip_profile, samples, tsc_khz: self.tsc_khz }
+        RunReport { end, stats, console: self.console, agent, rip_profile, samples, tsc_khz: self.tsc_khz, vcpu_counts }
     }
 }

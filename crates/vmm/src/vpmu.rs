@@ -55,6 +55,9 @@ pub struct VcpuPmu {
     rdpmc_traps: Arc<RdpmcTraps>,
     /// Exact mode with tracing: retired instructions per RIP (the reference profile).
     pub rip_profile: Option<HashMap<u64, u64>>,
+    /// `stat -a` on the exact backend: the VMM steps the whole run and counts every
+    /// retired instruction and branch itself.
+    pub retired: Option<crate::vmm_counts::Retired>,
     /// The guest's paravirtual PMU page, once accepted.
     pv: Option<pv::PvPage>,
     /// What became of the guest's PV page.
@@ -98,6 +101,7 @@ impl VcpuPmu {
             code_pages: Default::default(),
             rdpmc_traps: Default::default(),
             rip_profile: None,
+            retired: None,
             pv: None,
             pv_stats: pv::PvStats::default(),
             cpu_share: pv::CpuShare::default(),
@@ -212,7 +216,7 @@ impl VcpuPmu {
         self.report_reloads(mem);
         // Stepping while a counter counts, and while one is programmed so that RDPMC (which
         // KVM #GPs) can be emulated.
-        self.stepper.state.wanted = self.pmu.backend().wants_steps(self.pmu.any_programmed());
+        self.stepper.state.wanted = self.retired.is_some() || self.pmu.backend().wants_steps(self.pmu.any_programmed());
         if self.pmu.is_active() {
             self.pmu.tick(run_ns);
         }
@@ -400,17 +404,31 @@ impl VcpuPmu {
             rdpmc_traps: &self.rdpmc_traps,
             home,
         };
-        let counting = StepCounting { pmu: &mut self.pmu, stats: &mut self.stats, rip_profile: &mut self.rip_profile };
+        let counting = StepCounting {
+            pmu: &mut self.pmu,
+            stats: &mut self.stats,
+            rip_profile: &mut self.rip_profile,
+            retired: &mut self.retired,
+        };
         (&mut self.retirement, cpu, counting)
     }
 
     fn counting(&mut self) -> StepCounting<'_> {
-        StepCounting { pmu: &mut self.pmu, stats: &mut self.stats, rip_profile: &mut self.rip_profile }
+        StepCounting {
+            pmu: &mut self.pmu,
+            stats: &mut self.stats,
+            rip_profile: &mut self.rip_profile,
+            retired: &mut self.retired,
+        }
     }
 
-    /// The vCPU stops: fold running counters so the final counts are complete.
-    pub fn finish(&mut self) {
+    /// The vCPU stops: fold running counters so the final counts are complete. Returns the
+    /// counters the guest left counting, as the model holds them (what a run cut short
+    /// before the guest's agent reported has of its counts).
+    pub fn finish(&mut self) -> Vec<crate::vmm_counts::CounterView> {
+        let counters = crate::vmm_counts::counters(&mut self.pmu);
         self.pmu.sched_out();
+        counters
     }
 
     /// The PMU model's statistics.
@@ -424,6 +442,7 @@ struct StepCounting<'a> {
     pmu: &'a mut Pmu<Backend>,
     stats: &'a mut VpmuStats,
     rip_profile: &'a mut Option<HashMap<u64, u64>>,
+    retired: &'a mut Option<crate::vmm_counts::Retired>,
 }
 
 impl StepCounting<'_> {
@@ -440,12 +459,18 @@ impl StepCounting<'_> {
     /// The WRMSR at `rip` retires as its exit is handled, before its write takes effect.
     fn retire_early(&mut self, rip: u64) {
         self.stats.steps += 1;
+        if let Some(r) = self.retired.as_mut() {
+            r.retire_early();
+        }
         self.profile(rip, 1).retire_early();
     }
 
     /// The WRMSR retired early at `rip` faulted: it did not retire.
     fn faulted(&mut self, rip: u64) {
         self.stats.steps -= 1;
+        if let Some(r) = self.retired.as_mut() {
+            r.faulted();
+        }
         self.profile(rip, -1).faulted();
     }
 }
@@ -453,6 +478,9 @@ impl StepCounting<'_> {
 impl Counting for StepCounting<'_> {
     fn retire(&mut self, rip: u64, class: InsnClass, user: bool) {
         self.stats.steps += 1;
+        if let Some(r) = self.retired.as_mut() {
+            r.retire(class, user);
+        }
         self.profile(rip, 1).retire(class, user);
     }
 

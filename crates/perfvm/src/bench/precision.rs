@@ -58,7 +58,7 @@ fn profile_args(
     b.attempt(mode, &what, || {
         let mode = if reference { Mode::Reference } else { Mode::Sampled };
         let event = events::parse(event).map_err(Failure::failed)?;
-        let capture = record(cfg, "ftest", &args, event, period, mode, false, Instant::now())?;
+        let capture = record(cfg, "ftest", &args, event, period, mode, None, Instant::now())?;
         match capture.code {
             0 if capture.record.samples.is_empty() => Err(Failure::failed("no samples")),
             0 => Ok(capture),
@@ -175,7 +175,7 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
     let mut vmm_cfg = cfg.clone();
     vmm_cfg.sampling = Some(vmm::sampler::SamplingConfig {
         period: default_period,
-        callchain: true,
+        callchain: Some(vmm::sampler::CallGraph::Dwarf),
         max_samples: vmm_cfg.max_samples,
     });
     let workload_ns = |r: &vmm::RunReport| r.agent.workload_ns().unwrap_or(r.stats.wall_ns) as f64;

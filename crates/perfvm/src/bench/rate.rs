@@ -155,7 +155,7 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
             }
             cfg.sampling = Some(vmm::sampler::SamplingConfig {
                 period: SamplePeriod::Hz(crate::cli::default_record_freq(native)),
-                callchain: true,
+                callchain: Some(vmm::sampler::CallGraph::Dwarf),
                 max_samples: cfg.max_samples,
             });
             if let Some(r) = b.run(&cfg, mode)? {

@@ -65,6 +65,8 @@ pub struct SampleRecord {
     pub task: u32,
     /// The sampling counter's EVENTSEL\[15:0\].
     pub event: u16,
+    /// The vCPU whose PMI took it (0 from an agent that sends the original samples).
+    pub vcpu: u32,
     /// Guest TSC in the PMI handler (0 from an agent that sends the original samples); ns
     /// since the guest TSC's 0 are `tsc * 1_000_000 / guest_tsc_khz`.
     pub tsc: u64,
@@ -229,6 +231,7 @@ impl AgentPort {
                         rip: u64_at(o)?,
                         task: u32_at(o + 8)?,
                         event: u16_at(o + 12)?,
+                        vcpu: 0,
                         tsc: 0,
                         callchain: Vec::new(),
                     };
@@ -240,7 +243,9 @@ impl AgentPort {
                 self.data.samples_dropped_guest += u64::from(u32_at(4)?);
                 let mut o = 8;
                 for _ in 0..n {
-                    let nr = usize::from(u16_at(o + 22)?);
+                    // `nr` is a byte (at most AGENT_CHAIN_MAX), the vCPU the next one (an agent
+                    // from before it sent a 16-bit nr: its high byte, vCPU 0, was 0).
+                    let nr = usize::from(*p.get(o + 22)?);
                     let chain = o + SAMPLE2_LEN;
                     let words = (0..nr.min(MAX_CALLCHAIN)).map(|k| u64_at(chain + 8 * k)).collect::<Option<_>>()?;
                     let sample = SampleRecord {
@@ -248,6 +253,7 @@ impl AgentPort {
                         tsc: u64_at(o + 8)?,
                         task: u32_at(o + 16)?,
                         event: u16_at(o + 20)?,
+                        vcpu: u32::from(*p.get(o + 23)?),
                         callchain: words,
                     };
                     o = chain + 8 * nr;
@@ -353,7 +359,10 @@ mod tests {
         }
         send(&mut p, 0x2000, &message(MSG_SAMPLES, &samples));
         assert_eq!(p.data.samples.len(), 2);
-        assert_eq!(p.data.samples[1], SampleRecord { rip: 0x100010, task: 7, event: 0x3c, tsc: 0, callchain: vec![] });
+        assert_eq!(
+            p.data.samples[1],
+            SampleRecord { rip: 0x100010, task: 7, event: 0x3c, vcpu: 0, tsc: 0, callchain: vec![] }
+        );
         assert_eq!(p.data.samples_dropped_guest, 3);
 
         let mut value = vec![0u8; 56];
@@ -372,12 +381,17 @@ mod tests {
 
     /// A `struct agent_sample2` record with its chain.
     fn sample2(rip: u64, tsc: u64, task: u32, event: u16, chain: &[u64]) -> Vec<u8> {
+        sample2_on(rip, tsc, task, event, chain, 0)
+    }
+
+    fn sample2_on(rip: u64, tsc: u64, task: u32, event: u16, chain: &[u64], vcpu: u8) -> Vec<u8> {
         let mut r = vec![];
         r.extend_from_slice(&rip.to_le_bytes());
         r.extend_from_slice(&tsc.to_le_bytes());
         r.extend_from_slice(&task.to_le_bytes());
         r.extend_from_slice(&event.to_le_bytes());
-        r.extend_from_slice(&(chain.len() as u16).to_le_bytes());
+        r.push(chain.len() as u8);
+        r.push(vcpu);
         chain.iter().for_each(|w| r.extend_from_slice(&w.to_le_bytes()));
         r
     }
@@ -418,13 +432,15 @@ mod tests {
     #[test]
     fn samples_with_time_and_call_chains() {
         let mut p = port(100);
-        let records = [sample2(0x100000, 777, 3, 0x3c, &[0x100100, 0x100200]), sample2(0x100010, 778, 0, 0x3c, &[])];
+        let records =
+            [sample2(0x100000, 777, 3, 0x3c, &[0x100100, 0x100200]), sample2_on(0x100010, 778, 0, 0x3c, &[], 5)];
         send(&mut p, 0x1000, &message(MSG_SAMPLES2, &samples2(&records, 1)));
+        let chain = vec![0x100100, 0x100200];
         assert_eq!(
             p.data.samples,
             vec![
-                SampleRecord { rip: 0x100000, task: 3, event: 0x3c, tsc: 777, callchain: vec![0x100100, 0x100200] },
-                SampleRecord { rip: 0x100010, task: 0, event: 0x3c, tsc: 778, callchain: vec![] },
+                SampleRecord { rip: 0x100000, task: 3, event: 0x3c, vcpu: 0, tsc: 777, callchain: chain },
+                SampleRecord { rip: 0x100010, task: 0, event: 0x3c, vcpu: 5, tsc: 778, callchain: vec![] },
             ]
         );
         assert_eq!((p.data.samples_dropped_guest, p.data.bad_messages), (1, 0));
