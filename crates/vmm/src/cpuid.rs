@@ -3,10 +3,11 @@
 
 use kvm_bindings::{kvm_cpuid_entry2, CpuId, KVM_CPUID_FLAG_SIGNIFCANT_INDEX};
 use pmu::PmuCaps;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use crate::guest_abi::CpuidEntry;
+use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 
 /// Bytes of one entry of the in-memory table (`struct perfvm_cpuid_entry`).
-const TABLE_ENTRY_SIZE: usize = 32;
+const TABLE_ENTRY_SIZE: usize = std::mem::size_of::<CpuidEntry>();
 /// Most entries a vCPU's one-page table holds.
 pub const TABLE_MAX_ENTRIES: usize = 4096 / TABLE_ENTRY_SIZE;
 
@@ -104,10 +105,17 @@ pub fn write_table(mem: &GuestMemoryMmap, gpa: u64, cpuid: &CpuId) -> vm_memory:
     let entries = &cpuid.as_slice()[..cpuid.as_slice().len().min(TABLE_MAX_ENTRIES)];
     let mut table = Vec::with_capacity(entries.len() * TABLE_ENTRY_SIZE);
     for e in entries {
-        let significant = e.flags & KVM_CPUID_FLAG_SIGNIFCANT_INDEX;
-        for word in [e.function, e.index, significant, e.eax, e.ebx, e.ecx, e.edx, 0] {
-            table.extend_from_slice(&word.to_le_bytes());
-        }
+        let entry = CpuidEntry {
+            leaf: e.function,
+            subleaf: e.index,
+            flags: e.flags & KVM_CPUID_FLAG_SIGNIFCANT_INDEX,
+            eax: e.eax,
+            ebx: e.ebx,
+            ecx: e.ecx,
+            edx: e.edx,
+            reserved: 0,
+        };
+        table.extend_from_slice(entry.as_slice());
     }
     mem.write_slice(&table, GuestAddress(gpa))?;
     Ok(entries.len() as u32)
