@@ -17,6 +17,10 @@ use vm_memory::GuestMemoryMmap;
 pub const MAX_DEPTH: usize = 64;
 /// A frame larger than this ends the walk: a frame pointer that far up is not one.
 const MAX_FRAME: u64 = 1 << 20;
+/// The kernel's shortest task-clock sampling period (10 us). The vPMU's own clock stays at
+/// `MIN_CLOCK_PERIOD_NS` and above, as each of its notifications costs the guest a PMI; a
+/// profiler's sample costs only the exit, so it may go down to the kernel's floor.
+const KERNEL_MIN_CLOCK_PERIOD_NS: u64 = 10_000;
 
 /// How the VMM samples every vCPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +81,7 @@ impl Sampler {
         fd: &mut VcpuFd,
         epoch: Instant,
     ) -> std::io::Result<Sampler> {
-        let period_ns = config.period.ns(TscRate::from_khz(tsc_khz)).max(10_000);
+        let period_ns = config.period.ns(TscRate::from_khz(tsc_khz)).max(KERNEL_MIN_CLOCK_PERIOD_NS);
         let attr = PerfEventAttr {
             type_: PERF_TYPE_SOFTWARE,
             config: PERF_COUNT_SW_TASK_CLOCK,
@@ -128,8 +132,8 @@ impl Sampler {
 /// The return addresses of the frame-pointer chain at the registers KVM synced out.
 fn walk(sync: &kvm_bindings::kvm_sync_regs, mem: &GuestMemoryMmap) -> Vec<u64> {
     let s = &sync.sregs;
-    let long_mode = s.efer & (1 << 10) != 0;
-    let paging = s.cr0 & (1 << 31) != 0;
+    let long_mode = s.efer & crate::boot::EFER_LMA != 0;
+    let paging = s.cr0 & crate::boot::CR0_PG != 0;
     match (paging, long_mode) {
         (false, _) => frames(&mut crate::linear::Identity(mem), sync.regs.rbp, sync.regs.rsp),
         (true, true) => frames(&mut PageWalk::new(mem, s.cr3), sync.regs.rbp, sync.regs.rsp),

@@ -28,10 +28,13 @@ pub(crate) fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// IA32_TSC (SDM vol. 4, table 2-2).
+const MSR_IA32_TSC: u32 = 0x10;
+
 /// The guest's TSC now (KVM_GET_MSRS of IA32_TSC).
 fn guest_tsc(vcpu: &VcpuFd) -> u64 {
     let mut msrs =
-        kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry { index: 0x10, ..Default::default() }])
+        kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry { index: MSR_IA32_TSC, ..Default::default() }])
             .expect("one MSR");
     match vcpu.get_msrs(&mut msrs) {
         Ok(1) => msrs.as_slice()[0].data,
@@ -258,8 +261,13 @@ impl VcpuPmu {
         // Intel's LAPIC masks LVTPC on a PMI; AMD's does not (KVM masks for Intel only).
         let mask = self.pmu.caps().vendor() == pmu::Vendor::Intel;
         match pmi::raise(vm, vcpu, mask) {
-            Ok(PmiOutcome::Masked) | Err(_) => {
+            Ok(PmiOutcome::Masked) => {
                 self.stats.pmis_masked += 1;
+                false
+            }
+            // The LAPIC could not be read or written: the PMI is lost, not masked.
+            Err(_) => {
+                self.stats.pmi_ioctl_failures += 1;
                 false
             }
             Ok(outcome) => {
