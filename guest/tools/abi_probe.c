@@ -10,6 +10,7 @@
 #include "perfvm_agent.h"
 #include "perfvm_boot.h"
 #include "perfvm_cpuid.h"
+#include "perfvm_pv.h"
 
 #define S(s) printf(#s " size %zu\n", sizeof(struct s))
 #define F(s, f) printf(#s "." #f " %zu\n", offsetof(struct s, f))
@@ -45,5 +46,7 @@ int main(void)
 	C(PERFVM_BOOT_F_STEPPED); C(PERFVM_CPUID_SIGNATURE); C(PERFVM_CPUID_SIGNATURE_EBX);
 	C(PERFVM_CPUID_SIGNATURE_ECX); C(PERFVM_CPUID_SIGNATURE_EDX); C(PERFVM_CPUID_VPMU);
 	C(PERFVM_BACKEND_NONE); C(PERFVM_BACKEND_PERF); C(PERFVM_BACKEND_EXACT);
+	C(PERFVM_PORT_PV_REGISTER); C(PERFVM_PORT_PV_DOORBELL); C(PV_HOST_VERSION); C(PV_COUNTERS);
+	C(sizeof(struct pv_page_v2)); C(sizeof(struct pv_sampling));
 	return 0;
 }

@@ -98,8 +98,7 @@ fn without_pebs_nothing_is_advertised() {
 #[test]
 fn stats_count_pebs_records() {
     require_kvm!();
-    let o =
-        perfvm(&["run", "pebs", "--pebs", "--backend", "exact", "--stats", "--timeout", "300"]);
+    let o = perfvm(&["run", "pebs", "--pebs", "--backend", "exact", "--stats", "--timeout", "300"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let err = stderr(&o);
     let line = err
@@ -107,8 +106,7 @@ fn stats_count_pebs_records() {
         .find(|l| l.trim_start().starts_with("PEBS records"))
         .unwrap_or_else(|| panic!("no PEBS line: {err}"));
     assert!(line.contains("written") && line.contains("dropped") && line.contains("buffer PMIs"), "{line}");
-    let o =
-        perfvm(&["run", "pebs", "--pebs", "--backend", "exact", "--json", "--timeout", "300"]);
+    let o = perfvm(&["run", "pebs", "--pebs", "--backend", "exact", "--json", "--timeout", "300"]);
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
     let model = &doc["stats"]["pmu"]["model"];
     let n = |k: &str| model[k].as_u64().unwrap_or_else(|| panic!("no {k}: {model}"));

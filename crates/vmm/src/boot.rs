@@ -103,7 +103,7 @@ fn write_identity_map(mem: &GuestMemoryMmap) -> vm_memory::GuestMemoryResult<()>
     Ok(())
 }
 
-/// `struct perfvm_boot_info` of guest/include/perfvm_boot.h.
+/// `struct perfvm_boot_info` of guest/include/abi/perfvm_boot.h.
 fn write_perfvm_boot_info(mem: &GuestMemoryMmap, p: &BootParams, cmdline_len: u32) -> vm_memory::GuestMemoryResult<()> {
     let native = if p.vif_base.is_some() { BOOT_F_NATIVE } else { 0 };
     let info = crate::guest_abi::BootInfo {

@@ -1,9 +1,9 @@
 //! Guest CPUID: the host's supported leaves, with per-vCPU APIC IDs and the virtual PMU's
 //! leaf 0xA (generated from the model, never the host's).
 
+use crate::guest_abi::CpuidEntry;
 use kvm_bindings::{kvm_cpuid_entry2, CpuId, KVM_CPUID_FLAG_SIGNIFCANT_INDEX};
 use pmu::PmuCaps;
-use crate::guest_abi::CpuidEntry;
 use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 
 /// Bytes of one entry of the in-memory table (`struct perfvm_cpuid_entry`).
@@ -98,7 +98,7 @@ pub fn add_tsc_leaves(cpuid: &mut CpuId, vendor: crate::identity::CpuVendor, tsc
 }
 
 /// Write `cpuid` into guest memory at `gpa` as `struct perfvm_cpuid_entry[]`
-/// (guest/include/perfvm_boot.h): in native mode this host's CPUID instruction does not
+/// (guest/include/abi/perfvm_boot.h): in native mode this host's CPUID instruction does not
 /// follow KVM_SET_CPUID2, so kit guests look their leaves up there. Returns the entries
 /// written.
 pub fn write_table(mem: &GuestMemoryMmap, gpa: u64, cpuid: &CpuId) -> vm_memory::GuestMemoryResult<u32> {

@@ -1,4 +1,4 @@
-//! The guest ABIs' structs as C lays them out (guest/include/perfvm_agent.h, perfvm_boot.h),
+//! The guest ABIs' structs as C lays them out (guest/include/abi/perfvm_agent.h, perfvm_boot.h),
 //! read and written whole through vm-memory's `ByteValued` instead of by hand offsets. The
 //! sizes and offsets are asserted at compile time here, and against the C headers by
 //! `tests/guest_abi.rs` (which builds a probe with the guest kit's compiler).
@@ -276,6 +276,12 @@ pub const CONSTANTS: &[(&str, u64)] = {
         ("PERFVM_BACKEND_NONE", Backend::None as u64),
         ("PERFVM_BACKEND_PERF", Backend::Perf as u64),
         ("PERFVM_BACKEND_EXACT", Backend::Exact as u64),
+        ("PERFVM_PORT_PV_REGISTER", crate::pv::REGISTER_PORT as u64),
+        ("PERFVM_PORT_PV_DOORBELL", crate::pv::DOORBELL_PORT as u64),
+        ("PV_HOST_VERSION", crate::pv::HOST_VERSION as u64),
+        ("PV_COUNTERS", pmu::PMC_SLOTS as u64),
+        ("sizeof(struct pv_page_v2)", crate::pv::V2_SIZE as u64),
+        ("sizeof(struct pv_sampling)", crate::pv_sampling::SIZE as u64),
     ]
 };
 

@@ -1,5 +1,5 @@
 //! Guest-physical memory layout of the boot structures. Mirrors
-//! `guest/include/perfvm_boot.h`; keep both in step.
+//! `guest/include/abi/perfvm_boot.h`; keep both in step.
 
 /// GDT used by both boot paths.
 pub const GDT_ADDR: u64 = 0x1000;

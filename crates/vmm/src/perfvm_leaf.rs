@@ -1,4 +1,4 @@
-//! perfvm's own CPUID leaves (guest/include/perfvm_cpuid.h): a signature, and how the vPMU
+//! perfvm's own CPUID leaves (guest/include/abi/perfvm_cpuid.h): a signature, and how the vPMU
 //! counts, so a guest learns its backend from the VMM rather than from its command line.
 
 use crate::config::BackendKind;
@@ -54,7 +54,8 @@ mod tests {
 
     #[test]
     fn the_leaves_carry_the_signature_and_the_backend() {
-        let host = CpuId::from_entries(&[kvm_cpuid_entry2 { function: VPMU_LEAF, eax: 7, ..Default::default() }]).unwrap();
+        let host =
+            CpuId::from_entries(&[kvm_cpuid_entry2 { function: VPMU_LEAF, eax: 7, ..Default::default() }]).unwrap();
         let cpuid = with_leaves(&host, Backend::from(Some(BackendKind::Exact)));
         let sig = leaf(&cpuid, SIGNATURE_LEAF);
         assert_eq!([sig.eax, sig.ebx, sig.ecx, sig.edx], [VPMU_LEAF, 0x6672_6570, 0x6d76, 0]);

@@ -1,4 +1,4 @@
-//! The perf agent channel (guest/include/perfvm_agent.h): the guest writes the physical
+//! The perf agent channel (guest/include/abi/perfvm_agent.h): the guest writes the physical
 //! address of a message with one 32-bit OUT to port 0x500; we copy the message out of guest
 //! memory at once. Samples are kept up to a bound (a sample's call chain counts towards it
 //! too); past it they are dropped and counted, so a guest cannot make the VMM grow without
@@ -212,7 +212,8 @@ impl AgentPort {
                 for i in 0..head.n as usize {
                     let o = size_of::<abi::AgentSamples>() + i * size_of::<abi::AgentSample>();
                     let s: abi::AgentSample = read(p, o)?;
-                    let sample = SampleRecord { rip: s.rip, task: s.task, event: s.event, tsc: 0, callchain: Vec::new() };
+                    let sample =
+                        SampleRecord { rip: s.rip, task: s.task, event: s.event, tsc: 0, callchain: Vec::new() };
                     self.keep(sample);
                 }
             }
@@ -224,8 +225,10 @@ impl AgentPort {
                     let s: abi::AgentSample2 = read(p, o)?;
                     let nr = usize::from(s.nr);
                     let chain = o + size_of::<abi::AgentSample2>();
-                    let words = (0..nr.min(MAX_CALLCHAIN)).map(|k| read::<u64>(p, chain + 8 * k)).collect::<Option<_>>()?;
-                    let sample = SampleRecord { rip: s.rip, tsc: s.tsc, task: s.task, event: s.event, callchain: words };
+                    let words =
+                        (0..nr.min(MAX_CALLCHAIN)).map(|k| read::<u64>(p, chain + 8 * k)).collect::<Option<_>>()?;
+                    let sample =
+                        SampleRecord { rip: s.rip, tsc: s.tsc, task: s.task, event: s.event, callchain: words };
                     o = chain + 8 * nr;
                     self.keep(sample);
                 }
