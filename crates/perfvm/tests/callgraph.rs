@@ -157,7 +157,7 @@ fn record_a_cut_short_keeps_what_it_sampled() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(2000));
+    wait_for_cpu(child.id(), std::time::Duration::from_millis(1500), std::time::Duration::from_secs(60));
     // SAFETY: sending a signal to our own child process.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let o = child.wait_with_output().unwrap();

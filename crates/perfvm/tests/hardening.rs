@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use std::time::Duration;
 
 /// Count `events` of ftest on the exact backend under a filter; None = not counted/supported.
 fn counts_under(filter: &str, events: &str) -> Vec<u64> {
@@ -116,7 +117,8 @@ fn signals_end_a_record_cleanly() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(2500));
+        // 1.5 s of its CPU: ~2,500 samples at 2 kHz of vCPU time, however busy the host.
+        wait_for_cpu(child.id(), Duration::from_millis(1500), Duration::from_secs(60));
         // SAFETY: sending a signal to our own child process.
         unsafe { libc::kill(child.id() as i32, signal) };
         let o = child.wait_with_output().unwrap();

@@ -51,6 +51,26 @@ pub fn perfvm(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_perfvm")).args(args).output().expect("running perfvm")
 }
 
+/// Wait until process `pid` has run `cpu` of CPU time (user + system), or `wall` has
+/// passed: on a busy host a child gets its CPU late, so a signal sent after a fixed sleep
+/// may find it still booting.
+#[allow(dead_code)]
+pub fn wait_for_cpu(pid: u32, cpu: std::time::Duration, wall: std::time::Duration) {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let used = || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces): utime and stime are 14 and 15.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let t: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        Some(std::time::Duration::from_secs_f64(t / ticks))
+    };
+    let started = std::time::Instant::now();
+    while started.elapsed() < wall && used().is_some_and(|u| u < cpu) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
