@@ -216,6 +216,41 @@ void agent_stop_and_update(void)
 }
 
 /*
+ * Per-task counting through the published counters, one exit per switch (-p with the PV
+ * page's exitless reads, counting only): the counters keep running across the switch. An
+ * empty doorbell makes the VMM publish every counter's value at that exit (`base`, exact:
+ * the backend's count at the exit, no extrapolation), and the advance since the previous
+ * publish is charged to the current context. The next context's counts start at that
+ * publish. A counter the VMM publishes NEEDS_EXIT (the exact backend) cannot be read this
+ * way: returns 0 before any exit, and the caller stops and restarts the counters (two
+ * doorbells, exact). Returns 1 if it charged.
+ */
+int agent_charge_published(void)
+{
+	if (agent_pv_mode != AGENT_PV_READS || agent_sampling_mask || !agent_pmu_on || agent_mux)
+		return 0;
+	for (unsigned i = 0; i < agent_nev; i++)
+		if (agent_evs[i].hw >= 0 && (agent_evs[i].pv_counter->flags & PV_C_NEEDS_EXIT))
+			return 0;
+	agent_pv_ring(0);
+	if (!agent_pv_answered(0)) {
+		agent_pv_lost(0);
+		return 0; /* the page is gone: the caller stops with a WRMSR */
+	}
+	for (unsigned i = 0; i < agent_nev; i++) {
+		uint64_t v;
+		if (agent_evs[i].hw < 0)
+			continue;
+		if (agent_pv_read_published(agent_evs[i].pv_counter, &v) < 0)
+			v = rdmsr(agent_evs[i].rd_msr);
+		agent_charge(i, v);
+	}
+	account_time();
+	t_on = rdtsc();
+	return 1;
+}
+
+/*
  * GLOBAL_CTRL = mask. With the PV page: the whole start batch, i.e. the counter values
  * agent_load_counter() staged and the enable, one doorbell. Its answer is not checked (the
  * instructions after the enable are counted, and single-stepped on the exact backend): the

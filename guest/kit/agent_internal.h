@@ -80,6 +80,7 @@ static inline void agent_begin_critical(void)
 }
 void agent_end_critical(void);
 void agent_stop_and_update(void);
+int agent_charge_published(void); /* -p, PV reads: charge at one publish, counters left running */
 void agent_pmu_start(void);
 
 /* ---- agent_vendor.c ---- */

@@ -92,6 +92,11 @@ impl AgentLinesToStderr {
         }
         drop(writer); // fd 1 is now the pipe's only write end: restoring it ends the thread
         let thread = std::thread::spawn(move || {
+            // A helper: it only reads the pipe and writes to stdout and stderr.
+            let confined = vmm::confine::confine_thread(vmm::confine::ThreadKind::Helper);
+            if let Err(e) = &confined {
+                let _ = writeln!(io::stderr(), "perfvm: {e}");
+            }
             let (mut splitter, mut buf) = (Splitter::default(), [0u8; 4096]);
             let mut err = io::stderr();
             while let Ok(n @ 1..) = reader.read(&mut buf) {

@@ -230,6 +230,10 @@ pub struct VmArgs {
     /// counters up to 6, no fixed counters); stat and record's perf agent drive either.
     #[arg(long, value_enum, default_value_t = VendorArg::Intel)]
     pub cpu_vendor: VendorArg,
+    /// Confine the VMM's threads with seccomp filters (docs/SECURITY.md); off is for
+    /// debugging a filter only, and says so.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub seccomp: OnOff,
     #[command(flatten)]
     pub pmu: PmuArgs,
 }

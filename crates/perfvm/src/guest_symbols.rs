@@ -10,9 +10,13 @@ use std::path::Path;
 /// User space of an x86-64 Linux guest: the lower canonical half.
 const USER_END: u64 = 0x0000_8000_0000_0000;
 
+/// The largest guest image read for its symbols (a record file names it: it may name any
+/// file; a distribution vmlinux with its DWARF is some hundreds of MB).
+pub const MAX_GUEST_ELF_BYTES: u64 = 1 << 30;
+
 /// The resolver of the guest image at `path` (warnings: what could not be read).
 pub fn load(path: &Path, lines: bool) -> (Resolver, Vec<String>) {
-    match std::fs::read(path) {
+    match vmm::bounded::read(path, MAX_GUEST_ELF_BYTES, "guest images read for symbols") {
         Ok(bytes) => resolver(&bytes, &path.display().to_string(), lines),
         Err(e) => (Resolver::default(), vec![format!("cannot read {}: {e}: addresses show as [unknown]", path.display())]),
     }

@@ -1,6 +1,7 @@
 //! The `perfvm` command line.
 
 mod agent_lines;
+mod atomic_file;
 mod bench;
 mod cli;
 mod failure;
@@ -22,6 +23,12 @@ use std::time::Instant;
 
 fn main() {
     let started = Instant::now();
+    // Every thread inherits these (docs/SECURITY.md); the filters come per thread, later.
+    vmm::confine::limit_core_dumps();
+    if let Err(e) = vmm::confine::set_no_new_privs() {
+        eprintln!("perfvm: {e}");
+        std::process::exit(1);
+    }
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
@@ -35,6 +42,13 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // report and script read files that may be hostile: confined as the VMM thread is.
+    if matches!(cli.command, cli::Command::Report(_) | cli::Command::Script(_)) {
+        if let Err(e) = vmm::confine::confine_thread(vmm::confine::ThreadKind::Vmm) {
+            eprintln!("perfvm: {e}");
+            std::process::exit(1);
+        }
+    }
     let result = match cli.command {
         cli::Command::Run(args) => run::run(args, started),
         cli::Command::Stat(args) => stat::run(args, started),

@@ -1,5 +1,6 @@
 //! Reading record files and writing what the commands produce, with one-line failures.
 
+use crate::atomic_file::Previous;
 use crate::Failure;
 use profile::{Profile, Record};
 use std::io::Write;
@@ -14,9 +15,19 @@ pub fn emit(text: &str) -> Result<(), Failure> {
     }
 }
 
-/// Write a whole file.
+/// Write a whole file atomically (crate::atomic_file): an interrupted write never leaves a
+/// torn file where the last good one was.
 pub fn write_file(path: &str, bytes: &[u8]) -> Result<(), Failure> {
-    std::fs::write(path, bytes).map_err(|e| Failure::io("cannot write", path, &e))
+    replace_file(path, bytes, Previous::Discard)
+}
+
+/// `write_file`, keeping the file it replaces as `<path>.old` (`record`, as perf does).
+pub fn write_file_keeping_old(path: &str, bytes: &[u8]) -> Result<(), Failure> {
+    replace_file(path, bytes, Previous::KeepOld)
+}
+
+fn replace_file(path: &str, bytes: &[u8], previous: Previous) -> Result<(), Failure> {
+    crate::atomic_file::replace(Path::new(path), bytes, previous).map_err(|e| Failure::io("cannot write", path, &e))
 }
 
 /// Fail before the work, not after it, where `path` cannot be written (an existing file
@@ -41,10 +52,15 @@ pub fn warn_all(warnings: Vec<String>) {
     }
 }
 
+/// The largest record file read (`record` writes at most 4M sample slots: a few hundred MB).
+pub const MAX_RECORD_BYTES: u64 = 1 << 30;
+
 /// Read a record file and resolve it against the ELF it names (source lines when
 /// `lines`), warnings printed.
 pub fn load(path: &str, lines: bool) -> Result<(Record, Profile), Failure> {
-    let record = Record::load(Path::new(path))?;
+    let bytes = vmm::bounded::read(Path::new(path), MAX_RECORD_BYTES, "record files")
+        .map_err(|e| Failure::io("cannot read", path, &e))?;
+    let record = Record::from_json(&String::from_utf8_lossy(&bytes), path)?;
     let (resolver, warnings) = crate::guest_symbols::load(Path::new(&record.elf), lines);
     warn_all(warnings);
     let profile = Profile::build(&record, &resolver);

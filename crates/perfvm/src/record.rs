@@ -4,7 +4,7 @@
 //! flamegraph tools.
 
 use crate::cli::{BackendArg, RecordArgs};
-use crate::output::{check_writable, warn_all, write_file};
+use crate::output::{check_writable, warn_all, write_file, write_file_keeping_old};
 use crate::run::{boot_under_agent, vm_config};
 use crate::Failure;
 use pmu::tsc::{SamplePeriod, TscRate};
@@ -211,8 +211,9 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
     let capture = record(config, &args.vm.guest, &args.args, event, period, mode, args.call_graph, started)?;
     let (record, code) = (&capture.record, capture.code);
     let json = record.to_json();
-    write_file(&args.output, json.as_bytes())?;
+    // The folded stacks first: the record file names the run, so it lands last.
     write_file(&folded, capture.profile.folded().as_bytes())?;
+    write_file_keeping_old(&args.output, json.as_bytes())?;
     eprintln!(
         "[ perfvm record: Captured and wrote {:.3} MB {} ({} samples{}{}) ]",
         json.len() as f64 / 1e6,

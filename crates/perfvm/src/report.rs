@@ -10,7 +10,6 @@ use profile::callgraph::Options;
 use profile::keys::{parse_keys, Key, DEFAULT_KEYS};
 use profile::report::{self, Side};
 use profile::Profile;
-use std::io::Write;
 
 /// `-i` when not given, as `record -o` writes by default.
 const DEFAULT_INPUT: &str = "perfvm.data.json";
@@ -86,17 +85,18 @@ fn differential(a: &Profile, b: &Profile) -> Result<String, Failure> {
 /// Write a flamegraph of collapsed stacks weighted in `event`s; without any, an SVG that
 /// says so (inferno would leave an error page and fail).
 fn write_flamegraph(path: &str, title: String, event: &str, folded: &str) -> Result<(), Failure> {
-    let cannot_write = |e: std::io::Error| Failure::io("cannot write", path, &e);
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path).map_err(cannot_write)?);
     if folded.trim().is_empty() {
-        out.write_all(no_samples_svg(&title).as_bytes()).and_then(|()| out.flush()).map_err(cannot_write)?;
+        crate::output::write_file(path, no_samples_svg(&title).as_bytes())?;
         eprintln!("perfvm: no samples: wrote an empty flamegraph {path}");
         return Ok(());
     }
     let mut options = inferno::flamegraph::Options::default();
     options.title = title;
     options.count_name = event.to_owned();
-    inferno::flamegraph::from_lines(&mut options, folded.lines(), out).map_err(cannot_write)?;
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(&mut options, folded.lines(), &mut svg)
+        .map_err(|e| Failure::failed(format!("flamegraph {path}: {e}")))?;
+    crate::output::write_file(path, &svg)?;
     eprintln!("perfvm: wrote flamegraph {path}");
     Ok(())
 }

@@ -33,8 +33,9 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
     let filter = match &args.pmu_filter {
         None => None,
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            let bytes = vmm::bounded::read(path, MAX_FILTER_BYTES, "filter files")
                 .map_err(|e| Failure::io("cannot read", &path.display().to_string(), &e))?;
+            let text = String::from_utf8_lossy(&bytes);
             let filter = pmu::PmuEventFilter::parse(&text, pmu::FilterFormat::from_path(path))
                 .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
             Some(filter)
@@ -61,6 +62,9 @@ pub fn check_agent_vendor(_args: &VmArgs) -> Result<(), Failure> {
 }
 
 /// Turn the shared VM options into a VM configuration.
+/// The largest `--pmu-filter` file read (a filter of every event and umask is ~1 MB).
+pub const MAX_FILTER_BYTES: u64 = 1 << 20;
+
 pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failure> {
     let timeout = match args.timeout {
         Some(t) if !(t > 0.0 && t.is_finite()) => {
@@ -69,6 +73,10 @@ pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failu
         Some(t) => Some(Duration::from_secs_f64(t)),
         None => None,
     };
+    if args.seccomp == crate::cli::OnOff::Off && vmm::confine::enabled() {
+        vmm::confine::set_enabled(false);
+        eprintln!("perfvm: warning: --seccomp off: the VMM runs without its seccomp filters (for debugging only)");
+    }
     Ok(VmConfig {
         kernel: guests::resolve(&args.guest),
         kernel_arg0: args.guest.clone(),
@@ -101,7 +109,7 @@ pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failu
 pub fn build_failure(e: vmm::VmError) -> Failure {
     use vmm::VmError::*;
     let mut msg = e.to_string();
-    if matches!(e, GuestFile { .. }) {
+    if matches!(&e, GuestFile { reason, .. } if reason == "no such file") {
         msg.push_str(&format!(" (built-in guests: {})", guests::builtin_guests().join(", ")));
     }
     match e {

@@ -190,7 +190,11 @@ impl Profile {
 /// Total variation distance between the per-function shares of two profiles: half the sum
 /// of absolute differences, 0 for identical distributions, 1 for disjoint ones.
 pub fn tvd(a: &Profile, b: &Profile) -> f64 {
-    let (pa, pb) = (a.shares(), b.shares());
+    tvd_of_shares(&a.shares(), &b.shares())
+}
+
+/// Total variation distance between two per-function share maps (each summing to 1).
+pub fn tvd_of_shares(pa: &BTreeMap<String, f64>, pb: &BTreeMap<String, f64>) -> f64 {
     let names: std::collections::BTreeSet<&String> = pa.keys().chain(pb.keys()).collect();
     0.5 * names.iter().map(|s| (pa.get(*s).unwrap_or(&0.0) - pb.get(*s).unwrap_or(&0.0)).abs()).sum::<f64>()
 }

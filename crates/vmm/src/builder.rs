@@ -36,8 +36,10 @@ pub fn prepare(config: &VmConfig) -> Result<(KernelImage, Vec<u8>), VmError> {
         return Err(VmError::Config(format!("--mem must be between {MIN_MEM_MIB} and {MAX_MEM_MIB} MiB")));
     }
     let path = config.kernel.display().to_string();
+    // Neither the image nor the initrd can be larger than the guest's memory.
+    let bound = config.mem_mib << 20;
     let read = |file: &std::path::Path, what: &str| {
-        std::fs::read(file).map_err(|e| VmError::GuestFile {
+        crate::bounded::read(file, bound, "a guest image or initrd (--mem)").map_err(|e| VmError::GuestFile {
             path: format!("{what}{}", file.display()),
             reason: match e.kind() {
                 std::io::ErrorKind::NotFound => "no such file".into(),

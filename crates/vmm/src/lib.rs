@@ -3,14 +3,18 @@
 
 pub mod backends;
 pub mod boot;
+pub mod bounded;
 pub mod builder;
 pub mod complete;
 pub mod config;
+pub mod confine;
 pub mod cpuid;
 pub mod devices;
 pub mod error;
 pub mod exit;
 pub mod guest_abi;
+pub mod guest_tsc;
+pub mod host_profile;
 pub mod identity;
 pub mod kallsyms;
 pub mod kick;

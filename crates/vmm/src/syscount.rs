@@ -11,7 +11,19 @@ const ID_PATHS: [&str; 2] = [
     "/sys/kernel/debug/tracing/events/raw_syscalls/sys_enter/id",
 ];
 
+/// The tracepoint's id, found once (mounting tracefs runs `mount`, which a confined VMM
+/// cannot: `prime` runs before the filters go in).
 fn tracepoint_id() -> Result<u64, String> {
+    static ID: std::sync::OnceLock<Result<u64, String>> = std::sync::OnceLock::new();
+    ID.get_or_init(find_tracepoint_id).clone()
+}
+
+/// Find the tracepoint's id now (see `tracepoint_id`).
+pub fn prime() {
+    let _ = tracepoint_id();
+}
+
+fn find_tracepoint_id() -> Result<u64, String> {
     let read = || ID_PATHS.iter().find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse().ok());
     if let Some(id) = read() {
         return Ok(id);

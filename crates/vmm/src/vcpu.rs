@@ -120,6 +120,12 @@ impl Vcpu {
             // Each step retires at the privilege level in CS: have KVM copy it out.
             self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::SystemRegister);
         }
+        // Confined after its setup (the statistics file, the syscall counter), before the
+        // guest's first instruction on this vCPU.
+        if let Err(reason) = crate::confine::confine_thread(crate::confine::ThreadKind::Vcpu) {
+            self.shared.stop.store(true, Ordering::Release);
+            self.shared.end(self.failed(reason));
+        }
         // Thread CPU time when KVM_RUN last returned for a signal (an overflow notification
         // is one): what handling it costs the VMM, in the same time the software clock counts.
         let mut signal_exit_cpu_ns = None;

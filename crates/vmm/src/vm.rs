@@ -111,10 +111,28 @@ impl Vm {
         }
     }
 
+    /// The report of a VM that did not start: the VMM could not be confined.
+    fn refused(self, reason: String, started: Instant) -> RunReport {
+        let stats = VmStats { wall_ns: started.elapsed().as_nanos() as u64, ..VmStats::default() };
+        RunReport {
+            end: VmEnd::Failed { vcpu: 0, reason },
+            stats,
+            console: self.console,
+            agent: AgentData::default(),
+            rip_profile: Default::default(),
+            samples: Default::default(),
+            tsc_khz: self.tsc_khz,
+        }
+    }
+
     /// Run every vCPU on its own thread until the VM ends, then stop and join them all.
     pub fn run(mut self, started: Instant) -> RunReport {
         kick::install_handler();
         kick::catch_termination();
+        // Before the guest's first instruction: the vCPU threads inherit this filter.
+        if let Err(reason) = crate::confine::confine_thread(crate::confine::ThreadKind::Vmm) {
+            return self.refused(reason, started);
+        }
         let mut threads = Vec::new();
         let nmi_target = self.vcpus.first().map(|v| v.nmi_request.clone());
         for vcpu in self.vcpus.drain(..) {

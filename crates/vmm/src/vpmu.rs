@@ -28,20 +28,6 @@ pub(crate) fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// IA32_TSC (SDM vol. 4, table 2-2).
-const MSR_IA32_TSC: u32 = 0x10;
-
-/// The guest's TSC now (KVM_GET_MSRS of IA32_TSC).
-fn guest_tsc(vcpu: &VcpuFd) -> u64 {
-    let mut msrs =
-        kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry { index: MSR_IA32_TSC, ..Default::default() }])
-            .expect("one MSR");
-    match vcpu.get_msrs(&mut msrs) {
-        Ok(1) => msrs.as_slice()[0].data,
-        _ => 0,
-    }
-}
-
 /// Set to N to drop every Nth overflow notification (tests of lost-notification counting).
 pub const DROP_ENV: &str = "PERFVM_DROP_NOTIFICATIONS";
 
@@ -83,6 +69,11 @@ pub struct VcpuPmu {
     pub throttle: Option<crate::throttle::Throttle>,
     /// The last `service` took an overflow notification (its cost is measured by the loop).
     notified: bool,
+    /// A PMI was raised and the guest has not enabled counters since: its next enable is
+    /// its PMI handler's restart (`PmuOp::GlobalCtrlEnableAfterPmi`).
+    pmi_since_enable: bool,
+    /// The guest's TSC, for PV publishes.
+    guest_tsc: crate::guest_tsc::GuestTsc,
     /// Drop every Nth notification (`PERFVM_DROP_NOTIFICATIONS`, tests of loss detection).
     drop_every: Option<u64>,
     signals: u64,
@@ -115,6 +106,8 @@ impl VcpuPmu {
             pmi_no_mask: false,
             throttle: None,
             notified: false,
+            pmi_since_enable: false,
+            guest_tsc: Default::default(),
             drop_every: std::env::var(DROP_ENV).ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0),
             signals: 0,
             vif: None,
@@ -157,7 +150,11 @@ impl VcpuPmu {
         if let (Some(rip), false) = (rip, ok) {
             self.counting().faulted(rip);
         }
-        self.account(PmuOp::of_write(self.pmu.caps().decode_msr(MsrIndex(index)), value), t);
+        let mut op = PmuOp::of_write(self.pmu.caps().decode_msr(MsrIndex(index)), value);
+        if op == PmuOp::GlobalCtrlEnable && std::mem::take(&mut self.pmi_since_enable) {
+            op = PmuOp::GlobalCtrlEnableAfterPmi;
+        }
+        self.account(op, t);
         ok
     }
 
@@ -254,6 +251,7 @@ impl VcpuPmu {
     fn raise_pmi(&mut self, vm: &VmFd, vcpu: &VcpuFd) -> bool {
         if self.pmi_no_mask {
             self.stats.pmis_delivered += 1;
+            self.pmi_since_enable = true;
             self.pv_stats.unmasked_pmis += 1;
             self.pmi_raised = Owed::Nmi;
             return true;
@@ -272,6 +270,7 @@ impl VcpuPmu {
             }
             Ok(outcome) => {
                 self.stats.pmis_delivered += 1;
+                self.pmi_since_enable = true;
                 let nmi = outcome == PmiOutcome::Nmi;
                 self.pmi_raised = if nmi { Owed::Nmi } else { Owed::Interrupt };
                 nmi
@@ -355,8 +354,8 @@ impl VcpuPmu {
             true => pv::Extrapolation::TscRate,
             false => pv::Extrapolation::NeedsExit,
         };
-        let created = self.created;
-        let mut clocks = || (guest_tsc(vcpu), thread_cpu_ns(), created.elapsed().as_nanos() as u64);
+        let (created, guest_tsc) = (self.created, &mut self.guest_tsc);
+        let mut clocks = || (guest_tsc.read(vcpu), thread_cpu_ns(), created.elapsed().as_nanos() as u64);
         pv::publish(mem, page, &mut self.pmu, rate, &mut self.cpu_share, &mut clocks);
         self.pv_stats.publishes += 1;
     }

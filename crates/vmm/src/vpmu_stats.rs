@@ -13,8 +13,12 @@ pub enum PmuOp {
     EventselWrite,
     /// WRMSR of IA32_FIXED_CTR_CTRL.
     FixedCtrlWrite,
-    /// WRMSR of a non-zero IA32_PERF_GLOBAL_CTRL.
+    /// WRMSR of a non-zero IA32_PERF_GLOBAL_CTRL (programming: no PMI since the last one).
     GlobalCtrlEnable,
+    /// The first non-zero IA32_PERF_GLOBAL_CTRL write after a PMI: the guest's PMI handler
+    /// restarting the counters it reloaded, which moves the nearest overflow (the sampling
+    /// timer is re-armed for it).
+    GlobalCtrlEnableAfterPmi,
     /// WRMSR of IA32_PERF_GLOBAL_CTRL = 0.
     GlobalCtrlDisable,
     /// RDMSR of a GP or fixed counter.

@@ -62,7 +62,9 @@ impl Chart {
     pub fn write(&self, dir: &Path, name: &str) -> Result<std::path::PathBuf, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let path = dir.join(format!("{name}.svg"));
-        self.draw(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut svg = String::new();
+        self.draw(&mut svg).map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::output::write_file(&path.display().to_string(), svg.as_bytes()).map_err(|e| e.to_string())?;
         Ok(path)
     }
 
@@ -87,14 +89,14 @@ impl Chart {
         longest as u32 * CHAR_PX + 40
     }
 
-    fn draw(&self, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    fn draw(&self, svg: &mut String) -> Result<(), Box<dyn std::error::Error>> {
         let n = self.categories.len().max(1) as u32;
         let legend = self.legend_width();
         let width = (170 * n + legend + Y_LABEL_AREA).clamp(760, 1900);
         let slot_chars = ((width - legend - Y_LABEL_AREA - 2 * MARGIN) / n / CHAR_PX).saturating_sub(1).max(6);
         let labels: Vec<Vec<String>> = self.categories.iter().map(|c| wrap(c, slot_chars as usize)).collect();
         let rows = labels.iter().map(Vec::len).max().unwrap_or(1) as u32;
-        let root = SVGBackend::new(path, (width, 460 + rows * LINE_PX)).into_drawing_area();
+        let root = SVGBackend::with_string(svg, (width, 460 + rows * LINE_PX)).into_drawing_area();
         root.fill(&WHITE)?;
         let (plot, legend_area) = root.split_horizontally(width - legend);
         match self.axis() {

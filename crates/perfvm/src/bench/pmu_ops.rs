@@ -21,6 +21,7 @@ const OPS: &[(PmuOp, &str)] = &[
     (PmuOp::EventselWrite, "EVENTSEL write"),
     (PmuOp::FixedCtrlWrite, "FIXED_CTR_CTRL write"),
     (PmuOp::GlobalCtrlEnable, "GLOBAL_CTRL enable"),
+    (PmuOp::GlobalCtrlEnableAfterPmi, "GLOBAL_CTRL enable (PMI)"),
     (PmuOp::GlobalCtrlDisable, "GLOBAL_CTRL disable"),
     (PmuOp::CounterRead, "counter read"),
     (PmuOp::PmiDelivery, "PMI delivery (VMM)"),

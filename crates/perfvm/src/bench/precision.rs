@@ -11,7 +11,9 @@ use pmu::tsc::SamplePeriod;
 use pmu::Policy;
 use profile::events;
 use profile::measure::{fmt, Summary};
-use profile::profile::tvd;
+use profile::profile::{tvd, tvd_of_shares, UNKNOWN};
+use super::precision_host::{profile_host_ftest, shares_of, HostSamples};
+use std::collections::BTreeMap;
 use profile::table::{Cell, Column, Table};
 use profile::Mode;
 use serde_json::{json, Value};
@@ -31,6 +33,20 @@ fn profile(
 ) -> Result<Option<Capture>, Failure> {
     let cfg = in_mode(&config("ftest", "", pmu(backend, policy)), mode);
     let args = work(&cfg, mode, backend);
+    profile_args(b, mode, (backend, policy), event, period, reference, args)
+}
+
+/// `profile` of ftest with arguments `args`.
+fn profile_args(
+    b: &Bench,
+    mode: NativeMode,
+    (backend, policy): (BackendKind, Policy),
+    event: &str,
+    period: SamplePeriod,
+    reference: bool,
+    args: Vec<String>,
+) -> Result<Option<Capture>, Failure> {
+    let cfg = in_mode(&config("ftest", "", pmu(backend, policy)), mode);
     let policy_name = if matches!(policy, Policy::Legacy) { "legacy" } else { "reuse" };
     let backend_name = if backend == BackendKind::Exact { "exact" } else { "perf" };
     let how = match period {
@@ -133,6 +149,12 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
         ));
     }
 
+    let host_vs_native = if runs_natively(&config("ftest", "", None), mode) {
+        Some(host_vs_native(b, mode, default_freq)?)
+    } else {
+        None
+    };
+
     // Samples in the same guest run time, and what sampling costs, on the perf backend.
     let mut per_policy = Vec::new();
     for policy in [Policy::Legacy, Policy::default()] {
@@ -169,12 +191,13 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
     let (p, s, v) = (Summary::of(&plain), Summary::of(&sampled_ns), Summary::of(&vmm_ns));
     let overhead = 100.0 * (s.median / p.median - 1.0);
     let vmm_overhead = 100.0 * (v.median / p.median - 1.0);
-    let mut summary = format!(
+    let mut summary = host_vs_native.as_ref().map_or(String::new(), |(text, _)| text.clone());
+    summary.push_str(&format!(
         "{}: samples per second of guest run time (record -e cycles -F 2000, perf): legacy {} | reuse {}\n",
         mode_name(mode),
         fmt(per_policy[0].median),
         fmt(per_policy[1].median),
-    );
+    ));
     if p.n > 0 {
         summary.push_str(&format!(
             "{}: sampling overhead at the default rate (-F {default_freq}): ftest {:.3} s counting vs {:.3} s sampling = {:+.2}% ({} runs each)\n",
@@ -193,8 +216,86 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
     }
     let json = json!({"samples_per_second": {"legacy": per_policy[0], "reuse": per_policy[1]},
                       "overhead_percent": overhead, "plain_ns": p, "sampled_ns": s,
-                      "vmm_sampling_overhead_percent": vmm_overhead, "vmm_sampled_ns": v});
+                      "vmm_sampling_overhead_percent": vmm_overhead, "vmm_sampled_ns": v,
+                      "host_vs_native": host_vs_native.map(|(_, j)| j)});
     Ok(ModeResult { lines, reference, exact: sampled, summary, json })
+}
+
+/// Work of each run of the host-vs-native comparison, in ftest units: ~4x a native
+/// sampling run's, for ~2,000 samples a side at 1 kHz (with ~450, sampling noise alone
+/// puts the TVD of two profiles of the same code near 0.05).
+fn host_vs_native_units(quick: bool) -> u64 {
+    if quick {
+        NATIVE_WORK_SCALE
+    } else {
+        4 * NATIVE_WORK_SCALE
+    }
+}
+
+/// TVD of two profiles over ftest's code: the functions the host binary's symbols name. The
+/// guest's kit (its console's serial output: an exit per byte natively) and the host's libc
+/// and loader ([unknown] there) have no counterpart on the other side.
+fn ftest_tvd(host: &BTreeMap<String, u64>, guest: &BTreeMap<String, u64>) -> f64 {
+    let ftest_only = |m: &BTreeMap<String, u64>| -> BTreeMap<String, u64> {
+        let shared = |f: &String| f.as_str() != UNKNOWN && host.contains_key(f);
+        m.iter().filter(|(f, _)| shared(f)).map(|(f, &n)| (f.clone(), n)).collect()
+    };
+    tvd_of_shares(&shares_of(&ftest_only(host)), &shares_of(&ftest_only(guest)))
+}
+
+/// The native guest's cycles profile at `hz` against ftest's host build sampled by a host
+/// cpu-clock at the same rate, over the same work: the line and its JSON. Samples are
+/// pooled over the repetitions (the TVD of each pair is given as a range).
+fn host_vs_native(b: &Bench, mode: NativeMode, hz: u64) -> Result<(String, Value), Failure> {
+    let units = host_vs_native_units(b.quick);
+    let perf = (BackendKind::Perf, Policy::default());
+    let (mut host, mut guest) = (HostSamples::default(), BTreeMap::<String, u64>::new());
+    let (mut pair_tvds, mut guest_samples) = (Vec::new(), 0u64);
+    for _ in 0..b.reps.max(1) {
+        let args = vec![units.to_string()];
+        let Some(f) = profile_args(b, mode, perf, "cycles", SamplePeriod::Hz(hz), false, args)? else { break };
+        let h = profile_host_ftest(units, hz)?;
+        // The guest's shares are of cycles (each sample weighs its period), as perf's are.
+        let g: BTreeMap<String, u64> = f.profile.self_weights().into_iter().map(|(k, w)| (k.to_owned(), w)).collect();
+        pair_tvds.push(ftest_tvd(&h.per_function, &g));
+        host.merge(&h);
+        guest_samples += f.record.sample_count();
+        for (k, w) in g {
+            *guest.entry(k).or_default() += w;
+        }
+    }
+    let (hs, gs) = (shares_of(&host.per_function), shares_of(&guest));
+    let everything = tvd_of_shares(&hs, &gs);
+    let t = ftest_tvd(&host.per_function, &guest);
+    let pairs = Summary::of(&pair_tvds);
+    let (n, m) = (host.total(), guest_samples);
+    let mut text = format!(
+        "{}: host vs native: {} vs {} samples, TVD {} over ftest's functions ({} with the guest's console and the host's libc) (ftest {units} units, cpu-clock at {hz} Hz on the host, cycles at {hz} Hz in the guest; {} runs pooled, each pair {:.4}–{:.4}; host samples lost {})\n",
+        mode_name(mode),
+        fmt(n as f64),
+        fmt(m as f64),
+        tvd4(t),
+        tvd4(everything),
+        pairs.n,
+        pairs.min,
+        pairs.max,
+        host.lost,
+    );
+    let mut names: Vec<&String> = hs.keys().chain(gs.keys()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    names.sort_by(|a, b| gs.get(*b).unwrap_or(&0.0).total_cmp(gs.get(*a).unwrap_or(&0.0)));
+    text.push_str("  shares (host | native):");
+    let share = |m: &BTreeMap<String, f64>, f: &String| m.get(f).copied().unwrap_or(0.0);
+    for f in names.iter().filter(|f| share(&hs, f).max(share(&gs, f)) >= 0.005) {
+        text.push_str(&format!(
+            " {f} {:.1}% | {:.1}%;",
+            100.0 * hs.get(*f).unwrap_or(&0.0),
+            100.0 * gs.get(*f).unwrap_or(&0.0)
+        ));
+    }
+    text.push('\n');
+    let json = json!({"host_samples": n, "native_samples": m, "tvd": t, "tvd_everything": everything, "pair_tvds": pairs, "units": units,
+                      "hz": hz, "host_lost": host.lost, "host_shares": hs, "native_shares": gs});
+    Ok((text, json))
 }
 
 pub fn run(b: &Bench) -> Result<(String, Value), Failure> {

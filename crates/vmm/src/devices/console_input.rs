@@ -15,6 +15,10 @@ const FULL_FIFO_WAIT: Duration = Duration::from_millis(5);
 /// Start the reader for the VM whose devices are in `shared`.
 pub fn start(shared: Arc<Shared>) {
     let spawned = std::thread::Builder::new().name("console-in".into()).spawn(move || {
+        if let Err(e) = crate::confine::confine_thread(crate::confine::ThreadKind::Helper) {
+            eprintln!("perfvm: {e}: no console input");
+            return;
+        }
         let mut stdin = std::io::stdin();
         let mut buf = [0u8; 64];
         loop {

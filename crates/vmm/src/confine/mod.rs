@@ -1,0 +1,97 @@
+//! Confining the VMM as Firecracker does: each thread installs the seccomp-bpf filter of
+//! its kind (filters.rs) before the guest's first instruction, with no_new_privs, and the
+//! VMM thread drops the capabilities it no longer needs (privileges.rs). A forbidden
+//! system call is trapped: the SIGSYS handler (sigsys.rs) says which one in one line and
+//! the process dies of SIGSYS. On by default; `--seccomp off` turns the filters off (not
+//! no_new_privs) for debugging. docs/SECURITY.md says what is confined and what is not.
+
+pub mod cost;
+mod filters;
+mod privileges;
+mod sigsys;
+
+pub use filters::filter_for;
+pub use privileges::{limit_core_dumps, set_no_new_privs};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The kinds of thread, each with its own allowlist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadKind {
+    /// The main (VMM) thread: builds VMs, waits for their end, reads and writes files.
+    Vmm,
+    /// A vCPU thread: KVM_RUN, the vPMU's host perf events, the console.
+    Vcpu,
+    /// A helper thread (console input reader, agent-line splitter): reads and writes
+    /// descriptors it already has.
+    Helper,
+}
+
+impl ThreadKind {
+    /// The name the SIGSYS line and the test hook use.
+    pub fn name(self) -> &'static str {
+        match self {
+            ThreadKind::Vmm => "vmm",
+            ThreadKind::Vcpu => "vcpu",
+            ThreadKind::Helper => "helper",
+        }
+    }
+}
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+thread_local! {
+    /// This thread's filter is installed (a thread is confined once: filters stack). Not
+    /// set with the filters off, so a thread can still be confined after (bench measures
+    /// runs without filters first).
+    static CONFINED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Turn the seccomp filters on or off for the threads confined from now on.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::SeqCst);
+}
+
+/// Whether threads get seccomp filters.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::SeqCst)
+}
+
+/// Confine the calling thread as `kind` (once per thread; later calls do nothing): the VMM
+/// thread first drops capabilities and opens what the filters forbid later; every thread
+/// sets no_new_privs, then its filter (when enabled).
+pub fn confine_thread(kind: ThreadKind) -> Result<(), String> {
+    if CONFINED.with(Cell::get) {
+        return Ok(());
+    }
+    set_no_new_privs()?;
+    privileges::drop_capabilities(kind)?;
+    if kind == ThreadKind::Vmm {
+        // The syscall tracepoint's id, read now: later reads may need tracefs mounted.
+        crate::syscount::prime();
+    }
+    if enabled() {
+        sigsys::install(kind)?;
+        for program in filter_for(kind)? {
+            seccompiler::apply_filter(&program)
+                .map_err(|e| format!("cannot install the {} seccomp filter: {e}", kind.name()))?;
+        }
+        CONFINED.with(|c| c.set(true));
+    }
+    test_hook(kind);
+    Ok(())
+}
+
+/// Tests only (vmm's `test-hooks` feature, which perfvm's tests turn on): make a forbidden
+/// system call in the thread kind named by PERFVM_TEST_FORBIDDEN_SYSCALL, right after its
+/// filter is in, to prove the trap and its one-line explanation.
+#[cfg(feature = "test-hooks")]
+fn test_hook(kind: ThreadKind) {
+    if std::env::var("PERFVM_TEST_FORBIDDEN_SYSCALL").as_deref() == Ok(kind.name()) {
+        // SAFETY: getppid has no arguments and no effect; no filter allows it.
+        unsafe { libc::syscall(libc::SYS_getppid) };
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn test_hook(_: ThreadKind) {}
