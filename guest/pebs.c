@@ -9,9 +9,9 @@
  * a PEBS counter's overflow (max -> 0) arms PEBS, the next event triggers the assist
  * after its instruction completes, the record holds the registers at that point (RIP =
  * the next instruction) and the counter is reloaded from the DS area's reset value. So
- * with a reset value of -P, records come every P + 1 events. On the exact backend (command
- * line word "exact") every record's RIP and registers are checked exactly; elsewhere they
- * are checked to lie in the measured loop.
+ * with a reset value of -P, records come every P + 1 events. On the exact backend (the
+ * VMM's CPUID leaf says which) every record's RIP and registers are checked exactly;
+ * elsewhere they are checked to lie in the measured loop.
  */
 #include "kit.h"
 #include "pmu.h"
@@ -441,7 +441,7 @@ static void check_threshold_pmi(void)
 
 int main(int argc, char **argv)
 {
-	exact = has_arg(argc, argv, "exact");
+	exact = vpmu_backend() == PERFVM_BACKEND_EXACT;
 	pmu_probe(&caps);
 	if (caps.version < 2) {
 		report_skip("no architectural PMU (CPUID.0AH version %u)", caps.version);

@@ -4,25 +4,19 @@
  * Programmer's Manual Vol. 2, "Performance Monitoring Counters", and KVM svm/pmu.c where the
  * manual leaves a choice to the implementation.
  *
- * Counts are exact only when the command line says "exact" (perfvm --backend exact);
- * elsewhere they are ranges. AMD has no CPUID list of countable events, so what a backend
- * counts is found by programming each event over a known loop and seeing whether a count
- * appears: what does not count there is skipped with a reason (on the exact backend every
- * event must count).
+ * The common body (pmu_conf.c) runs over AMD's MSRs, with AMD's own checks. Counts are
+ * exact when the VMM's CPUID leaf says the exact backend counts; elsewhere they are ranges.
+ * AMD has no CPUID list of countable events, so what a backend counts is found by
+ * programming each event over a known loop and seeing whether a count appears: what does
+ * not count there is skipped with a reason (on the exact backend every event must count).
  */
 #include "kit.h"
-#include "pmu.h"
+#include "pmu_conf.h"
 
-#define LOOP_N 1000u
-/* What pmu_measure_loop() retires (pmu.h). */
-#define LOOP_INSNS(n) PMU_LOOP_INSNS(n)
 /* measure_en: mov, n x (dec, jnz), mov, and the disabling wrmsr. */
 #define LOOP_EN_INSNS(n) (2ull * (n) + 3)
 
 static struct amd_pmu_caps caps;
-static int exact;
-static uint64_t all_counters; /* (1 << caps.counters) - 1 */
-static int countable[NR_ARCH_EVENTS];
 
 /* The pre-PerfMonV2 way: GLOBAL_CTL left enabled, the counter started and stopped by its EN
  * bit (`sel` has EN; the stop writes `sel` without it): LOOP_EN_INSNS(n) instructions. */
@@ -47,34 +41,6 @@ static uint32_t ctr(unsigned i) { return MSR_F15H_PERF_CTR(i); }
 static void reset(void)
 {
 	amd_pmu_reset(&caps);
-}
-
-/* Expected count of `ev` over pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, n) in exact mode (cycles are a 1-per-instruction clock). */
-static uint64_t exact_count(enum arch_event ev, uint32_t n)
-{
-	return ev == EV_BRANCHES ? n : LOOP_INSNS(n);
-}
-
-static void check_count(const char *what, enum arch_event ev, uint64_t got)
-{
-	if (exact)
-		report(got == exact_count(ev, LOOP_N), "%s %s = %llu (expect %llu)", what, arch_events[ev].name,
-		       (unsigned long long)got, (unsigned long long)exact_count(ev, LOOP_N));
-	else
-		report(got > 0 && got < (1ull << 47), "%s %s = %llu (in range)", what, arch_events[ev].name,
-		       (unsigned long long)got);
-}
-
-/* The event the generic checks count with: instructions where they count, else cycles. */
-static int generic_event(enum arch_event *ev)
-{
-	if (countable[EV_INSTRUCTIONS])
-		*ev = EV_INSTRUCTIONS;
-	else if (countable[EV_CYCLES])
-		*ev = EV_CYCLES;
-	else
-		return 0;
-	return 1;
 }
 
 static void check_identity(void)
@@ -110,7 +76,7 @@ static void check_reset_state(void)
 	report_prefix_push("reset");
 	int gok = rdmsr_safe(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, &g) == 0;
 	int sok = rdmsr_safe(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS, &s) == 0;
-	report(gok && g == all_counters, "GLOBAL_CTL = %#llx (every counter enabled)", (unsigned long long)g);
+	report(gok && g == conf.all_gp, "GLOBAL_CTL = %#llx (every counter enabled)", (unsigned long long)g);
 	report(sok && s == 0, "GLOBAL_STATUS = %#llx", (unsigned long long)s);
 	report_prefix_pop();
 }
@@ -128,11 +94,10 @@ static void check_counter_count(void)
 	report_prefix_pop();
 }
 
-static enum arch_event const measured_events[] = { EV_INSTRUCTIONS, EV_BRANCHES, EV_CYCLES };
-
 /* Program each event on counter 0 over the loop: whatever shows a count, this backend counts. */
 static void probe_events(void)
 {
+	static enum arch_event const measured_events[] = { EV_INSTRUCTIONS, EV_BRANCHES, EV_CYCLES };
 	report_prefix_push("events");
 	for (unsigned k = 0; k < sizeof(measured_events) / sizeof(measured_events[0]); k++) {
 		enum arch_event ev = measured_events[k];
@@ -140,59 +105,14 @@ static void probe_events(void)
 		wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
 		pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, LOOP_N);
 		uint64_t got = rdmsr(ctr(0));
-		countable[ev] = got != 0;
-		if (exact)
-			report(countable[ev], "%s (%#llx) counts on the exact backend (%llu)", arch_events[ev].name,
+		conf.countable[ev] = got != 0;
+		if (conf.exact)
+			report(conf.countable[ev], "%s (%#llx) counts on the exact backend (%llu)", arch_events[ev].name,
 			       (unsigned long long)amd_evtsel(ev, 0), (unsigned long long)got);
 		else
 			report_info("%s (%#llx): %s", arch_events[ev].name, (unsigned long long)amd_evtsel(ev, 0),
-				    countable[ev] ? "counts" : "no count appeared");
+				    conf.countable[ev] ? "counts" : "no count appeared");
 	}
-	reset();
-	report_prefix_pop();
-}
-
-static void check_gp_counters(void)
-{
-	report_prefix_push("gp");
-	for (unsigned k = 0; k < sizeof(measured_events) / sizeof(measured_events[0]); k++) {
-		enum arch_event ev = measured_events[k];
-		if (!countable[ev]) {
-			report_skip("%s: no count appeared: this backend cannot count it here", arch_events[ev].name);
-			continue;
-		}
-		for (unsigned i = 0; i < caps.counters; i++) {
-			char what[16];
-			reset();
-			wrmsr(ctl(i), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-			pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1ull << i, LOOP_N);
-			snprintf(what, sizeof(what), "PMC%u", i);
-			check_count(what, ev, rdmsr(ctr(i)));
-		}
-	}
-	reset();
-	report_prefix_pop();
-}
-
-static void check_all_at_once(void)
-{
-	enum arch_event ev;
-	int ok = 1;
-	report_prefix_push("all-at-once");
-	if (!generic_event(&ev)) {
-		report_skip("neither instructions nor cycles count here");
-		report_prefix_pop();
-		return;
-	}
-	reset();
-	for (unsigned i = 0; i < caps.counters; i++)
-		wrmsr(ctl(i), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, all_counters, LOOP_N);
-	for (unsigned i = 0; i < caps.counters; i++) {
-		uint64_t v = rdmsr(ctr(i));
-		ok &= exact ? v == exact_count(ev, LOOP_N) : v > 0;
-	}
-	report(ok, "%u counters together count %s", caps.counters, arch_events[ev].name);
 	reset();
 	report_prefix_pop();
 }
@@ -220,14 +140,14 @@ static void check_legacy_aliases(void)
 	report(ctl_ok, "PERF_CTL0-%u (0xc0010000) and PERF_CTL (0xc0010200 + 2i) are one register", n - 1);
 	report(ctr_ok, "PERF_CTR0-%u (0xc0010004) and PERF_CTR (0xc0010201 + 2i) are one register", n - 1);
 	reset();
-	if (generic_event(&ev)) {
+	if (conf_generic_event(&ev)) {
 		int ok = 1;
 		for (unsigned i = 0; i < n; i++) {
 			reset();
 			wrmsr(MSR_K7_PERF_CTL0 + i, amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
 			pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1ull << i, LOOP_N);
 			uint64_t legacy = rdmsr(MSR_K7_PERF_CTR0 + i), ext = rdmsr(ctr(i));
-			ok &= legacy == ext && (exact ? legacy == exact_count(ev, LOOP_N) : legacy > 0);
+			ok &= legacy == ext && (conf.exact ? legacy == LOOP_INSNS(LOOP_N) : legacy > 0);
 		}
 		report(ok, "counters 0-%u programmed through the legacy MSRs count %s", n - 1, arch_events[ev].name);
 	} else {
@@ -249,12 +169,12 @@ static void check_en_gating(enum arch_event ev, int other)
 	if (other && last == 0)
 		return;
 	reset();
-	wrmsr(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, all_counters);
+	wrmsr(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, conf.all_gp);
 	if (other)
 		wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_USR | EVTSEL_EN));
 	measure_en(ctl(last), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN), LOOP_N);
 	uint64_t v = rdmsr(ctr(last)), want = LOOP_EN_INSNS(LOOP_N);
-	if (!exact)
+	if (!conf.exact)
 		report(v > 0, "EN alone starts and stops PMC%u (%s): %s = %llu", last, how, arch_events[ev].name,
 		       (unsigned long long)v);
 	else if (v == want + 1 && !other && kit_native)
@@ -266,59 +186,6 @@ static void check_en_gating(enum arch_event ev, int other)
 		report(v == want, "EN alone starts and stops PMC%u (%s): %s = %llu (expect %llu)", last, how,
 		       arch_events[ev].name, (unsigned long long)v, (unsigned long long)want);
 	reset();
-}
-
-static void check_gating(void)
-{
-	enum arch_event ev;
-	report_prefix_push("gating");
-	if (!generic_event(&ev)) {
-		report_skip("neither instructions nor cycles count here");
-		report_prefix_pop();
-		return;
-	}
-	reset();
-	wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 0, LOOP_N);
-	report(rdmsr(ctr(0)) == 0, "EN set, GLOBAL_CTL clear: no count");
-	if (caps.counters > 1) {
-		pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, all_counters & ~1ull, LOOP_N);
-		report(rdmsr(ctr(0)) == 0, "EN set, only other counters' GLOBAL_CTL bits set: no count");
-	}
-	wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_OS));
-	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, LOOP_N);
-	report(rdmsr(ctr(0)) == 0, "GLOBAL_CTL set, EN clear: no count");
-	/* A running counter stops when its GLOBAL_CTL bit clears, and keeps its value. */
-	wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, LOOP_N);
-	uint64_t a = rdmsr(ctr(0));
-	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 0, LOOP_N);
-	report(a > 0 && rdmsr(ctr(0)) == a, "value kept while stopped (%llu)", (unsigned long long)a);
-	/* Software that knows only EN: GLOBAL_CTL enables every counter, EN starts and stops. */
-	check_en_gating(ev, 1);
-	check_en_gating(ev, 0);
-	reset();
-	report_prefix_pop();
-}
-
-static void check_os_usr(void)
-{
-	enum arch_event ev;
-	report_prefix_push("os/usr");
-	if (!generic_event(&ev)) {
-		report_skip("nothing to count");
-		report_prefix_pop();
-		return;
-	}
-	reset();
-	wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_USR | EVTSEL_EN));
-	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, LOOP_N);
-	report(rdmsr(ctr(0)) == 0, "USR only: nothing counted at CPL0");
-	wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, LOOP_N);
-	report(rdmsr(ctr(0)) > 0, "OS only: counted at CPL0");
-	reset();
-	report_prefix_pop();
 }
 
 /* AMD counters are 48 bits and written whole: no sign extension from bit 31 (Intel's legacy
@@ -380,26 +247,26 @@ static void check_reserved(void)
 
 	rc = wrmsr_safe(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, ~0ull);
 	v = rdmsr(MSR_AMD64_PERF_CNTR_GLOBAL_CTL);
-	report(rc == 0 && v == all_counters, "GLOBAL_CTL all ones: accepted, reads %#llx (the %u counters)",
+	report(rc == 0 && v == conf.all_gp, "GLOBAL_CTL all ones: accepted, reads %#llx (the %u counters)",
 	       (unsigned long long)v, caps.counters);
 	wrmsr(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 0);
 
 	/* STATUS_SET / STATUS_CLR: only existing counters' bits; nothing counts meanwhile. */
 	rc = wrmsr_safe(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS_SET, ~0ull);
 	v = rdmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS);
-	report(rc == 0 && v == all_counters, "STATUS_SET all ones: accepted, GLOBAL_STATUS = %#llx",
+	report(rc == 0 && v == conf.all_gp, "STATUS_SET all ones: accepted, GLOBAL_STATUS = %#llx",
 	       (unsigned long long)v);
 	rc = wrmsr_safe(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS, 0);
 	v = rdmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS);
-	report(rc == 0 && v == all_counters, "GLOBAL_STATUS write of 0: accepted and ignored (%#llx)",
+	report(rc == 0 && v == conf.all_gp, "GLOBAL_STATUS write of 0: accepted and ignored (%#llx)",
 	       (unsigned long long)v);
 	rc = wrmsr_safe(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS_CLR, ~0ull);
 	v = rdmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS);
 	report(rc == 0 && v == 0, "STATUS_CLR all ones: accepted, GLOBAL_STATUS = %#llx", (unsigned long long)v);
-	rc = wrmsr_safe(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS, all_counters);
+	rc = wrmsr_safe(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS, conf.all_gp);
 	v = rdmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS);
 	report(rc == 0 && v == 0, "GLOBAL_STATUS write of %#llx: accepted and ignored (%#llx)",
-	       (unsigned long long)all_counters, (unsigned long long)v);
+	       (unsigned long long)conf.all_gp, (unsigned long long)v);
 	reset();
 	report_prefix_pop();
 }
@@ -515,29 +382,14 @@ static void check_absent(void)
 
 /*
  * RDPMC ECX is the counter number, 0..n-1, with no flag bits (no Intel fixed or fast forms):
- * anything else #GPs. On this host KVM handles RDPMC itself and #GPs; the exact backend
- * emulates it while any counter is programmed.
+ * anything else #GPs. After the common RDPMC checks, counter 0 programmed.
  */
-static void check_rdpmc(void)
+static void check_rdpmc_forms(void)
 {
 	static const uint32_t bad[] = { AMD_MAX_COUNTERS, 1u << 30, 1u << 31, (1u << 31) | 1, (1u << 30) | 1, 0x100, ~0u };
 	uint64_t v;
 	unsigned n = caps.counters;
-	report_prefix_push("rdpmc");
-	reset();
-	/* Counter 0 programmed (EN, not counting): the exact backend single-steps and emulates. */
-	wrmsr(ctl(0), amd_evtsel(EV_INSTRUCTIONS, EVTSEL_OS | EVTSEL_EN));
-	if (!exact) {
-		wrmsr(ctr(0), 0x12345);
-		report(rdpmc_safe(0, &v) < 0, "RDPMC 0 #GPs outside exact mode (KVM handles it; read counters with RDMSR)");
-	} else {
-		wrmsr(ctr(0), 0x12345);
-		v = rdpmc_after_enable(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, 0);
-		report(v == 0x12346, "RDPMC 0 of a running counter = %#llx (expect 0x12346)", (unsigned long long)v);
-		uint64_t pmc0 = rdmsr(ctr(0));
-		int rc = rdpmc_safe(0, &v);
-		report(rc == 0 && v == pmc0 && pmc0 > 0x12347, "RDPMC 0 after disable = %#llx (RDMSR %#llx)",
-		       (unsigned long long)v, (unsigned long long)pmc0);
+	if (conf.exact) {
 		int ok = 1;
 		for (unsigned i = 1; i < n; i++) {
 			uint64_t want = 0xa00000000000ull | (uint64_t)i << 36 | 0x12345678u;
@@ -546,198 +398,71 @@ static void check_rdpmc(void)
 		}
 		report(ok, "RDPMC 1..%u read all 48 bits of each counter", n - 1);
 	}
-	report(rdpmc_safe(n, &v) < 0, "RDPMC %u (no such counter) #GPs", n);
 	int ok = 1;
 	for (unsigned k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
 		ok &= rdpmc_safe(bad[k], &v) < 0;
 	report(ok, "RDPMC 6, 1<<30 (Intel fixed), 1<<31 and 1<<31|1 (Intel fast), 1<<30|1, 0x100, ~0 #GP");
-	reset();
-	report_prefix_pop();
 }
 
-/* What the PMI handlers saw. */
-static volatile unsigned pmis;
-static volatile uint64_t pmi_status, pmi_lvtpc, pmi_rip;
-
-void nmi_handler(struct trap_frame *f)
+/* Before anything is written: the reset state, then the identity and what counts here. */
+static void check_first(void)
 {
-	pmi_status = rdmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS);
-	pmi_lvtpc = lapic_get_lvtpc();
-	pmi_rip = f->rip;
-	pmis++;
+	check_reset_state();
+	check_identity();
+	check_counter_count();
+	probe_events();
 }
 
-static void pmi_vector_handler(struct trap_frame *f)
+/* Software that knows only EN: GLOBAL_CTL enables every counter, EN starts and stops. */
+static void check_gating_by_en(enum arch_event ev)
 {
-	nmi_handler(f);
+	check_en_gating(ev, 1);
+	check_en_gating(ev, 0);
 }
 
-/* Whether LVTPC was left masked by a PMI: AMD's local APIC does not set the mask (unlike
- * Intel's; KVM 49ff3b4aec51 "Do not mask LVTPC when handling a PMI on AMD platforms"). */
-static unsigned lvtpc_masked_by_pmi;
-
-/* Preset counter `i` to -period with INT, enable, and spin until a PMI arrives (bounded). */
-static void check_overflow(const char *how, uint32_t lvtpc, unsigned i)
+static void check_registers(void)
 {
-	enum arch_event ev;
-	report_prefix_push(how);
-	if (!generic_event(&ev)) {
-		report_skip("nothing to count");
-		report_prefix_pop();
-		return;
-	}
-	uint64_t period = ev == EV_INSTRUCTIONS ? 500 : (tsc_khz ? tsc_khz : 1000000); /* ~1 ms of cycles */
-	uint64_t bit = 1ull << i;
-	reset();
-	lapic_set_lvtpc(lvtpc);
-	pmis = 0;
-	pmi_status = 0;
-	wrmsr(ctr(i), -period & AMD_COUNTER_MASK);
-	wrmsr(ctl(i), amd_evtsel(ev, EVTSEL_OS | EVTSEL_INT | EVTSEL_EN));
-	wrmsr(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, bit);
-	for (unsigned long spin = 0, n = spin_iterations(2000000); spin < n && !pmis; spin++)
-		barrier();
-	wrmsr(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 0);
-	uint64_t lvt_after = lapic_get_lvtpc();
-	lapic_set_lvtpc(LVT_MASKED);
-	report(pmis == 1, "one PMI delivered (%u; PMC%u %s, period %llu)", pmis, i, arch_events[ev].name,
-	       (unsigned long long)period);
-	report(pmi_status == bit, "GLOBAL_STATUS = %#llx in the handler (bit %u)", (unsigned long long)pmi_status, i);
-	uint64_t c = rdmsr(ctr(i));
-	report(c < period * 1000, "counter wrapped past 2^48 (%llu)", (unsigned long long)c);
-	uint64_t s = rdmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS);
-	report(s == bit, "GLOBAL_STATUS bit %u stays set after the handler (%#llx)", i, (unsigned long long)s);
-	wrmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS_CLR, bit);
-	s = rdmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS);
-	report(s == 0, "STATUS_CLR clears it (%#llx)", (unsigned long long)s);
-	wrmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS_SET, bit);
-	s = rdmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS);
-	report(s == bit, "STATUS_SET sets it again (%#llx)", (unsigned long long)s);
-	wrmsr(MSR_AMD64_PERF_CNTR_GLOBAL_STATUS_CLR, bit);
-	if (pmis && (pmi_lvtpc & LVT_MASKED || lvt_after & LVT_MASKED))
-		lvtpc_masked_by_pmi++;
-	reset();
-	report_prefix_pop();
+	check_write_width();
+	check_reserved();
+	check_absent();
 }
 
-/* AMD's local APIC leaves LVTPC unmasked when it delivers a PMI (APM; KVM 49ff3b4aec51
- * keeps the mask for Intel-compatible guests only). Said once, after both overflow checks. */
-static void check_lvtpc_mask(void)
+static int probe(void)
 {
-	report_prefix_push("lvtpc");
-	if (lvtpc_masked_by_pmi)
-		report_skip("VMM DISAGREES: LVTPC was masked by %u PMI(s); AMD does not set the LVTPC mask on a PMI "
-			    "(KVM 49ff3b4aec51 masks for Intel-compatible guests only)",
-			    lvtpc_masked_by_pmi);
-	else
-		report(1, "LVTPC left unmasked by the PMIs (AMD does not set the mask)");
-	report_prefix_pop();
-}
-
-extern char amd_pmi_loop_top[], amd_pmi_loop_jnz[];
-
-/* Enable counter 0 and run a short loop with labelled instructions (emitted once: noinline). */
-static __attribute__((noinline)) void pmi_rip_region(void)
-{
-	uint32_t ecx = MSR_AMD64_PERF_CNTR_GLOBAL_CTL, eax = 1, edx = 0;
-	/* Instructions after the enabling WRMSR: mov(1) dec(2) jnz(3) dec(4) ... */
-	asm volatile("wrmsr\n\t"
-		     "mov $20, %%esi\n\t"
-		     ".globl amd_pmi_loop_top\n"
-		     "amd_pmi_loop_top: dec %%esi\n\t"
-		     ".globl amd_pmi_loop_jnz\n"
-		     "amd_pmi_loop_jnz: jnz amd_pmi_loop_top\n\t"
-		     "xor %%eax, %%eax\n\t"
-		     "wrmsr\n\t"
-		     : "+c"(ecx), "+a"(eax), "+d"(edx) : : "esi", "memory");
-}
-
-/* Exact mode: a PMI after k instructions lands on the next instruction boundary exactly. */
-static void check_pmi_exact_rip(void)
-{
-	static const struct { uint64_t k; const char *where; } cases[] = { { 7, "loop top" }, { 8, "jnz" } };
-	report_prefix_push("pmi-rip");
-	if (!exact) {
-		report_skip("exact PMI placement needs the exact backend");
-		report_prefix_pop();
-		return;
-	}
-	for (unsigned c = 0; c < 2; c++) {
-		reset();
-		lapic_set_lvtpc(LVT_NMI);
-		pmis = 0;
-		wrmsr(ctr(0), -cases[c].k & AMD_COUNTER_MASK);
-		wrmsr(ctl(0), amd_evtsel(EV_INSTRUCTIONS, EVTSEL_OS | EVTSEL_INT | EVTSEL_EN));
-		pmi_rip_region();
-		const char *expect = c == 0 ? amd_pmi_loop_top : amd_pmi_loop_jnz;
-		report(pmis == 1 && pmi_rip == (uint64_t)expect, "PMI after %llu instructions at %s (rip %#llx, expect %p)",
-		       (unsigned long long)cases[c].k, cases[c].where, (unsigned long long)pmi_rip, expect);
-	}
-	lapic_set_lvtpc(LVT_MASKED);
-	reset();
-	report_prefix_pop();
-}
-
-static void check_running_write(void)
-{
-	enum arch_event ev;
-	report_prefix_push("running-write");
-	if (!generic_event(&ev)) {
-		report_skip("nothing to count");
-		report_prefix_pop();
-		return;
-	}
-	reset();
-	wrmsr(ctl(0), amd_evtsel(ev, EVTSEL_OS | EVTSEL_EN));
-	wrmsr(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1);
-	wrmsr(ctr(0), 1000000);
-	pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, 1, LOOP_N);
-	uint64_t v = rdmsr(ctr(0));
-	if (exact)
-		/* A few instructions after the write (the GLOBAL_CTL wrmsr's setup) precede pmu_measure_loop(MSR_AMD64_PERF_CNTR_GLOBAL_CTL, ). */
-		report(v >= 1000000 + LOOP_INSNS(LOOP_N) && v < 1000000 + LOOP_INSNS(LOOP_N) + 64,
-		       "counting continues from the written value (%llu)", (unsigned long long)v);
-	else
-		report(v > 1000000, "counting continues from the written value (%llu)", (unsigned long long)v);
-	reset();
-	report_prefix_pop();
-}
-
-int main(int argc, char **argv)
-{
-	exact = has_arg(argc, argv, "exact");
 	amd_pmu_probe(&caps);
 	/* The checks use the interleaved MSRs and the global registers. */
 	if (!caps.amd || !caps.perfctr_core || !caps.perfmon_v2 || !caps.counters) {
 		report_skip("no AMD PerfMonV2 PMU (vendor %s, PerfCtrExtCore %d, PerfMonV2 %d, %u counters; run with "
 			    "--cpu-vendor amd)",
 			    caps.amd ? "AMD" : "not AMD", caps.perfctr_core, caps.perfmon_v2, caps.counters);
-		return report_summary();
+		return 0;
 	}
-	all_counters = (1ull << caps.counters) - 1;
-	lapic_enable();
-	lapic_set_lvtpc(LVT_MASKED);
-	set_irq_handler(0xf0, pmi_vector_handler);
-	printf("pmu_amd: %s counts, %u counters\n", exact ? "exact" : "ranged", caps.counters);
-	check_reset_state();
-	check_identity();
-	check_counter_count();
-	probe_events();
-	check_gp_counters();
-	check_all_at_once();
-	check_legacy_aliases();
-	check_gating();
-	check_os_usr();
-	check_write_width();
-	check_reserved();
-	check_absent();
-	check_rdpmc();
-	check_overflow("overflow-nmi", LVT_NMI, 0);
-	irq_enable();
-	check_overflow("overflow-vector", 0xf0, caps.counters - 1);
-	irq_disable();
-	check_lvtpc_mask();
-	check_pmi_exact_rip();
-	check_running_write();
-	return report_summary();
+	conf.gp_counters = caps.counters;
+	return 1;
+}
+
+static const struct pmu_vendor amd = {
+	.name = "pmu_amd",
+	.global_ctrl = MSR_AMD64_PERF_CNTR_GLOBAL_CTL,
+	.global_name = "GLOBAL_CTL",
+	.global_status = MSR_AMD64_PERF_CNTR_GLOBAL_STATUS,
+	.status_clr = MSR_AMD64_PERF_CNTR_GLOBAL_STATUS_CLR,
+	.status_clr_name = "STATUS_CLR",
+	.status_set = MSR_AMD64_PERF_CNTR_GLOBAL_STATUS_SET,
+	.uncountable = "no count appeared: this backend cannot count it here",
+	.ctl = ctl,
+	.ctr = ctr,
+	.evtsel = amd_evtsel,
+	.reset = reset,
+	.probe = probe,
+	.identity = check_first,
+	.aliases = check_legacy_aliases,
+	.gating = check_gating_by_en,
+	.registers = check_registers,
+	.rdpmc = check_rdpmc_forms,
+};
+
+int main(int argc, char **argv)
+{
+	return conformance_run(&amd);
 }

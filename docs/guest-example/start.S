@@ -16,7 +16,7 @@ _start:
 	.space 16384
 stack_top:
 
-/* The perfvm VIF note (guest/include/perfvm_boot.h): this guest never touches the interrupt
+/* The perfvm VIF note (guest/include/abi/perfvm_boot.h): this guest never touches the interrupt
  * flag, so it follows the native-mode convention as it is, and `--native auto` may run it
  * natively. Owner "perfvm", type 0x100, version 1. */
 	.section .note.perfvm, "a", @note

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include "perfvm_boot.h"
+#include "perfvm_cpuid.h"
 #include "x86.h"
 #include "smp.h"
 #include "irq.h"

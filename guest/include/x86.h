@@ -39,6 +39,9 @@ static inline struct cpuid_regs hw_cpuid_count(uint32_t leaf, uint32_t subleaf)
 struct cpuid_regs cpuid_count(uint32_t leaf, uint32_t subleaf);
 
 static inline struct cpuid_regs cpuid(uint32_t leaf) { return cpuid_count(leaf, 0); }
+/* How the vPMU counts, as the VMM's own CPUID leaf says (PERFVM_BACKEND_*, perfvm_cpuid.h);
+ * PERFVM_BACKEND_NONE without the leaf (another hypervisor). */
+unsigned vpmu_backend(void);
 
 static inline uint64_t rdtsc(void)
 {

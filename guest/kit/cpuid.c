@@ -15,3 +15,12 @@ struct cpuid_regs cpuid_count(uint32_t leaf, uint32_t subleaf)
 			return (struct cpuid_regs){ t[i].eax, t[i].ebx, t[i].ecx, t[i].edx };
 	return (struct cpuid_regs){ 0, 0, 0, 0 };
 }
+
+unsigned vpmu_backend(void)
+{
+	struct cpuid_regs sig = cpuid(PERFVM_CPUID_SIGNATURE);
+	if (sig.ebx != PERFVM_CPUID_SIGNATURE_EBX || sig.ecx != PERFVM_CPUID_SIGNATURE_ECX ||
+	    sig.edx != PERFVM_CPUID_SIGNATURE_EDX || sig.eax < PERFVM_CPUID_VPMU)
+		return PERFVM_BACKEND_NONE;
+	return cpuid(PERFVM_CPUID_VPMU).eax;
+}

@@ -214,7 +214,7 @@ pub fn record(
 /// Guest TSC (at `tsc`) -> host ns since the VM was built, through the agent's START mark
 /// (0 where the agent sent no TSC or no mark).
 fn agent_clock(agent: &vmm::devices::AgentData, tsc: TscRate) -> impl Fn(u64) -> u64 {
-    let start = agent.marks.iter().find(|m| m.kind == 1).map(|m| (m.tsc, m.host_ns));
+    let start = agent.marks.iter().find(|m| m.kind == vmm::guest_abi::MarkKind::Start).map(|m| (m.tsc, m.host_ns));
     move |at| match start {
         Some((t0, ns0)) if at != 0 => {
             (i128::from(ns0) + tsc.delta_ns(i128::from(at) - i128::from(t0))).clamp(0, i128::from(u64::MAX)) as u64

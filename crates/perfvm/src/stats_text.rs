@@ -86,7 +86,7 @@ fn pmu_report(r: &PmuReport) -> String {
         r.backend, r.backend_detail, r.policy, r.gp_counters, r.fixed_counters,
         r.cpuid_0xa[0], r.cpuid_0xa[1], r.cpuid_0xa[2], r.cpuid_0xa[3]
     );
-    let rows: [(&str, u64); 12] = [
+    let rows: [(&str, u64); 14] = [
         ("counter events opened", m.events_created),
         ("counter events reused", m.events_reused),
         ("lazily released", m.events_lazily_released),
@@ -98,7 +98,9 @@ fn pmu_report(r: &PmuReport) -> String {
         ("overflows", m.overflows),
         ("PMIs delivered", r.vmm.pmis_delivered),
         ("PMIs masked", r.vmm.pmis_masked),
+        ("PMI ioctls failed", r.vmm.pmi_ioctl_failures),
         ("backend syscalls", r.host_syscalls),
+        ("failed perf ioctls", r.host_ioctl_failures),
     ];
     for (name, n) in rows {
         out.push_str(&format!("  {name:<22} {n:>12}\n"));

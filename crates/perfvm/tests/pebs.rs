@@ -26,7 +26,7 @@ fn pebs_guest(args: &[&str]) -> Vec<String> {
 #[test]
 fn exact_backend_records_are_exact() {
     require_kvm!();
-    for out in pebs_guest(&["--pebs", "--backend", "exact", "--cmdline", "exact"]) {
+    for out in pebs_guest(&["--pebs", "--backend", "exact"]) {
         assert!(out.contains("pebs: PEBS available"), "{out}");
         for line in [
             "PASS: caps: PEBS record format 1",
@@ -53,7 +53,7 @@ fn exact_backend_records_are_exact() {
 #[test]
 fn exact_records_are_deterministic() {
     require_kvm!();
-    let args = ["--pebs", "--backend", "exact", "--cmdline", "exact"];
+    let args = ["--pebs", "--backend", "exact"];
     let pass = |s: &str| s.lines().filter(|l| l.starts_with("PASS:")).map(str::to_owned).collect::<Vec<_>>();
     // Per mode: natively the guest reads the VMM's CPUID table, which keeps CPUID.1:EDX.DS
     // (the emulated path's KVM clears it), so one capability line differs between modes.
@@ -98,8 +98,7 @@ fn without_pebs_nothing_is_advertised() {
 #[test]
 fn stats_count_pebs_records() {
     require_kvm!();
-    let o =
-        perfvm(&["run", "pebs", "--pebs", "--backend", "exact", "--cmdline", "exact", "--stats", "--timeout", "300"]);
+    let o = perfvm(&["run", "pebs", "--pebs", "--backend", "exact", "--stats", "--timeout", "300"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let err = stderr(&o);
     let line = err
@@ -107,8 +106,7 @@ fn stats_count_pebs_records() {
         .find(|l| l.trim_start().starts_with("PEBS records"))
         .unwrap_or_else(|| panic!("no PEBS line: {err}"));
     assert!(line.contains("written") && line.contains("dropped") && line.contains("buffer PMIs"), "{line}");
-    let o =
-        perfvm(&["run", "pebs", "--pebs", "--backend", "exact", "--cmdline", "exact", "--json", "--timeout", "300"]);
+    let o = perfvm(&["run", "pebs", "--pebs", "--backend", "exact", "--json", "--timeout", "300"]);
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
     let model = &doc["stats"]["pmu"]["model"];
     let n = |k: &str| model[k].as_u64().unwrap_or_else(|| panic!("no {k}: {model}"));

@@ -6,12 +6,12 @@ use crate::loader::{BootProtocol, KernelImage, MULTIBOOT_BOOTLOADER_MAGIC};
 use kvm_bindings::{kvm_regs, kvm_segment, kvm_sregs};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-const CR0_PE: u64 = 1 << 0;
+pub(crate) const CR0_PE: u64 = 1 << 0;
 const CR0_ET: u64 = 1 << 4;
-const CR0_PG: u64 = 1 << 31;
+pub(crate) const CR0_PG: u64 = 1 << 31;
 const CR4_PAE: u64 = 1 << 5;
 const EFER_LME: u64 = 1 << 8;
-const EFER_LMA: u64 = 1 << 10;
+pub(crate) const EFER_LMA: u64 = 1 << 10;
 const EFER_NXE: u64 = 1 << 11;
 const PTE_PRESENT: u64 = 1 << 0;
 const PTE_RW: u64 = 1 << 1;
@@ -103,26 +103,24 @@ fn write_identity_map(mem: &GuestMemoryMmap) -> vm_memory::GuestMemoryResult<()>
     Ok(())
 }
 
-/// `struct perfvm_boot_info` of guest/include/perfvm_boot.h.
+/// `struct perfvm_boot_info` of guest/include/abi/perfvm_boot.h.
 fn write_perfvm_boot_info(mem: &GuestMemoryMmap, p: &BootParams, cmdline_len: u32) -> vm_memory::GuestMemoryResult<()> {
-    let mut info = Vec::with_capacity(72);
-    info.extend_from_slice(&BOOT_MAGIC.to_le_bytes());
-    info.extend_from_slice(&BOOT_VERSION.to_le_bytes());
-    info.extend_from_slice(&p.mem_size.to_le_bytes());
-    info.extend_from_slice(&CMDLINE_ADDR.to_le_bytes());
-    info.extend_from_slice(&cmdline_len.to_le_bytes());
-    info.extend_from_slice(&p.nr_vcpus.to_le_bytes());
-    info.extend_from_slice(&p.tsc_khz.to_le_bytes());
     let native = if p.vif_base.is_some() { BOOT_F_NATIVE } else { 0 };
-    let flags = native | if p.stepped { BOOT_F_STEPPED } else { 0 };
-    info.extend_from_slice(&flags.to_le_bytes());
-    info.extend_from_slice(&0u32.to_le_bytes());
-    info.extend_from_slice(&p.vif_base.unwrap_or(0).to_le_bytes());
-    let table = if p.cpuid_entries > 0 { CPUID_TABLE_BASE } else { 0 };
-    info.extend_from_slice(&table.to_le_bytes());
-    info.extend_from_slice(&p.cpuid_entries.to_le_bytes());
-    info.extend_from_slice(&0u32.to_le_bytes());
-    mem.write_slice(&info, GuestAddress(BOOT_INFO_ADDR))
+    let info = crate::guest_abi::BootInfo {
+        magic: BOOT_MAGIC,
+        version: BOOT_VERSION,
+        mem_size: p.mem_size,
+        cmdline: CMDLINE_ADDR,
+        cmdline_len,
+        nr_vcpus: p.nr_vcpus,
+        tsc_khz: p.tsc_khz,
+        flags: native | if p.stepped { BOOT_F_STEPPED } else { 0 },
+        vif_base: p.vif_base.unwrap_or(0),
+        cpuid_table: if p.cpuid_entries > 0 { CPUID_TABLE_BASE } else { 0 },
+        cpuid_entries: p.cpuid_entries,
+        ..Default::default()
+    };
+    mem.write_obj(info, GuestAddress(BOOT_INFO_ADDR))
 }
 
 /// Multiboot v1 info: memory sizes, command line, and a memory map.

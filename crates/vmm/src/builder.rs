@@ -72,7 +72,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         // SAFETY: the region maps memory owned by `mem`, which outlives the VM fd (both in Vm).
         unsafe { vm.set_user_memory_region(region) }.map_err(ioctl("KVM_SET_USER_MEMORY_REGION"))?;
     }
-    vm.set_tss_address(0xfffb_d000).map_err(ioctl("KVM_SET_TSS_ADDR"))?;
+    vm.set_tss_address(crate::layout::KVM_TSS_ADDR as usize).map_err(ioctl("KVM_SET_TSS_ADDR"))?;
     vm.create_irq_chip().map_err(ioctl("KVM_CREATE_IRQCHIP"))?;
     let linux = image.protocol == BootProtocol::Linux64;
     if linux {
@@ -93,6 +93,9 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     drop(bytes);
 
     let cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES).map_err(ioctl("KVM_GET_SUPPORTED_CPUID"))?;
+    // Guests learn how their vPMU counts from perfvm's own leaf.
+    let backend = crate::perfvm_leaf::Backend::from(config.pmu.as_ref().map(|p| p.backend));
+    let guest_cpuid = crate::perfvm_leaf::with_leaves(&cpuid, backend);
     let mut fds = Vec::new();
     for index in 0..config.vcpus {
         fds.push(vm.create_vcpu(u64::from(index)).map_err(ioctl("KVM_CREATE_VCPU"))?);
@@ -123,7 +126,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     let mut cpuid_entries = 0;
     for (index, fd) in fds.iter().enumerate() {
         let caps = pmus.get(index).map(|p| *p.pmu.caps());
-        let vcpu_cpuid = setup_vcpu(fd, &cpuid, index as u32, &image, caps.as_ref(), config.cpu_vendor, tsc_khz)?;
+        let vcpu_cpuid = setup_vcpu(fd, &guest_cpuid, index as u32, &image, caps.as_ref(), config.cpu_vendor, tsc_khz)?;
         cpu.vendor = crate::identity::vendor_string(vcpu_cpuid.as_slice());
         let table = crate::layout::CPUID_TABLE_BASE + index as u64 * 0x1000;
         cpuid_entries =
@@ -302,9 +305,9 @@ fn build_pmus(
         .collect()
 }
 
-/// Send exactly the PMU's MSRs and the ones CPUID does not advertise to user space (KVM MSR
-/// filter: a clear bit denies KVM's own handling, and with KVM_MSR_EXIT_REASON_FILTER a
-/// denied access exits to us).
+/// Send every PMU MSR of both vendors and the ones CPUID does not advertise to user space
+/// (KVM MSR filter: a clear bit denies KVM's own handling, and with
+/// KVM_MSR_EXIT_REASON_FILTER a denied access exits to us).
 fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool) -> Result<(), VmError> {
     let mut cap = kvm_enable_cap { cap: KVM_CAP_X86_USER_SPACE_MSR, ..Default::default() };
     cap.args[0] = u64::from(KVM_MSR_EXIT_REASON_FILTER);

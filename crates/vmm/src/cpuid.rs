@@ -1,12 +1,13 @@
 //! Guest CPUID: the host's supported leaves, with per-vCPU APIC IDs and the virtual PMU's
 //! leaf 0xA (generated from the model, never the host's).
 
+use crate::guest_abi::CpuidEntry;
 use kvm_bindings::{kvm_cpuid_entry2, CpuId, KVM_CPUID_FLAG_SIGNIFCANT_INDEX};
 use pmu::PmuCaps;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 
 /// Bytes of one entry of the in-memory table (`struct perfvm_cpuid_entry`).
-const TABLE_ENTRY_SIZE: usize = 32;
+const TABLE_ENTRY_SIZE: usize = std::mem::size_of::<CpuidEntry>();
 /// Most entries a vCPU's one-page table holds.
 pub const TABLE_MAX_ENTRIES: usize = 4096 / TABLE_ENTRY_SIZE;
 
@@ -97,17 +98,24 @@ pub fn add_tsc_leaves(cpuid: &mut CpuId, vendor: crate::identity::CpuVendor, tsc
 }
 
 /// Write `cpuid` into guest memory at `gpa` as `struct perfvm_cpuid_entry[]`
-/// (guest/include/perfvm_boot.h): in native mode this host's CPUID instruction does not
+/// (guest/include/abi/perfvm_boot.h): in native mode this host's CPUID instruction does not
 /// follow KVM_SET_CPUID2, so kit guests look their leaves up there. Returns the entries
 /// written.
 pub fn write_table(mem: &GuestMemoryMmap, gpa: u64, cpuid: &CpuId) -> vm_memory::GuestMemoryResult<u32> {
     let entries = &cpuid.as_slice()[..cpuid.as_slice().len().min(TABLE_MAX_ENTRIES)];
     let mut table = Vec::with_capacity(entries.len() * TABLE_ENTRY_SIZE);
     for e in entries {
-        let significant = e.flags & KVM_CPUID_FLAG_SIGNIFCANT_INDEX;
-        for word in [e.function, e.index, significant, e.eax, e.ebx, e.ecx, e.edx, 0] {
-            table.extend_from_slice(&word.to_le_bytes());
-        }
+        let entry = CpuidEntry {
+            leaf: e.function,
+            subleaf: e.index,
+            flags: e.flags & KVM_CPUID_FLAG_SIGNIFCANT_INDEX,
+            eax: e.eax,
+            ebx: e.ebx,
+            ecx: e.ecx,
+            edx: e.edx,
+            reserved: 0,
+        };
+        table.extend_from_slice(entry.as_slice());
     }
     mem.write_slice(&table, GuestAddress(gpa))?;
     Ok(entries.len() as u32)

@@ -110,9 +110,16 @@ impl VmEnd {
                 Some(format!("timeout: guest still running after {:.1} s, stopped", *after_ms as f64 / 1000.0))
             }
             VmEnd::Failed { vcpu, reason } => Some(format!("vcpu {vcpu} failed: {reason}")),
-            VmEnd::Signal { signal } => {
-                Some(format!("stopped by {}", if *signal == libc::SIGINT { "SIGINT" } else { "SIGTERM" }))
-            }
+            VmEnd::Signal { signal } => Some(format!("stopped by {}", stop_signal_name(*signal))),
         }
+    }
+}
+
+/// The name of a signal that stops a run: SIGINT, or SIGTERM (the only other one handled).
+pub fn stop_signal_name(signal: i32) -> &'static str {
+    if signal == libc::SIGINT {
+        "SIGINT"
+    } else {
+        "SIGTERM"
     }
 }

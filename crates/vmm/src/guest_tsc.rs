@@ -8,6 +8,9 @@
 use crate::backends::host_tsc;
 use kvm_ioctls::VcpuFd;
 
+/// IA32_TSC (SDM vol. 4, table 2-2).
+const MSR_IA32_TSC: u32 = 0x10;
+
 /// Reads between two checks through KVM.
 const RECHECK: u64 = 1024;
 
@@ -40,7 +43,7 @@ fn is_host_tsc(before: u64, guest: u64, after: u64) -> bool {
 
 /// KVM_GET_MSRS of IA32_TSC (0 if it fails).
 fn through_kvm(vcpu: &VcpuFd) -> u64 {
-    let entry = kvm_bindings::kvm_msr_entry { index: 0x10, ..Default::default() };
+    let entry = kvm_bindings::kvm_msr_entry { index: MSR_IA32_TSC, ..Default::default() };
     let mut msrs = kvm_bindings::Msrs::from_entries(&[entry]).expect("one MSR");
     match vcpu.get_msrs(&mut msrs) {
         Ok(1) => msrs.as_slice()[0].data,

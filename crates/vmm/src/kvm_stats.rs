@@ -2,17 +2,50 @@
 //! Documentation/virt/kvm/api.rst 4.133): e.g. `insn_emulation` shows whether guest code
 //! ran through the host's emulator or natively.
 
-use kvm_bindings::{kvm_stats_desc, kvm_stats_header};
 use kvm_ioctls::VcpuFd;
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
+use vm_memory::ByteValued;
 
 /// _IO(KVMIO, 0xce).
 const KVM_GET_STATS_FD: libc::c_ulong = 0xae << 8 | 0xce;
 /// Unit bits of a descriptor's flags (KVM_STATS_UNIT_MASK): only plain counts are shown.
 const UNIT_MASK: u32 = 0xf << 4;
+
+/// `struct kvm_stats_header` (kvm_bindings' has no `ByteValued`).
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+#[allow(dead_code)] // KVM's layout, every field in place; not all are read
+struct StatsHeader {
+    flags: u32,
+    name_size: u32,
+    num_desc: u32,
+    id_offset: u32,
+    desc_offset: u32,
+    data_offset: u32,
+}
+
+/// `struct kvm_stats_desc` without its name (which follows it, `name_size` bytes).
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+#[allow(dead_code)] // as StatsHeader
+struct StatsDesc {
+    flags: u32,
+    exponent: i16,
+    size: u16,
+    offset: u32,
+    bucket_size: u32,
+}
+
+const _: () = assert!(size_of::<StatsHeader>() == size_of::<kvm_bindings::kvm_stats_header>());
+const _: () = assert!(size_of::<StatsDesc>() == size_of::<kvm_bindings::kvm_stats_desc>());
+// SAFETY: repr(C) integers without padding (sizes asserted against KVM's): any bytes are valid.
+unsafe impl ByteValued for StatsHeader {}
+// SAFETY: as StatsHeader.
+unsafe impl ByteValued for StatsDesc {}
 
 /// A vCPU's open stats file and where its values are.
 #[derive(Debug)]
@@ -32,17 +65,17 @@ impl KvmStatsFile {
         }
         // SAFETY: `fd` is a fresh descriptor that nothing else owns.
         let file = unsafe { File::from_raw_fd(fd) };
-        let header: kvm_stats_header = read_pod(&file, 0)?;
-        let desc_size = std::mem::size_of::<kvm_stats_desc>() + header.name_size as usize;
+        let header: StatsHeader = read_pod(&file, 0)?;
+        let desc_size = size_of::<StatsDesc>() + header.name_size as usize;
         let mut values = Vec::new();
         for i in 0..u64::from(header.num_desc) {
             let at = u64::from(header.desc_offset) + i * desc_size as u64;
-            let desc: kvm_stats_desc = read_pod(&file, at)?;
+            let desc: StatsDesc = read_pod(&file, at)?;
             if desc.size != 1 || desc.flags & UNIT_MASK != 0 {
                 continue;
             }
             let mut name = vec![0u8; header.name_size as usize];
-            file.read_exact_at(&mut name, at + std::mem::size_of::<kvm_stats_desc>() as u64).ok()?;
+            file.read_exact_at(&mut name, at + size_of::<StatsDesc>() as u64).ok()?;
             let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
             let name = String::from_utf8_lossy(&name[..end]).into_owned();
             values.push((name, u64::from(header.data_offset) + u64::from(desc.offset)));
@@ -63,12 +96,9 @@ impl KvmStatsFile {
     }
 }
 
-/// Read a plain-old-data struct of KVM's ABI at `offset`.
-fn read_pod<T: Default>(file: &File, offset: u64) -> Option<T> {
+/// Read a plain-old-data struct of KVM's ABI at `offset` (`ByteValued`: any bytes are a T).
+fn read_pod<T: ByteValued + Default>(file: &File, offset: u64) -> Option<T> {
     let mut value = T::default();
-    // SAFETY: T is a C struct of integers (kvm_bindings), valid for any bit pattern; the
-    // slice covers exactly its bytes.
-    let bytes = unsafe { std::slice::from_raw_parts_mut(&mut value as *mut T as *mut u8, std::mem::size_of::<T>()) };
-    file.read_exact_at(bytes, offset).ok()?;
+    file.read_exact_at(value.as_mut_slice(), offset).ok()?;
     Some(value)
 }

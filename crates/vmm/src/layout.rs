@@ -1,5 +1,5 @@
 //! Guest-physical memory layout of the boot structures. Mirrors
-//! `guest/include/perfvm_boot.h`; keep both in step.
+//! `guest/include/abi/perfvm_boot.h`; keep both in step.
 
 /// GDT used by both boot paths.
 pub const GDT_ADDR: u64 = 0x1000;
@@ -25,6 +25,9 @@ pub const CPUID_TABLE_BASE: u64 = 0x18000;
 pub const IDENTITY_MAP_SIZE: u64 = 4 << 30;
 /// Local APIC MMIO base.
 pub const LAPIC_BASE: u64 = 0xfee0_0000;
+/// The three pages KVM_SET_TSS_ADDR needs on Intel (real-mode TSS and identity page table),
+/// below the BIOS area at the top of 4 GiB and above the LAPIC, where no guest RAM reaches.
+pub const KVM_TSS_ADDR: u64 = 0xfffb_d000;
 /// Largest guest RAM we accept: RAM must stay below the 32-bit MMIO hole.
 pub const MAX_MEM_MIB: u64 = 3072;
 /// Smallest guest RAM we accept.

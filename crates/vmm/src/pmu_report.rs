@@ -44,6 +44,8 @@ pub struct PmuReport {
     pub vmm: VpmuStats,
     /// perf_event_open/ioctl/read/fcntl/close calls made by the process for PMU events.
     pub host_syscalls: u64,
+    /// Of those, ioctls that failed (enable, disable, period): each leaves a counter wrong.
+    pub host_ioctl_failures: u64,
     /// The paravirtual PMU page's statistics.
     pub pv: crate::pv::PvStats,
     /// The per-VM cap on open host events.
@@ -62,6 +64,8 @@ pub struct PmuReport {
     budget: Option<std::sync::Arc<crate::backends::perf::EventBudget>>,
     #[serde(skip)]
     syscalls_at_start: u64,
+    #[serde(skip)]
+    failed_ioctls_at_start: u64,
 }
 
 impl PmuReport {
@@ -92,6 +96,7 @@ impl PmuReport {
             model: PmuStats::default(),
             vmm: VpmuStats::default(),
             host_syscalls: 0,
+            host_ioctl_failures: 0,
             pv: Default::default(),
             host_events_cap: budget.limit(),
             host_events_peak: 0,
@@ -103,6 +108,7 @@ impl PmuReport {
                 .map(|t| ThrottleReport { max_percent: t.max_percent(), exit_roundtrip_ns: t.exit_ns() }),
             budget: Some(budget),
             syscalls_at_start: perf_sys::syscalls(),
+            failed_ioctls_at_start: perf_sys::failed_ioctls(),
         }
     }
 
@@ -114,6 +120,7 @@ impl PmuReport {
         t.msr_exits += v.msr_exits;
         t.pmis_delivered += v.pmis_delivered;
         t.pmis_masked += v.pmis_masked;
+        t.pmi_ioctl_failures += v.pmi_ioctl_failures;
         t.handle_ns += v.handle_ns;
         t.steps += v.steps;
         t.rdpmc_emulated += v.rdpmc_emulated;
@@ -129,6 +136,7 @@ impl PmuReport {
     /// Take the process-wide numbers at the end of the run: syscalls, host event peak.
     pub fn finish(&mut self) {
         self.host_syscalls = perf_sys::syscalls() - self.syscalls_at_start;
+        self.host_ioctl_failures = perf_sys::failed_ioctls() - self.failed_ioctls_at_start;
         if let Some(b) = &self.budget {
             self.host_events_peak = b.peak.load(std::sync::atomic::Ordering::Relaxed);
             self.host_events_refused = b.refused.load(std::sync::atomic::Ordering::Relaxed);

@@ -1,4 +1,4 @@
-//! The paravirtual PMU page (guest/include/perfvm_pv.h): version negotiation, batched
+//! The paravirtual PMU page (guest/include/abi/perfvm_pv.h): version negotiation, batched
 //! counter programming in one exit, and pvclock-style published counters that the guest
 //! reads without an exit where the backend allows it.
 

@@ -1,4 +1,4 @@
-//! PV page version 3: paravirtual sampling (guest/include/perfvm_pv.h, `struct
+//! PV page version 3: paravirtual sampling (guest/include/abi/perfvm_pv.h, `struct
 //! pv_sampling`). The guest gives each sampling counter a reload value; the model reloads it
 //! at the wrap and acknowledges the overflow itself (pmu `reload.rs`), and the VMM reports
 //! the reloads here, so the guest's PMI handler reads memory instead of MSRs. A guest that
@@ -11,10 +11,12 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// Offset of the section in the page.
 const OFFSET: u64 = V2_SIZE as u64;
-/// Size of the section: flags, reserved, `reload[11]`, status, `reloads[11]`.
-pub const SIZE: u32 = 8 + 11 * 8 + 8 + 11 * 8;
+/// Counter slots of the page (PV_COUNTERS): GP 0-7, then fixed 0-2.
+const SLOTS: u64 = pmu::PMC_SLOTS as u64;
+/// Size of the section: flags, reserved, `reload[SLOTS]`, status, `reloads[SLOTS]`.
+pub const SIZE: u32 = (8 + SLOTS * 8 + 8 + SLOTS * 8) as u32;
 const RELOAD_OFFSET: u64 = OFFSET + 8;
-const STATUS_OFFSET: u64 = RELOAD_OFFSET + 11 * 8;
+const STATUS_OFFSET: u64 = RELOAD_OFFSET + SLOTS * 8;
 const RELOADS_OFFSET: u64 = STATUS_OFFSET + 8;
 /// Guest flag: reload counters with `reload[i]` (0: that counter follows the SDM).
 const S_RELOAD: u32 = 1 << 0;
@@ -36,7 +38,7 @@ pub fn configure<B: CountSource>(mem: &GuestMemoryMmap, page: PvPage, pmu: &mut 
         return false;
     }
     let flags: u32 = mem.read_obj(GuestAddress(page.gpa + OFFSET)).unwrap_or(0);
-    for slot in 0..11 {
+    for slot in 0..SLOTS {
         let value: u64 = mem.read_obj(GuestAddress(page.gpa + RELOAD_OFFSET + slot * 8)).unwrap_or(0);
         let reload = (flags & S_RELOAD != 0 && value != 0).then_some(value);
         if let Some(idx) = counter(slot) {
@@ -49,7 +51,7 @@ pub fn configure<B: CountSource>(mem: &GuestMemoryMmap, page: PvPage, pmu: &mut 
 /// Report reloaded counters: OR them into `status` and publish every reload count.
 pub fn publish_reloads<B: CountSource>(mem: &GuestMemoryMmap, page: PvPage, pmu: &Pmu<B>, reloaded: u64) {
     let status: u64 = mem.read_obj(GuestAddress(page.gpa + STATUS_OFFSET)).unwrap_or(0);
-    for slot in 0..11 {
+    for slot in 0..SLOTS {
         if let Some(idx) = counter(slot).filter(|i| reloaded & i.mask() != 0) {
             let _ = mem.write_obj(pmu.auto_reloads(idx), GuestAddress(page.gpa + RELOADS_OFFSET + slot * 8));
         }

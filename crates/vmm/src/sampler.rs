@@ -20,6 +20,10 @@ use vm_memory::GuestMemoryMmap;
 pub const MAX_DEPTH: usize = 64;
 /// A frame larger than this ends the walk: a frame pointer that far up is not one.
 const MAX_FRAME: u64 = 1 << 20;
+/// The kernel's shortest task-clock sampling period (10 us). The vPMU's own clock stays at
+/// `MIN_CLOCK_PERIOD_NS` and above, as each of its notifications costs the guest a PMI; a
+/// profiler's sample costs only the exit, so it may go down to the kernel's floor.
+const KERNEL_MIN_CLOCK_PERIOD_NS: u64 = 10_000;
 
 /// How the VMM unwinds a sampled vCPU's stack (`--call-graph`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +98,7 @@ impl Sampler {
         fd: &mut VcpuFd,
         epoch: Instant,
     ) -> std::io::Result<Sampler> {
-        let period_ns = config.period.ns(TscRate::from_khz(tsc_khz)).max(10_000);
+        let period_ns = config.period.ns(TscRate::from_khz(tsc_khz)).max(KERNEL_MIN_CLOCK_PERIOD_NS);
         let attr = PerfEventAttr {
             type_: PERF_TYPE_SOFTWARE,
             config: PERF_COUNT_SW_TASK_CLOCK,
@@ -157,8 +161,8 @@ fn walk(
     unwinder: Option<&mut (Arc<GuestUnwinder>, UnwindCache)>,
 ) -> Vec<u64> {
     let (s, r) = (&sync.sregs, &sync.regs);
-    let long_mode = s.efer & (1 << 10) != 0;
-    let paging = s.cr0 & (1 << 31) != 0;
+    let long_mode = s.efer & crate::boot::EFER_LMA != 0;
+    let paging = s.cr0 & crate::boot::CR0_PG != 0;
     let mut unwind = |m: &mut dyn LinearMemory| match unwinder {
         Some((u, cache)) => u.chain(cache, m, r.rip, r.rsp, r.rbp),
         None => frames(m, r.rbp, r.rsp),

@@ -263,8 +263,13 @@ impl VcpuPmu {
         // Intel's LAPIC masks LVTPC on a PMI; AMD's does not (KVM masks for Intel only).
         let mask = self.pmu.caps().vendor() == pmu::Vendor::Intel;
         match pmi::raise(vm, vcpu, mask) {
-            Ok(PmiOutcome::Masked) | Err(_) => {
+            Ok(PmiOutcome::Masked) => {
                 self.stats.pmis_masked += 1;
+                false
+            }
+            // The LAPIC could not be read or written: the PMI is lost, not masked.
+            Err(_) => {
+                self.stats.pmi_ioctl_failures += 1;
                 false
             }
             Ok(outcome) => {

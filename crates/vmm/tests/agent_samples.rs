@@ -45,8 +45,8 @@ fn samples_have_time_and_frame_pointer_call_chains() {
         let agent = &report.agent;
         let samples = &agent.samples;
         assert!(samples.len() >= 20, "{native:?}: {} samples", samples.len());
-        let start = agent.marks.iter().find(|m| m.kind == 1).unwrap().tsc;
-        let end = agent.marks.iter().find(|m| m.kind == 2).unwrap().tsc;
+        let start = agent.marks.iter().find(|m| m.kind == vmm::guest_abi::MarkKind::Start).unwrap().tsc;
+        let end = agent.marks.iter().find(|m| m.kind == vmm::guest_abi::MarkKind::End).unwrap().tsc;
         assert!(samples.windows(2).all(|w| w[0].tsc <= w[1].tsc), "{native:?}: in time order");
         assert!(samples.iter().all(|s| (start..=end).contains(&s.tsc)), "{native:?}: within the workload");
         // ftest's functions are called from main, main from agent_run, that from kit_start,

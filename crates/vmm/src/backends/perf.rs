@@ -213,7 +213,8 @@ impl PerfSource {
         let in_units = self.mode.in_event_units(period);
         let c = self.counter(pmc);
         c.period = in_units;
-        let _ = c.event.set_period(period);
+        // A failure leaves the old period; perf_sys counts it for --stats.
+        c.event.set_period(period).ok();
     }
 
     /// Whether the host's sampling timer already expires where the model now wants counter
@@ -277,7 +278,7 @@ impl CountSource for PerfSource {
 
     fn enable(&mut self, pmc: PmcIdx) {
         let c = self.counter(pmc);
-        let _ = c.event.enable();
+        c.event.enable().ok(); // a failure is counted by perf_sys (--stats)
         c.enabled = true;
         c.last_read = None;
         if let Some(t) = &mut c.tsc {
@@ -292,7 +293,7 @@ impl CountSource for PerfSource {
 
     fn disable(&mut self, pmc: PmcIdx) {
         // Disable first, so the count read is final.
-        let _ = self.counter(pmc).event.disable();
+        self.counter(pmc).event.disable().ok(); // a failure is counted by perf_sys (--stats)
         let raw = self.counter(pmc).event.read().unwrap_or(0);
         let now = self.mode.in_event_units(raw);
         self.stopped(pmc, now);
@@ -328,7 +329,7 @@ impl CountSource for PerfSource {
                 let c = self.counter(pmc);
                 c.armed = None;
                 c.period = 0;
-                let _ = c.event.set_period(NEVER);
+                c.event.set_period(NEVER).ok(); // a failure is counted by perf_sys (--stats)
             }
         }
     }

@@ -116,6 +116,23 @@ pub fn thread_syscalls() -> u64 {
     THREAD_SYSCALLS.with(|c| c.get())
 }
 
+/// Perf ioctls of this process that failed: none should, and a counter whose enable,
+/// disable or period change failed counts wrong, so `--stats` shows them.
+static FAILED_IOCTLS: AtomicU64 = AtomicU64::new(0);
+
+/// Failed perf ioctls so far.
+pub fn failed_ioctls() -> u64 {
+    FAILED_IOCTLS.load(Ordering::Relaxed)
+}
+
+/// `r`, a failure counted.
+fn tally(r: io::Result<()>) -> io::Result<()> {
+    if r.is_err() {
+        FAILED_IOCTLS.fetch_add(1, Ordering::Relaxed);
+    }
+    r
+}
+
 fn counted() {
     SYSCALLS.fetch_add(1, Ordering::Relaxed);
     THREAD_SYSCALLS.with(|c| c.set(c.get() + 1));
@@ -168,7 +185,7 @@ impl PerfEvent {
         // SAFETY: a perf ioctl on our own fd; PERIOD's pointer argument is handled by `set_period`.
         let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), request, arg) };
         if r < 0 {
-            Err(io::Error::last_os_error())
+            tally(Err(io::Error::last_os_error()))
         } else {
             Ok(())
         }
@@ -195,7 +212,7 @@ impl PerfEvent {
         // SAFETY: PERF_EVENT_IOC_PERIOD reads one u64 through the pointer, which is live.
         let r = unsafe { libc::ioctl(self.fd.as_raw_fd(), IOC_PERIOD, &period as *const u64) };
         if r < 0 {
-            Err(io::Error::last_os_error())
+            tally(Err(io::Error::last_os_error()))
         } else {
             Ok(())
         }

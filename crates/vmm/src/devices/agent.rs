@@ -1,36 +1,28 @@
-//! The perf agent channel (guest/include/perfvm_agent.h): the guest writes the physical
+//! The perf agent channel (guest/include/abi/perfvm_agent.h): the guest writes the physical
 //! address of a message with one 32-bit OUT to port 0x500; we copy the message out of guest
 //! memory at once. Samples are kept up to a bound (a sample's call chain counts towards it
 //! too); past it they are dropped and counted, so a guest cannot make the VMM grow without
 //! limit.
 
+use crate::guest_abi::{self as abi, read, read_prefix, MarkKind, MsgType};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::mem::size_of;
 use std::time::Instant;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// The I/O port the guest writes message addresses to.
 pub const AGENT_PORT: u16 = 0x500;
-const MAGIC: u32 = 0x5447_4150;
-const HEADER_LEN: usize = 16;
-const MAX_MSG: usize = 64 * 1024;
+const MAGIC: u32 = abi::AGENT_MAGIC;
+const HEADER_LEN: usize = size_of::<abi::AgentMsgHeader>();
+/// Longest message payload taken (PERFVM_AGENT_MAX_MSG).
+pub const MAX_AGENT_MSG: usize = 64 * 1024;
+const MAX_MSG: usize = MAX_AGENT_MSG;
 /// Default bound on stored sample slots: a sample takes one, plus one per call-chain entry
 /// (48 bytes a sample, 8 an entry: at most ~200 MiB).
 pub const DEFAULT_MAX_SAMPLES: usize = 4 << 20;
 /// Longest call chain kept (`AGENT_CHAIN_MAX`); longer ones are cut.
 pub const MAX_CALLCHAIN: usize = 32;
-
-const MSG_COUNTS: u16 = 1;
-const MSG_SAMPLES: u16 = 2;
-const MSG_MARK: u16 = 3;
-const MSG_VALUE: u16 = 4;
-const MSG_TASK: u16 = 5;
-const MSG_BUFFER: u16 = 6;
-const MSG_SAMPLES2: u16 = 7;
-/// `struct agent_count` as first defined (no times).
-const COUNT_V1_LEN: usize = 16;
-/// `struct agent_sample2` without its call chain.
-const SAMPLE2_LEN: usize = 24;
 
 /// Counted on a fixed counter.
 pub const COUNT_FIXED: u16 = 1 << 0;
@@ -77,8 +69,8 @@ pub struct SampleRecord {
 /// A workload phase mark: guest TSC and host time since the VM started.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Mark {
-    /// 1: the workload starts; 2: it ends.
-    pub kind: u32,
+    /// The workload starts or ends.
+    pub kind: MarkKind,
     /// The guest TSC at the mark.
     pub tsc: u64,
     /// When the mark arrived: host ns since the agent port was created (at VM build).
@@ -119,8 +111,8 @@ pub struct AgentData {
 impl AgentData {
     /// Host time between the workload's START and END marks.
     pub fn workload_ns(&self) -> Option<u64> {
-        let start = self.marks.iter().find(|m| m.kind == 1)?;
-        let end = self.marks.iter().rev().find(|m| m.kind == 2)?;
+        let start = self.marks.iter().find(|m| m.kind == MarkKind::Start)?;
+        let end = self.marks.iter().rev().find(|m| m.kind == MarkKind::End)?;
         end.host_ns.checked_sub(start.host_ns)
     }
 }
@@ -135,8 +127,8 @@ pub struct AgentPort {
     pub data: AgentData,
     /// True between the workload's START and END marks (the host NMI source fires only then).
     pub in_workload: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    /// Where the guest accumulates unsent samples (AGENT_MSG_BUFFER) and their message type.
-    sample_buffer: Option<(u64, u16)>,
+    /// Where the guest accumulates unsent samples (AGENT_MsgType::Buffer) and their message type.
+    sample_buffer: Option<(u64, MsgType)>,
 }
 
 impl AgentPort {
@@ -155,10 +147,7 @@ impl AgentPort {
 
     /// An OUT to the port: `data` holds the message address.
     pub fn write(&mut self, data: &[u8]) {
-        let mut addr = [0u8; 4];
-        let n = data.len().min(4);
-        addr[..n].copy_from_slice(&data[..n]);
-        if self.receive(u64::from(u32::from_le_bytes(addr))).is_none() {
+        if self.receive(u64::from(super::le_u32(data))).is_none() {
             self.data.bad_messages += 1;
         }
     }
@@ -169,7 +158,10 @@ impl AgentPort {
         let payload = addr + HEADER_LEN as u64;
         let Ok(n) = self.mem.read_obj::<u32>(GuestAddress(payload)) else { return };
         // Variable-length records: read what the largest message could hold.
-        let len = if kind == MSG_SAMPLES2 { MAX_MSG } else { (8 + n as usize * 16).min(MAX_MSG) };
+        let len = match kind {
+            MsgType::Samples2 => MAX_MSG,
+            _ => (size_of::<abi::AgentSamples>() + n as usize * size_of::<abi::AgentSample>()).min(MAX_MSG),
+        };
         let mut bytes = vec![0u8; len];
         if self.mem.read_slice(&mut bytes, GuestAddress(payload)).is_ok() && self.parse(kind, &bytes).is_some() {
             self.data.samples_drained = u64::from(n);
@@ -177,14 +169,12 @@ impl AgentPort {
     }
 
     fn receive(&mut self, addr: u64) -> Option<()> {
-        let mut header = [0u8; HEADER_LEN];
-        self.mem.read_slice(&mut header, GuestAddress(addr)).ok()?;
-        let magic = u32::from_le_bytes(header[0..4].try_into().unwrap());
-        let kind = u16::from_le_bytes(header[4..6].try_into().unwrap());
-        let len = u32::from_le_bytes(header[8..12].try_into().unwrap()) as usize;
-        if magic != MAGIC || len > MAX_MSG {
+        let header: abi::AgentMsgHeader = self.mem.read_obj(GuestAddress(addr)).ok()?;
+        let len = header.len as usize;
+        if header.magic != MAGIC || len > MAX_MSG {
             return None;
         }
+        let kind = MsgType::try_from(header.r#type).ok()?;
         let mut payload = vec![0u8; len];
         self.mem.read_slice(&mut payload, GuestAddress(addr + HEADER_LEN as u64)).ok()?;
         self.parse(kind, &payload)?;
@@ -192,97 +182,93 @@ impl AgentPort {
         Some(())
     }
 
-    fn parse(&mut self, kind: u16, p: &[u8]) -> Option<()> {
-        let u16_at = |o: usize| p.get(o..o + 2).map(|b| u16::from_le_bytes(b.try_into().unwrap()));
-        let u32_at = |o: usize| p.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
-        let u64_at = |o: usize| p.get(o..o + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+    fn parse(&mut self, kind: MsgType, p: &[u8]) -> Option<()> {
         let text = |b: &[u8]| String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or(&[])).into_owned();
         match kind {
-            MSG_COUNTS => {
-                let n = u32_at(0)? as usize;
+            MsgType::Counts => {
+                let head: abi::AgentCounts = read(p, 0)?;
                 // entry_size: 0 from agents that predate it (16-byte entries, no times).
-                let stride = match u32_at(4)? as usize {
-                    0 => COUNT_V1_LEN,
-                    s if (COUNT_V1_LEN..=1024).contains(&s) && s % 8 == 0 => s,
+                let stride = match head.entry_size as usize {
+                    0 => abi::COUNT_V1_LEN,
+                    s if (abi::COUNT_V1_LEN..=1024).contains(&s) && s % 8 == 0 => s,
                     _ => return None,
                 };
-                let timed = stride >= COUNT_V1_LEN + 16;
-                for i in 0..n {
-                    let o = 8 + i.checked_mul(stride)?;
-                    let value = u64_at(o + 8)?;
-                    let (time_enabled, time_running) = if timed { (u64_at(o + 16)?, u64_at(o + 24)?) } else { (0, 0) };
+                let len = stride.min(size_of::<abi::AgentCount>());
+                for i in 0..head.n as usize {
+                    let o = size_of::<abi::AgentCounts>() + i.checked_mul(stride)?;
+                    let c: abi::AgentCount = read_prefix(p, o, len)?;
                     let record = CountRecord {
-                        event: u16_at(o)?,
-                        flags: u16_at(o + 2)?,
-                        task: u32_at(o + 4)?,
-                        value,
-                        time_enabled,
-                        time_running,
+                        event: c.event,
+                        flags: c.flags,
+                        task: c.task,
+                        value: c.value,
+                        time_enabled: c.time_enabled,
+                        time_running: c.time_running,
                     };
                     self.data.counts.push(record);
                 }
             }
-            MSG_SAMPLES => {
-                let n = u32_at(0)? as usize;
-                self.data.samples_dropped_guest += u64::from(u32_at(4)?);
-                for i in 0..n {
-                    let o = 8 + i * 16;
-                    let sample = SampleRecord {
-                        rip: u64_at(o)?,
-                        task: u32_at(o + 8)?,
-                        event: u16_at(o + 12)?,
-                        vcpu: 0,
-                        tsc: 0,
-                        callchain: Vec::new(),
-                    };
+            MsgType::Samples => {
+                let head: abi::AgentSamples = read(p, 0)?;
+                self.data.samples_dropped_guest += u64::from(head.dropped);
+                for i in 0..head.n as usize {
+                    let o = size_of::<abi::AgentSamples>() + i * size_of::<abi::AgentSample>();
+                    let s: abi::AgentSample = read(p, o)?;
+                    let sample =
+                        SampleRecord { rip: s.rip, task: s.task, event: s.event, vcpu: 0, tsc: 0, callchain: Vec::new() };
                     self.keep(sample);
                 }
             }
-            MSG_SAMPLES2 => {
-                let n = u32_at(0)? as usize;
-                self.data.samples_dropped_guest += u64::from(u32_at(4)?);
-                let mut o = 8;
-                for _ in 0..n {
-                    // `nr` is a byte (at most AGENT_CHAIN_MAX), the vCPU the next one (an agent
-                    // from before it sent a 16-bit nr: its high byte, vCPU 0, was 0).
-                    let nr = usize::from(*p.get(o + 22)?);
-                    let chain = o + SAMPLE2_LEN;
-                    let words = (0..nr.min(MAX_CALLCHAIN)).map(|k| u64_at(chain + 8 * k)).collect::<Option<_>>()?;
-                    let sample = SampleRecord {
-                        rip: u64_at(o)?,
-                        tsc: u64_at(o + 8)?,
-                        task: u32_at(o + 16)?,
-                        event: u16_at(o + 20)?,
-                        vcpu: u32::from(*p.get(o + 23)?),
+            MsgType::Samples2 => {
+                let head: abi::AgentSamples = read(p, 0)?;
+                self.data.samples_dropped_guest += u64::from(head.dropped);
+                let mut o = size_of::<abi::AgentSamples>();
+                for _ in 0..head.n {
+                    let s: abi::AgentSample2 = read(p, o)?;
+                    let nr = usize::from(s.nr);
+                    let chain = o + size_of::<abi::AgentSample2>();
+                    let words =
+                        (0..nr.min(MAX_CALLCHAIN)).map(|k| read::<u64>(p, chain + 8 * k)).collect::<Option<_>>()?;
+                    let sample =
+                        SampleRecord {
+                        rip: s.rip,
+                        tsc: s.tsc,
+                        task: s.task,
+                        event: s.event,
+                        vcpu: u32::from(s.vcpu),
                         callchain: words,
                     };
                     o = chain + 8 * nr;
                     self.keep(sample);
                 }
             }
-            MSG_MARK => {
+            MsgType::Mark => {
                 let host_ns = self.started.elapsed().as_nanos() as u64;
-                let kind = u32_at(0)?;
-                self.in_workload.store(kind == 1, std::sync::atomic::Ordering::Release);
-                self.data.marks.push(Mark { kind, tsc: u64_at(8)?, host_ns });
+                let m: abi::AgentMark = read(p, 0)?;
+                let kind = MarkKind::try_from(m.kind).ok()?;
+                self.in_workload.store(kind == MarkKind::Start, std::sync::atomic::Ordering::Release);
+                self.data.marks.push(Mark { kind, tsc: m.tsc, host_ns });
             }
-            MSG_VALUE => {
-                let key = text(p.get(0..48)?);
-                self.data.values.insert(key, u64_at(48)?);
+            MsgType::Value => {
+                let v: abi::AgentValue = read(p, 0)?;
+                self.data.values.insert(text(&v.key), v.value);
             }
-            MSG_BUFFER => {
+            MsgType::Buffer => {
                 // The message type of the buffer's samples; an 8-byte payload predates it.
-                let kind = if p.len() >= 12 { u16::try_from(u32_at(8)?).ok()? } else { MSG_SAMPLES };
-                if kind != MSG_SAMPLES && kind != MSG_SAMPLES2 {
+                let b: abi::AgentBuffer = read_prefix(p, 0, p.len().min(size_of::<abi::AgentBuffer>()))?;
+                let kind = match p.len() >= std::mem::offset_of!(abi::AgentBuffer, reserved) {
+                    true => MsgType::try_from(u16::try_from(b.r#type).ok()?).ok()?,
+                    false => MsgType::Samples,
+                };
+                if p.len() < size_of::<u64>() || !matches!(kind, MsgType::Samples | MsgType::Samples2) {
                     return None;
                 }
-                self.sample_buffer = Some((u64_at(0)?, kind));
+                self.sample_buffer = Some((b.samples_msg, kind));
             }
-            MSG_TASK => {
-                let id = u32_at(0)?;
-                self.data.tasks.insert(id, text(p.get(4..32)?));
+            MsgType::Task => {
+                let t: abi::AgentTask = read(p, 0)?;
+                self.data.tasks.insert(t.id, text(&t.name));
             }
-            _ => return None,
         }
         Some(())
     }
@@ -304,10 +290,10 @@ impl AgentPort {
 mod tests {
     use super::*;
 
-    fn message(kind: u16, payload: &[u8]) -> Vec<u8> {
+    fn message(kind: MsgType, payload: &[u8]) -> Vec<u8> {
         let mut m = Vec::new();
         m.extend_from_slice(&MAGIC.to_le_bytes());
-        m.extend_from_slice(&kind.to_le_bytes());
+        m.extend_from_slice(&(kind as u16).to_le_bytes());
         m.extend_from_slice(&0u16.to_le_bytes());
         m.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         m.extend_from_slice(&0u32.to_le_bytes());
@@ -335,7 +321,7 @@ mod tests {
         counts.extend_from_slice(&COUNT_FIXED.to_le_bytes());
         counts.extend_from_slice(&0u32.to_le_bytes());
         counts.extend_from_slice(&12345u64.to_le_bytes());
-        send(&mut p, 0x1000, &message(MSG_COUNTS, &counts));
+        send(&mut p, 0x1000, &message(MsgType::Counts, &counts));
         assert_eq!(
             p.data.counts,
             vec![CountRecord {
@@ -357,7 +343,7 @@ mod tests {
             samples.extend_from_slice(&0x3cu16.to_le_bytes());
             samples.extend_from_slice(&0u16.to_le_bytes());
         }
-        send(&mut p, 0x2000, &message(MSG_SAMPLES, &samples));
+        send(&mut p, 0x2000, &message(MsgType::Samples, &samples));
         assert_eq!(p.data.samples.len(), 2);
         assert_eq!(
             p.data.samples[1],
@@ -368,13 +354,13 @@ mod tests {
         let mut value = vec![0u8; 56];
         value[..5].copy_from_slice(b"a.key");
         value[48..].copy_from_slice(&99u64.to_le_bytes());
-        send(&mut p, 0x3000, &message(MSG_VALUE, &value));
+        send(&mut p, 0x3000, &message(MsgType::Value, &value));
         assert_eq!(p.data.values.get("a.key"), Some(&99));
 
         let mut task = vec![0u8; 32];
         task[..4].copy_from_slice(&2u32.to_le_bytes());
         task[4..10].copy_from_slice(b"task-b");
-        send(&mut p, 0x4000, &message(MSG_TASK, &task));
+        send(&mut p, 0x4000, &message(MsgType::Task, &task));
         assert_eq!(p.data.tasks.get(&2).map(String::as_str), Some("task-b"));
         assert_eq!((p.data.messages, p.data.bad_messages), (4, 0));
     }
@@ -418,14 +404,14 @@ mod tests {
                 counts.extend_from_slice(&v.to_le_bytes());
             }
         }
-        send(&mut p, 0x1000, &message(MSG_COUNTS, &counts));
+        send(&mut p, 0x1000, &message(MsgType::Counts, &counts));
         let c = &p.data.counts;
         assert_eq!((c.len(), c[0].value, c[0].time_enabled, c[0].time_running), (2, 500, 1000, 250));
         assert_eq!((c[1].event, c[1].time_running), (0x13c, 1000));
         // An entry size that cannot be: rejected, not misread.
         let mut bad = counts.clone();
         bad[4..8].copy_from_slice(&12u32.to_le_bytes());
-        send(&mut p, 0x2000, &message(MSG_COUNTS, &bad));
+        send(&mut p, 0x2000, &message(MsgType::Counts, &bad));
         assert_eq!((p.data.counts.len(), p.data.bad_messages), (2, 1));
     }
 
@@ -434,7 +420,7 @@ mod tests {
         let mut p = port(100);
         let records =
             [sample2(0x100000, 777, 3, 0x3c, &[0x100100, 0x100200]), sample2_on(0x100010, 778, 0, 0x3c, &[], 5)];
-        send(&mut p, 0x1000, &message(MSG_SAMPLES2, &samples2(&records, 1)));
+        send(&mut p, 0x1000, &message(MsgType::Samples2, &samples2(&records, 1)));
         let chain = vec![0x100100, 0x100200];
         assert_eq!(
             p.data.samples,
@@ -447,13 +433,13 @@ mod tests {
         // A chain longer than the agent's bound is cut; the next record is still found.
         let long: Vec<u64> = (1..=40).collect();
         let records = [sample2(1, 2, 0, 0x3c, &long), sample2(3, 4, 0, 0x3c, &[9])];
-        send(&mut p, 0x2000, &message(MSG_SAMPLES2, &samples2(&records, 0)));
+        send(&mut p, 0x2000, &message(MsgType::Samples2, &samples2(&records, 0)));
         assert_eq!(p.data.samples[2].callchain.len(), MAX_CALLCHAIN);
         assert_eq!((p.data.samples[3].rip, &p.data.samples[3].callchain), (3, &vec![9]));
         // A record claiming a chain past the message's end: the message is bad.
         let mut truncated = samples2(&[sample2(5, 6, 0, 0x3c, &[1, 2])], 0);
         truncated.truncate(truncated.len() - 8);
-        send(&mut p, 0x3000, &message(MSG_SAMPLES2, &truncated));
+        send(&mut p, 0x3000, &message(MsgType::Samples2, &truncated));
         assert_eq!((p.data.samples.len(), p.data.bad_messages), (4, 1));
     }
 
@@ -462,7 +448,7 @@ mod tests {
         let mut p = port(6);
         let records =
             [sample2(1, 0, 0, 0x3c, &[1, 2, 3]), sample2(2, 0, 0, 0x3c, &[1, 2]), sample2(3, 0, 0, 0x3c, &[1])];
-        send(&mut p, 0x1000, &message(MSG_SAMPLES2, &samples2(&records, 0)));
+        send(&mut p, 0x1000, &message(MsgType::Samples2, &samples2(&records, 0)));
         // 4 slots, then 3 would make 7 > 6: dropped; then 2 fit.
         assert_eq!(p.data.samples.iter().map(|s| s.rip).collect::<Vec<_>>(), vec![1, 3]);
         assert_eq!((p.data.samples_received, p.data.samples_dropped_vmm), (3, 1));
@@ -475,9 +461,9 @@ mod tests {
         buffer.extend_from_slice(&samples2(&[sample2(0x4321, 55, 1, 0x3c, &[0x100100])], 0));
         p.mem.write_slice(&buffer, GuestAddress(0x8000)).unwrap();
         let mut announce = 0x8000u64.to_le_bytes().to_vec();
-        announce.extend_from_slice(&u32::from(MSG_SAMPLES2).to_le_bytes());
+        announce.extend_from_slice(&(MsgType::Samples2 as u32).to_le_bytes());
         announce.extend_from_slice(&0u32.to_le_bytes());
-        send(&mut p, 0x1000, &message(MSG_BUFFER, &announce));
+        send(&mut p, 0x1000, &message(MsgType::Buffer, &announce));
         p.drain_unsent_samples();
         assert_eq!(p.data.samples.len(), 1);
         assert_eq!(
@@ -486,14 +472,14 @@ mod tests {
         );
         // An unknown buffer type is refused.
         announce[8] = 9;
-        send(&mut p, 0x2000, &message(MSG_BUFFER, &announce));
+        send(&mut p, 0x2000, &message(MsgType::Buffer, &announce));
         assert_eq!(p.data.bad_messages, 1);
     }
 
     #[test]
     fn unsent_samples_are_drained_from_the_announced_buffer() {
         let mut p = port(10);
-        let mut buffer = message(MSG_SAMPLES, &[]);
+        let mut buffer = message(MsgType::Samples, &[]);
         let mut payload = vec![];
         payload.extend_from_slice(&1u32.to_le_bytes());
         payload.extend_from_slice(&0u32.to_le_bytes());
@@ -502,7 +488,7 @@ mod tests {
         buffer.truncate(HEADER_LEN);
         buffer.extend_from_slice(&payload);
         p.mem.write_slice(&buffer, GuestAddress(0x8000)).unwrap();
-        send(&mut p, 0x1000, &message(MSG_BUFFER, &0x8000u64.to_le_bytes()));
+        send(&mut p, 0x1000, &message(MsgType::Buffer, &0x8000u64.to_le_bytes()));
         assert!(p.data.samples.is_empty());
         p.drain_unsent_samples();
         assert_eq!(p.data.samples.len(), 1);
@@ -517,7 +503,7 @@ mod tests {
         samples.extend_from_slice(&3u32.to_le_bytes());
         samples.extend_from_slice(&0u32.to_le_bytes());
         samples.extend(std::iter::repeat_n(0u8, 48));
-        send(&mut p, 0x1000, &message(MSG_SAMPLES, &samples));
+        send(&mut p, 0x1000, &message(MsgType::Samples, &samples));
         assert_eq!((p.data.samples.len(), p.data.samples_dropped_vmm, p.data.samples_received), (1, 2, 3));
     }
 
@@ -525,10 +511,10 @@ mod tests {
     fn malformed_messages_are_counted_not_fatal() {
         let mut p = port(1);
         send(&mut p, 0x1000, &[0u8; 16]); // bad magic
-        let mut huge = message(MSG_COUNTS, &[]);
+        let mut huge = message(MsgType::Counts, &[]);
         huge[8..12].copy_from_slice(&(MAX_MSG as u32 + 1).to_le_bytes());
         send(&mut p, 0x2000, &huge);
-        send(&mut p, 0x3000, &message(MSG_COUNTS, &[5, 0, 0, 0, 0, 0, 0, 0])); // 5 entries, none there
+        send(&mut p, 0x3000, &message(MsgType::Counts, &[5, 0, 0, 0, 0, 0, 0, 0])); // 5 entries, none there
         p.write(&0xffff_fff0u32.to_le_bytes()); // outside guest memory
         assert_eq!(p.data.bad_messages, 4);
     }

@@ -11,6 +11,7 @@ mod shutdown;
 
 pub use agent::{
     AgentData, AgentPort, CountRecord, SampleRecord, AGENT_PORT, COUNT_FIXED, COUNT_UNSUPPORTED, DEFAULT_MAX_SAMPLES,
+    MAX_AGENT_MSG, MAX_CALLCHAIN,
 };
 pub use debug_exit::DebugExit;
 pub use fw_cfg::FwCfg;
@@ -163,7 +164,7 @@ impl PioBus {
 }
 
 /// Up to four little-endian bytes as a u32.
-fn le_u32(data: &[u8]) -> u32 {
+pub(crate) fn le_u32(data: &[u8]) -> u32 {
     let mut v = [0u8; 4];
     let n = data.len().min(4);
     v[..n].copy_from_slice(&data[..n]);

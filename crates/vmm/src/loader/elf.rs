@@ -4,7 +4,7 @@ use super::LoadError;
 use goblin::elf::{header, program_header::PT_LOAD, Elf};
 
 /// Owner and type of the note a guest carries to declare it follows the VIF convention
-/// (guest/include/perfvm_boot.h).
+/// (guest/include/abi/perfvm_boot.h).
 pub const NOTE_OWNER: &str = "perfvm";
 /// Note type of the VIF declaration.
 pub const NOTE_VIF: u32 = 0x100;
