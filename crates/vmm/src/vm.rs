@@ -124,6 +124,7 @@ impl Vm {
             rip_profile: Default::default(),
             samples: Default::default(),
             tsc_khz: self.tsc_khz,
+            vcpu_counts: Vec::new(),
         }
     }
 
