@@ -26,7 +26,9 @@
 //! on one instruction in 30 s). Stepping over it instead works on that probe (a kernel #PF
 //! through the armed handler: 2 debug exits), and guest/linux/syscall_probe.S, which makes
 //! a user SYSCALL into a supervisor-only entry as Linux does, enters it with CS 0x08 (tests/
-//! syscall_probe.rs). Not yet run on Linux to the first SYSCALL.
+//! syscall_probe.rs). On Debian's kernel it does not work yet: after the repair enters LSTAR
+//! with STAR's CS 0x10, the next entry faults at LSTAR from user mode again (the #PF comes
+//! on the TSS's RSP0 stack): kvm_pvm kept the vCPU at CPL 3 (docs/LINUX.md, boot 7).
 
 use crate::linear::{LinearMemory, VcpuLinear};
 use kvm_bindings::{
