@@ -156,6 +156,22 @@ impl LinearMemory for Identity<'_> {
     }
 }
 
+/// Linear memory as a map of u64 words, for stack-walk tests (read-only).
+#[cfg(test)]
+#[derive(Debug)]
+pub struct Words(pub std::collections::HashMap<u64, u64>);
+
+#[cfg(test)]
+impl LinearMemory for Words {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Option<()> {
+        buf.copy_from_slice(&self.0.get(&addr)?.to_le_bytes()[..buf.len()]);
+        Some(())
+    }
+    fn write(&mut self, _: u64, _: &[u8]) -> Option<()> {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -197,20 +197,9 @@ pub fn frames(mem: &mut (impl LinearMemory + ?Sized), rbp: u64, rsp: u64) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::linear::Words;
     use std::collections::HashMap;
 
-    /// Linear memory as a map of u64 words.
-    struct Words(HashMap<u64, u64>);
-
-    impl LinearMemory for Words {
-        fn read(&mut self, addr: u64, buf: &mut [u8]) -> Option<()> {
-            buf.copy_from_slice(&self.0.get(&addr)?.to_le_bytes()[..buf.len()]);
-            Some(())
-        }
-        fn write(&mut self, _: u64, _: &[u8]) -> Option<()> {
-            None
-        }
-    }
 
     #[test]
     fn frames_follow_the_chain_and_stop_safely() {

@@ -159,20 +159,9 @@ impl GuestUnwinder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::linear::Words;
     use std::collections::HashMap;
 
-    /// Linear memory as a map of u64 words.
-    struct Words(HashMap<u64, u64>);
-
-    impl LinearMemory for Words {
-        fn read(&mut self, addr: u64, buf: &mut [u8]) -> Option<()> {
-            buf.copy_from_slice(&self.0.get(&addr)?.to_le_bytes()[..buf.len()]);
-            Some(())
-        }
-        fn write(&mut self, _: u64, _: &[u8]) -> Option<()> {
-            None
-        }
-    }
 
     /// A minimal ELF64 image: one PT_LOAD at 1 MiB and the named sections.
     fn elf_with(sections: &[(&str, u64, Vec<u8>)]) -> Vec<u8> {
