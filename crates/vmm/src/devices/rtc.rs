@@ -32,20 +32,54 @@ impl Default for Rtc {
     }
 }
 
-fn bcd(v: i32) -> u8 {
+fn bcd(v: i64) -> u8 {
     let v = v.rem_euclid(100) as u8;
     (v / 10) << 4 | (v % 10)
 }
 
-/// The host's UTC time, broken down.
-fn now() -> libc::tm {
-    // SAFETY: time(NULL) has no preconditions; gmtime_r writes only into `tm`, which it
-    // fully initializes on success (zeroes stay on failure).
-    unsafe {
-        let t = libc::time(std::ptr::null_mut());
-        let mut tm: libc::tm = std::mem::zeroed();
-        libc::gmtime_r(&t, &mut tm);
-        tm
+/// A UTC time broken down as the RTC shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Civil {
+    year: i64,
+    month: u32,
+    day: u32,
+    weekday: u32,
+    hour: u32,
+    minute: u32,
+    second: u32,
+}
+
+impl Civil {
+    /// `secs` since the Unix epoch, in the proleptic Gregorian calendar (Howard Hinnant's
+    /// civil_from_days). Pure arithmetic: libc's gmtime_r reads /etc/localtime on its first
+    /// call, which the vCPU thread's seccomp filter forbids.
+    fn from_unix(secs: i64) -> Civil {
+        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        Civil {
+            year,
+            month,
+            day,
+            // 1970-01-01 was a Thursday (RTC weekday 5, Sunday = 1).
+            weekday: ((days + 4).rem_euclid(7) + 1) as u32,
+            hour: (rem / 3600) as u32,
+            minute: (rem / 60 % 60) as u32,
+            second: (rem % 60) as u32,
+        }
+    }
+
+    /// The host's time now.
+    fn now() -> Civil {
+        let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        Civil::from_unix(i64::try_from(secs).unwrap_or(0))
     }
 }
 
@@ -55,16 +89,16 @@ impl Rtc {
         if port != RTC_DATA_PORT {
             return 0xff;
         }
-        let time = |f: fn(&libc::tm) -> i32| bcd(f(&now()));
+        let time = |f: fn(&Civil) -> i64| bcd(f(&Civil::now()));
         match self.index {
-            0x00 => time(|t| t.tm_sec),
-            0x02 => time(|t| t.tm_min),
-            0x04 => time(|t| t.tm_hour),
-            0x06 => time(|t| t.tm_wday + 1),
-            0x07 => time(|t| t.tm_mday),
-            0x08 => time(|t| t.tm_mon + 1),
-            0x09 => time(|t| t.tm_year),
-            CENTURY => time(|t| (t.tm_year + 1900) / 100),
+            0x00 => time(|t| t.second.into()),
+            0x02 => time(|t| t.minute.into()),
+            0x04 => time(|t| t.hour.into()),
+            0x06 => time(|t| t.weekday.into()),
+            0x07 => time(|t| t.day.into()),
+            0x08 => time(|t| t.month.into()),
+            0x09 => time(|t| t.year),
+            CENTURY => time(|t| t.year / 100),
             REG_A => REG_A_VALUE,
             REG_B => REG_B_VALUE,
             REG_C => 0,
@@ -104,5 +138,18 @@ mod tests {
         rtc.write(RTC_INDEX_PORT, 0x40);
         rtc.write(RTC_DATA_PORT, 0x5a);
         assert_eq!(reg(&mut rtc, 0x40), 0x5a, "CMOS RAM keeps what is written");
+    }
+
+    #[test]
+    fn unix_time_breaks_down_as_the_calendar_does() {
+        let civil =
+            |year, month, day, weekday, hour, minute, second| Civil { year, month, day, weekday, hour, minute, second };
+        assert_eq!(Civil::from_unix(0), civil(1970, 1, 1, 5, 0, 0, 0), "a Thursday");
+        // 2000-02-29 23:59:59 UTC, a Tuesday: a leap day in a century divisible by 400.
+        assert_eq!(Civil::from_unix(951_868_799), civil(2000, 2, 29, 3, 23, 59, 59));
+        // 2026-11-26 18:32:14 UTC, a Thursday.
+        assert_eq!(Civil::from_unix(1_795_717_934), civil(2026, 11, 26, 5, 18, 32, 14));
+        // 2100-03-01 00:00:00 UTC: 2100 is not a leap year; a Monday.
+        assert_eq!(Civil::from_unix(4_107_542_400), civil(2100, 3, 1, 2, 0, 0, 0));
     }
 }
