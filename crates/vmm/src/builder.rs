@@ -111,10 +111,15 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         Some(settings) => build_pmus(settings, vendor, config.vcpus, tsc_khz, long_mode, execution.native, &budget)?,
         None => Vec::new(),
     };
-    // The SYSCALL repair is experimental: measured, it storms with debug exits once user
-    // mode runs (docs/LINUX.md, "SYSCALL"); PERFVM_SYSCALL_REPAIR=1 turns it on.
-    let syscall_repair =
-        image.protocol == BootProtocol::Linux64 && std::env::var_os("PERFVM_SYSCALL_REPAIR").is_some_and(|v| v == "1");
+    // A Linux guest's user mode needs the SYSCALL repair on kvm_pvm, the host whose native
+    // mode the probe finds (docs/LINUX.md, "SYSCALL"); PERFVM_SYSCALL_REPAIR=0 or 1 overrides
+    // that (tests/syscall_probe.rs runs the probe guest both ways).
+    let syscall_repair = image.protocol == BootProtocol::Linux64
+        && match std::env::var("PERFVM_SYSCALL_REPAIR").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => native::host_support().is_ok(),
+        };
     route_msrs(&vm, pmus.first(), syscall_repair)?;
     let mut cpu = crate::identity::CpuReport {
         pmu: match pmus.first() {

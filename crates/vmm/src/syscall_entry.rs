@@ -20,15 +20,13 @@
 //! The exact backend's single-stepping sets guest debug too (stepping.rs): whoever combines
 //! both must keep this breakpoint in the control word and DR0/DR7.
 //!
-//! Status: experimental, off unless PERFVM_SYSCALL_REPAIR=1. The first version resumed with
-//! RFLAGS.RF; on Debian's kernel the vCPU then took 4.8 million debug exits after /init: this
-//! host's emulator takes the breakpoint again whatever RF says (a probe guest took 212,405
-//! on one instruction in 30 s). Stepping over it instead works on that probe (a kernel #PF
-//! through the armed handler: 2 debug exits), and guest/linux/syscall_probe.S, which makes
-//! a user SYSCALL into a supervisor-only entry as Linux does, enters it with CS 0x08 (tests/
-//! syscall_probe.rs). On Debian's kernel it does not work yet: after the repair enters LSTAR
-//! with STAR's CS 0x10, the next entry faults at LSTAR from user mode again (the #PF comes
-//! on the TSS's RSP0 stack): kvm_pvm kept the vCPU at CPL 3 (docs/LINUX.md, boot 7).
+//! On by default for Linux guests on a host whose native mode the probe finds (kvm_pvm);
+//! PERFVM_SYSCALL_REPAIR=0 or 1 overrides that. Resuming from the breakpoint with RFLAGS.RF
+//! does not work (this host's emulator takes the breakpoint again whatever RF says: a probe
+//! guest took 212,405 debug exits on one instruction in 30 s), so it steps over it instead.
+//! guest/linux/syscall_probe.S makes three user SYSCALLs into a supervisor-only entry the way
+//! Linux does (kernel CS 0x10, SWAPGS, SYSRETQ; tests/syscall_probe.rs). On Debian's kernel
+//! (docs/LINUX.md, boots 9-11) init's system calls go through it to `reboot -f`.
 
 use crate::linear::{LinearMemory, VcpuLinear};
 use kvm_bindings::{

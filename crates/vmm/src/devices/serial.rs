@@ -152,6 +152,8 @@ impl Write for Console {
 #[derive(Debug)]
 pub struct SerialPort {
     uart: Serial<SerialIrq, NoEvents, Console>,
+    /// Raising the interrupt failed once (reported then).
+    irq_failed: bool,
 }
 
 impl SerialPort {
@@ -162,7 +164,7 @@ impl SerialPort {
 
     /// A UART whose output goes to `console` and whose interrupt is `irq`.
     pub fn with_irq(console: Console, irq: SerialIrq) -> Self {
-        SerialPort { uart: Serial::new(irq, console) }
+        SerialPort { uart: Serial::new(irq, console), irq_failed: false }
     }
 
     /// Input from the host: as much of `bytes` as the receive FIFO takes (0 when full).
@@ -177,8 +179,15 @@ impl SerialPort {
 
     /// A guest OUT of `value` to the register at `offset` from the base port.
     pub fn write(&mut self, offset: u8, value: u8) {
-        // A console write error (closed stdout) must not stop the guest.
-        let _ = self.uart.write(offset, value);
+        match self.uart.write(offset, value) {
+            // The guest would wait forever for an interrupt that never comes: say so, once.
+            Err(vm_superio::serial::Error::Trigger(e)) if !self.irq_failed => {
+                self.irq_failed = true;
+                eprintln!("perfvm: the UART's interrupt (IRQ {SERIAL_IRQ}) cannot be raised: {e}");
+            }
+            // A console write error (closed stdout) must not stop the guest.
+            _ => {}
+        }
     }
 
     /// Where the output goes.

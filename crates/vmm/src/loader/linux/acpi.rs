@@ -1,10 +1,12 @@
-//! Minimal ACPI tables for Linux: RSDP, XSDT, a hardware-reduced FADT, an empty DSDT and a
-//! MADT listing the LAPICs and the I/O APIC. Debian's cloud kernel has no MP-table parser
+//! Minimal ACPI tables for Linux: RSDP, XSDT, a hardware-reduced FADT, a DSDT naming the
+//! UART and a MADT listing the LAPICs and the I/O APIC. Debian's cloud kernel has no MP-table parser
 //! (CONFIG_X86_MPPARSE unset), so without ACPI it sees no local APIC (no TSC-deadline
 //! timer, PIC mode) and one CPU. `boot_params.acpi_rsdp_addr` points Linux at the RSDP, so
 //! it needs no scan. The tables live in the legacy BIOS area, outside the e820 RAM.
 
+use crate::devices::SERIAL_IRQ;
 use crate::layout::{ACPI_TABLES_ADDR, IOAPIC_BASE, LAPIC_BASE};
+use acpi_tables::{aml, Aml};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 const OEM_ID: &[u8; 6] = b"PERFVM";
@@ -50,6 +52,32 @@ fn madt(cpus: u8) -> Vec<u8> {
     table(b"APIC", 4, &body)
 }
 
+/// The DSDT's body: COM1 as an ACPI device (PNP0501) with its I/O ports and GSI. A
+/// hardware-reduced machine has no legacy PIC, so Linux maps no ISA IRQ by number: the 8250
+/// driver's built-in "port 0x3f8, IRQ 4" cannot request its interrupt, every tty write then
+/// fails (only the polled printk console works), and user space prints nothing. Named here,
+/// the UART gets its interrupt through the I/O APIC (as Cloud Hypervisor describes it).
+fn dsdt_body() -> Vec<u8> {
+    let mut body = Vec::new();
+    aml::Device::new(
+        "_SB_.COM1".into(),
+        vec![
+            &aml::Name::new("_HID".into(), &aml::EISAName::new("PNP0501")),
+            &aml::Name::new("_UID".into(), &aml::ZERO),
+            &aml::Name::new(
+                "_CRS".into(),
+                &aml::ResourceTemplate::new(vec![
+                    // Consumer, edge-triggered, active high, exclusive.
+                    &aml::Interrupt::new(true, true, false, false, SERIAL_IRQ),
+                    &aml::IO::new(0x3f8, 0x3f8, 0, 8),
+                ]),
+            ),
+        ],
+    )
+    .to_aml_bytes(&mut body);
+    body
+}
+
 fn fadt(dsdt: u64) -> Vec<u8> {
     // ACPI 6.0 FADT: 276 bytes, so the body is 240.
     let mut body = vec![0u8; 240];
@@ -64,7 +92,7 @@ fn fadt(dsdt: u64) -> Vec<u8> {
 pub fn build(cpus: u8, base: u64) -> (Vec<u8>, u64) {
     let rsdp_addr = base;
     let dsdt_addr = base + 64;
-    let dsdt = table(b"DSDT", 2, &[]);
+    let dsdt = table(b"DSDT", 2, &dsdt_body());
     let fadt_addr = (dsdt_addr + dsdt.len() as u64).next_multiple_of(16);
     let fadt = fadt(dsdt_addr);
     let madt_addr = (fadt_addr + fadt.len() as u64).next_multiple_of(16);
@@ -130,6 +158,9 @@ mod tests {
         assert_ne!(u32::from_le_bytes(fadt[112..116].try_into().unwrap()) & FADT_HW_REDUCED, 0);
         let dsdt = at(&all, base, u64::from_le_bytes(fadt[140..148].try_into().unwrap()));
         assert_eq!((&dsdt[..4], sum(dsdt)), (&b"DSDT"[..], 0));
+        let com1 = &dsdt[36..];
+        assert_eq!(&com1[..2], &[0x5b, 0x82], "a Device");
+        assert!(com1.windows(4).any(|w| w == b"COM1") && com1.windows(4).any(|w| w == b"_CRS"));
         let madt = at(&all, base, u64::from_le_bytes(xsdt[44..52].try_into().unwrap()));
         assert_eq!((&madt[..4], sum(madt)), (&b"APIC"[..], 0));
         assert_eq!(madt.len(), 44 + 2 * 8 + 12 + 6, "2 LAPICs, the I/O APIC, LINT1 NMI");
