@@ -56,7 +56,7 @@ pub fn prepare(config: &VmConfig) -> Result<(KernelImage, Vec<u8>), VmError> {
 pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     let (image, bytes) = prepare(config)?;
     let kvm = open_kvm()?;
-    let execution = native::decide(config.native, &image).map_err(VmError::Native)?;
+    let execution = native::decide(config.native, &image)?;
     let vm = kvm.create_vm().map_err(ioctl("KVM_CREATE_VM"))?;
     let mem_size = config.mem_mib << 20;
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), mem_size as usize)])?;
@@ -132,8 +132,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         cpuid_entries =
             crate::cpuid::write_table(&mem, table, &vcpu_cpuid).map_err(memory("writing the CPUID table"))?;
         if execution.native {
-            native::register_vif(fd, native::vif_page(index as u32))
-                .map_err(|e| VmError::Native(format!("registering the VIF page: {e}")))?;
+            native::register_vif(fd, native::vif_page(index as u32)).map_err(VmError::Vif)?;
         }
     }
     let pmu_report = pmus.first().map(|p| PmuReport::new(config.pmu.as_ref().unwrap(), p, budget.clone()));

@@ -136,7 +136,7 @@ impl Vcpu {
         // guest's first instruction on this vCPU.
         if let Err(reason) = crate::confine::confine_thread(crate::confine::ThreadKind::Vcpu) {
             self.common.shared.stop.store(true, Ordering::Release);
-            self.common.shared.end(self.failed(reason));
+            self.common.shared.end(self.failed(reason.to_string()));
         }
         // Thread CPU time when KVM_RUN last returned for a signal (an overflow notification
         // is one): what handling it costs the VMM, in the same time the software clock counts.

@@ -134,7 +134,7 @@ impl Vm {
         kick::catch_termination();
         // Before the guest's first instruction: the vCPU threads inherit this filter.
         if let Err(reason) = crate::confine::confine_thread(crate::confine::ThreadKind::Vmm) {
-            return self.refused(reason, started);
+            return self.refused(reason.to_string(), started);
         }
         let mut threads = Vec::new();
         let nmi_target = self.vcpus.first().map(Vcpu::nmi_request);
