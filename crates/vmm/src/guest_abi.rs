@@ -80,8 +80,9 @@ pub struct AgentMsgHeader {
     pub reserved: u32,
 }
 
-/// `struct agent_count`; an entry of `entry_size` 0 is its first `COUNT_V1_LEN` bytes.
-#[derive(Debug, Clone, Copy, Default)]
+/// `struct agent_count`, one event's final count; an entry of `entry_size` 0 is its first
+/// `COUNT_V1_LEN` bytes (no times). perf scales `value * time_enabled / time_running`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[repr(C)]
 pub struct AgentCount {
     pub event: u16,
