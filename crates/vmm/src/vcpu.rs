@@ -345,9 +345,12 @@ impl Vcpu {
     /// One `KVM_NMI`, timed: the floor of PMI delivery.
     fn nmi(&mut self, source: NmiSource) {
         let t = crate::vpmu::OpStart::now();
-        let _ = self.fd.nmi();
-        if let Some(p) = &mut self.pmu {
-            p.nmi_injected(t, source);
+        let injected = self.fd.nmi();
+        match (&mut self.pmu, injected) {
+            (Some(p), Ok(())) => p.nmi_injected(t, source),
+            (Some(p), Err(_)) => p.nmi_failed(source),
+            // Without a vPMU only the guest's NMI port asks for NMIs, and nothing counts them.
+            (None, _) => {}
         }
     }
 

@@ -147,7 +147,7 @@ impl ClockSource {
         }
         let period = wanted - now;
         if let Some(clock) = &self.clock {
-            let _ = clock.set_period(period);
+            clock.set_period(period).ok(); // a failure is counted by perf_sys (--stats)
         }
         self.timer = Some(Timer { due: wanted, period });
     }
@@ -155,7 +155,7 @@ impl ClockSource {
     /// Stop the sampling timer.
     fn stop_timer(&mut self) {
         if let Some(clock) = &self.clock {
-            let _ = clock.set_period(NEVER);
+            clock.set_period(NEVER).ok(); // a failure is counted by perf_sys (--stats)
         }
         self.timer = None;
     }

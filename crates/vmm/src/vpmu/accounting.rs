@@ -80,6 +80,14 @@ impl Accounting {
         }
     }
 
+    /// The loop's `KVM_NMI` failed: a PMI owed as that NMI is lost.
+    pub(super) fn nmi_failed(&mut self, source: NmiSource) {
+        if source == NmiSource::Pmi && self.pmi_started.take().is_some() {
+            self.stats.pmis_delivered -= 1;
+            self.stats.pmi_ioctl_failures += 1;
+        }
+    }
+
     fn op(&mut self, op: PmuOp, started: OpStart) {
         self.handled(started.at);
         self.stats.ops.entry(op).or_default().add(started);

@@ -155,6 +155,11 @@ impl VcpuPmu {
         self.account.nmi_injected(started, source);
     }
 
+    /// The loop's `KVM_NMI` failed: a PMI's NMI is lost, not delivered.
+    pub fn nmi_failed(&mut self, source: NmiSource) {
+        self.account.nmi_failed(source);
+    }
+
     /// The PMU request, before an entry: turn pending overflows into a PMI, follow the exact
     /// backend's stepping needs, and let the reuse policy release idle events. Free while
     /// idle. Returns what the PMI owes the guest: `Owed::Nmi` is for the caller's NMI step
