@@ -23,7 +23,7 @@ pub fn exact_events() -> EventSet {
 
 /// What the agent sent, as the counting model takes it.
 fn run_of(agent: &AgentData) -> Run {
-    let count = |c: &vmm::devices::CountRecord| Count {
+    let count = |c: &vmm::guest_abi::AgentCount| Count {
         event: c.event,
         unsupported: c.flags & COUNT_UNSUPPORTED != 0,
         task: c.task,

@@ -242,7 +242,7 @@ pub struct Table<'a> {
 impl Table<'_> {
     fn task_name(&self, scope: Scope) -> String {
         match scope {
-            Scope::Task(id) => self.tasks.get(&id).cloned().unwrap_or_else(|| format!("task-{id}")),
+            Scope::Task(id) => self.tasks.get(&id).cloned().unwrap_or_else(|| crate::record::unnamed_task(id)),
             Scope::OutsideTasks => "[outside tasks]".into(),
             Scope::Whole => String::new(),
         }

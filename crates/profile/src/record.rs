@@ -234,7 +234,7 @@ impl Record {
         match self.tasks.get(&task) {
             Some(name) => name.clone(),
             None if task == 0 => self.dso(),
-            None => format!("task-{task}"),
+            None => unnamed_task(task),
         }
     }
 
@@ -264,6 +264,11 @@ impl Record {
         let samples = self.sample_count();
         (self.mode == Mode::Sampled && samples > 0).then(|| self.exits as f64 / samples as f64)
     }
+}
+
+/// What a task the agent never named is called.
+pub fn unnamed_task(id: u32) -> String {
+    format!("task-{id}")
 }
 
 #[cfg(test)]

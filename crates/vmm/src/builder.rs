@@ -12,12 +12,12 @@ use crate::error::{ioctl, memory, VmError};
 use crate::kvm::open_kvm;
 use crate::layout::{MAX_MEM_MIB, MAX_VCPUS, MIN_MEM_MIB};
 use crate::loader::{load_guest, BootProtocol, KernelImage};
-use crate::rdpmc_traps::RdpmcTraps;
 use crate::native;
 use crate::pmu_report::PmuReport;
-use crate::vcpu::{Shared, Vcpu};
+use crate::rdpmc_traps::RdpmcTraps;
+use crate::vcpu::{Shared, Vcpu, VcpuCommon};
 use crate::vm::Vm;
-use crate::vpmu::VcpuPmu;
+use crate::vpmu::{VcpuPmu, VpmuOptions};
 use kvm_bindings::{kvm_enable_cap, KVM_CAP_X86_USER_SPACE_MSR, KVM_MSR_EXIT_REASON_FILTER};
 use kvm_bindings::{kvm_mp_state, kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES, KVM_MP_STATE_RUNNABLE};
 use kvm_ioctls::{MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags};
@@ -56,7 +56,7 @@ pub fn prepare(config: &VmConfig) -> Result<(KernelImage, Vec<u8>), VmError> {
 pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     let (image, bytes) = prepare(config)?;
     let kvm = open_kvm()?;
-    let execution = native::decide(config.native, &image).map_err(VmError::Native)?;
+    let execution = native::decide(config.native, &image)?;
     let vm = kvm.create_vm().map_err(ioctl("KVM_CREATE_VM"))?;
     let mem_size = config.mem_mib << 20;
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), mem_size as usize)])?;
@@ -123,22 +123,21 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     route_msrs(&vm, pmus.first(), syscall_repair)?;
     let mut cpu = crate::identity::CpuReport {
         pmu: match pmus.first() {
-            Some(p) => describe_pmu(p.pmu.caps()),
+            Some(p) => describe_pmu(p.model().caps()),
             None => "none (--pmu off)".into(),
         },
         ..Default::default()
     };
     let mut cpuid_entries = 0;
     for (index, fd) in fds.iter().enumerate() {
-        let caps = pmus.get(index).map(|p| *p.pmu.caps());
+        let caps = pmus.get(index).map(|p| *p.model().caps());
         let vcpu_cpuid = setup_vcpu(fd, &guest_cpuid, index as u32, &image, caps.as_ref(), config.cpu_vendor, tsc_khz)?;
         cpu.vendor = crate::identity::vendor_string(vcpu_cpuid.as_slice());
         let table = crate::layout::CPUID_TABLE_BASE + index as u64 * 0x1000;
         cpuid_entries =
             crate::cpuid::write_table(&mem, table, &vcpu_cpuid).map_err(memory("writing the CPUID table"))?;
         if execution.native {
-            native::register_vif(fd, native::vif_page(index as u32))
-                .map_err(|e| VmError::Native(format!("registering the VIF page: {e}")))?;
+            native::register_vif(fd, native::vif_page(index as u32)).map_err(VmError::Vif)?;
         }
     }
     let pmu_report = pmus.first().map(|p| PmuReport::new(config.pmu.as_ref().unwrap(), p, budget.clone()));
@@ -182,33 +181,25 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     }
     let mut pmus = pmus.drain(..).map(Some).collect::<Vec<_>>();
     pmus.resize_with(fds.len(), || None);
+    let common = VcpuCommon {
+        shared: shared.clone(),
+        vm: vm.clone(),
+        mem: mem.clone(),
+        order: config.request_order,
+        count_syscalls: config.count_syscalls,
+        native: execution.native,
+        in_workload: in_workload.clone(),
+        sampling: config.sampling,
+        unwinder,
+        epoch,
+        tsc_khz,
+        rdpmc_traps,
+    };
     let vcpus = fds
         .into_iter()
         .zip(pmus)
         .enumerate()
-        .map(|(i, (fd, pmu))| Vcpu {
-            index: i as u32,
-            fd,
-            shared: shared.clone(),
-            stats: Default::default(),
-            vm: vm.clone(),
-            mem: mem.clone(),
-            pmu,
-            order: config.request_order,
-            nmi_request: Arc::new(AtomicBool::new(false)),
-            count_syscalls: config.count_syscalls,
-            nmi_due: None,
-            native: execution.native,
-            in_workload: in_workload.clone(),
-            sampling: config.sampling,
-            unwinder: unwinder.clone(),
-            epoch,
-            tsc_khz,
-            syscall_entry: None,
-            fault_breakpoint: None,
-            stepping_over_fault: false,
-            rdpmc_traps: rdpmc_traps.clone(),
-        })
+        .map(|(i, (fd, pmu))| Vcpu::new(i as u32, fd, pmu, common.clone()))
         .collect();
     Ok(Vm {
         _kvm: kvm,
@@ -291,21 +282,20 @@ fn build_pmus(
                 },
                 BackendKind::Exact => Backend::Exact(ExactSource::new()),
             };
-            let mut vpmu = VcpuPmu::new(Pmu::new(config.clone(), backend)?, long_mode);
-            vpmu.vif = native.then(|| native::vif_page(index));
+            let exact = settings.backend == BackendKind::Exact;
             let throttled = settings.backend == BackendKind::Perf && settings.pmi_max_percent < 100;
-            vpmu.throttle = throttled.then(|| {
-                let exit_ns = crate::transition::roundtrip_ns(native).unwrap_or(0);
-                crate::throttle::Throttle::new(settings.pmi_max_percent, exit_ns)
-            });
-            vpmu.pv_offered = settings.pv;
-            if settings.trace_rips && settings.backend == BackendKind::Exact {
-                vpmu.rip_profile = Some(Default::default());
-            }
-            if settings.count_retired && settings.backend == BackendKind::Exact {
-                vpmu.retired = Some(Default::default());
-            }
-            Ok(vpmu)
+            let options = VpmuOptions {
+                long_mode,
+                vif: native.then(|| native::vif_page(index)),
+                throttle: throttled.then(|| {
+                    let exit_ns = crate::transition::roundtrip_ns(native).unwrap_or(0);
+                    crate::throttle::Throttle::new(settings.pmi_max_percent, exit_ns)
+                }),
+                pv_offered: settings.pv,
+                trace_rips: settings.trace_rips && exact,
+                count_retired: settings.count_retired && exact,
+            };
+            Ok(VcpuPmu::new(Pmu::new(config.clone(), backend)?, options))
         })
         .collect()
 }
@@ -324,7 +314,7 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool) -> Result<(), VmErr
         ranges.extend(crate::identity::PMU_MSR_RANGES);
         let covered = |msr: u32| ranges.iter().any(|&(base, n)| (base..base + n).contains(&msr));
         let own: Vec<(u32, u32)> =
-            p.pmu.msr_ranges().iter().map(|r| (r.base.0, r.count)).filter(|&(base, _)| !covered(base)).collect();
+            p.model().msr_ranges().iter().map(|r| (r.base.0, r.count)).filter(|&(base, _)| !covered(base)).collect();
         ranges.extend(own);
     }
     ranges.extend(crate::identity::UNADVERTISED_MSRS.iter().map(|&msr| (msr, 1)));

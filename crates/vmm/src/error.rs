@@ -51,10 +51,12 @@ pub enum VmError {
     /// The PMU configuration is invalid.
     #[error("virtual PMU: {0}")]
     Pmu(#[from] pmu::ConfigError),
-    /// `--native on` where the guest or the host cannot run natively, or the VIF page was
-    /// refused.
-    #[error("{0}")]
-    Native(String),
+    /// `--native on` where the guest or the host cannot run natively.
+    #[error(transparent)]
+    NativeOn(#[from] crate::native::NativeOnError),
+    /// A vCPU's VIF page was refused.
+    #[error("registering the VIF page: {0}")]
+    Vif(crate::native::VifError),
 }
 
 /// `map_err` for a failed ioctl named `op`.

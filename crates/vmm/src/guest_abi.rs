@@ -80,8 +80,9 @@ pub struct AgentMsgHeader {
     pub reserved: u32,
 }
 
-/// `struct agent_count`; an entry of `entry_size` 0 is its first `COUNT_V1_LEN` bytes.
-#[derive(Debug, Clone, Copy, Default)]
+/// `struct agent_count`, one event's final count; an entry of `entry_size` 0 is its first
+/// `COUNT_V1_LEN` bytes (no times). perf scales `value * time_enabled / time_running`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[repr(C)]
 pub struct AgentCount {
     pub event: u16,
@@ -208,20 +209,29 @@ pub struct CpuidEntry {
     pub reserved: u32,
 }
 
-// SAFETY: each is repr(C) of integers and byte arrays laid out without padding (the sizes
-// asserted below equal the sums of the fields): every byte pattern is a valid value.
-unsafe impl ByteValued for AgentMsgHeader {}
-unsafe impl ByteValued for AgentCount {}
-unsafe impl ByteValued for AgentCounts {}
-unsafe impl ByteValued for AgentSample {}
-unsafe impl ByteValued for AgentSamples {}
-unsafe impl ByteValued for AgentSample2 {}
-unsafe impl ByteValued for AgentMark {}
-unsafe impl ByteValued for AgentValue {}
-unsafe impl ByteValued for AgentBuffer {}
-unsafe impl ByteValued for AgentTask {}
-unsafe impl ByteValued for BootInfo {}
-unsafe impl ByteValued for CpuidEntry {}
+/// Marks each ABI struct `ByteValued`.
+macro_rules! byte_valued {
+    ($($t:ty),* $(,)?) => {$(
+        // SAFETY: each is repr(C) of integers and byte arrays laid out without padding (the
+        // sizes asserted below equal the sums of the fields): every byte pattern is a valid value.
+        unsafe impl ByteValued for $t {}
+    )*};
+}
+
+byte_valued!(
+    AgentMsgHeader,
+    AgentCount,
+    AgentCounts,
+    AgentSample,
+    AgentSamples,
+    AgentSample2,
+    AgentMark,
+    AgentValue,
+    AgentBuffer,
+    AgentTask,
+    BootInfo,
+    CpuidEntry,
+);
 
 /// (C name, Rust size, [(field, offset)]) of every struct above: what `tests/guest_abi.rs`
 /// compares with the C compiler's `sizeof`/`offsetof`.
@@ -293,7 +303,9 @@ const _: () = assert!(size_of::<AgentMsgHeader>() == 16);
 const _: () = assert!(size_of::<AgentCount>() == 32 && COUNT_V1_LEN == 16);
 const _: () = assert!(size_of::<AgentCounts>() == 8 && size_of::<AgentSamples>() == 8);
 const _: () = assert!(size_of::<AgentSample>() == 16);
-const _: () = assert!(size_of::<AgentSample2>() == 24 && offset_of!(AgentSample2, nr) == 22 && offset_of!(AgentSample2, vcpu) == 23);
+const _: () = assert!(
+    size_of::<AgentSample2>() == 24 && offset_of!(AgentSample2, nr) == 22 && offset_of!(AgentSample2, vcpu) == 23
+);
 const _: () = assert!(size_of::<AgentMark>() == 16 && offset_of!(AgentMark, tsc) == 8);
 const _: () = assert!(size_of::<AgentValue>() == 56 && offset_of!(AgentValue, value) == 48);
 const _: () = assert!(size_of::<AgentBuffer>() == 16 && offset_of!(AgentBuffer, r#type) == 8);

@@ -1,8 +1,10 @@
 //! Opening /dev/kvm with errors that say what is wrong, and the capabilities perfvm needs.
 
-use kvm_ioctls::{Cap, Kvm};
+use kvm_bindings::kvm_userspace_memory_region;
+use kvm_ioctls::{Cap, Kvm, VcpuFd, VmFd};
 use std::io;
 use thiserror::Error;
+use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
 /// The KVM device opened unless `PERFVM_KVM_DEVICE` names another.
 pub const KVM_PATH: &str = "/dev/kvm";
@@ -73,4 +75,57 @@ pub fn guest_tsc_khz() -> Result<u64, KvmError> {
     let vm = kvm.create_vm().map_err(|e| KvmError::Open(kvm_path(), e.into()))?;
     let vcpu = vm.create_vcpu(0).map_err(|e| KvmError::Open(kvm_path(), e.into()))?;
     vcpu.get_tsc_khz().map(u64::from).map_err(|e| KvmError::Open(kvm_path(), e.into()))
+}
+
+/// A VM with `size` bytes of RAM at address 0 in one slot and one vCPU, for the probes
+/// that measure what this host does (native support, an exit's cost).
+#[derive(Debug)]
+pub(crate) struct ScratchVm {
+    /// Its vCPU.
+    pub vcpu: VcpuFd,
+    _vm: VmFd,
+    _kvm: Kvm,
+    /// Its RAM; declared last, so it is dropped after the VM that maps it.
+    pub mem: GuestMemoryMmap,
+}
+
+/// Why a scratch VM could not be set up.
+#[derive(Debug, Error)]
+pub enum ScratchError {
+    /// Its RAM could not be mapped.
+    #[error("probe memory: {0}")]
+    Memory(#[from] vm_memory::mmap::FromRangesError),
+    /// KVM cannot be opened.
+    #[error(transparent)]
+    Kvm(#[from] KvmError),
+    /// Creating the VM, its memory slot or its vCPU failed.
+    #[error("probe {what}: {source}")]
+    Ioctl {
+        /// What was being created.
+        what: &'static str,
+        /// What the kernel said.
+        source: kvm_ioctls::Error,
+    },
+}
+
+impl ScratchVm {
+    /// A scratch VM with `size` bytes of RAM.
+    pub(crate) fn new(size: usize) -> Result<ScratchVm, ScratchError> {
+        let ioctl = |what| move |source| ScratchError::Ioctl { what, source };
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), size)])?;
+        let kvm = open_kvm()?;
+        let vm = kvm.create_vm().map_err(ioctl("VM"))?;
+        let host = mem.get_host_address(GuestAddress(0)).expect("address 0 was just mapped");
+        let region = kvm_userspace_memory_region {
+            slot: 0,
+            guest_phys_addr: 0,
+            memory_size: size as u64,
+            userspace_addr: host as u64,
+            flags: 0,
+        };
+        // SAFETY: the region maps memory owned by `mem`, which outlives `vm` (dropped after it).
+        unsafe { vm.set_user_memory_region(region) }.map_err(ioctl("memory"))?;
+        let vcpu = vm.create_vcpu(0).map_err(ioctl("vCPU"))?;
+        Ok(ScratchVm { vcpu, _vm: vm, _kvm: kvm, mem })
+    }
 }

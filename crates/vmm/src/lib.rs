@@ -10,6 +10,7 @@ pub mod config;
 pub mod confine;
 pub mod cpuid;
 pub mod devices;
+mod dispatch;
 pub mod error;
 pub mod exit;
 pub mod guest_abi;

@@ -5,11 +5,11 @@
 
 use crate::layout::VIF_BASE;
 use crate::loader::{BootProtocol, KernelImage};
-use kvm_bindings::{kvm_msr_entry, kvm_userspace_memory_region, Msrs};
+use kvm_bindings::{kvm_msr_entry, Msrs};
 use kvm_ioctls::VcpuFd;
 use serde::Serialize;
 use std::sync::OnceLock;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// The host's VIF registration MSR: `gpa | 1` registers, 0 returns to emulation.
 pub const VIF_MSR: u32 = 0x4b56_4d10;
@@ -52,39 +52,66 @@ impl Execution {
     }
 }
 
-/// Whether this host runs vCPUs natively, probed once per process: one `KVM_SET_MSRS` of
-/// the VIF MSR on a scratch vCPU. Err holds the reason it does not.
-pub fn host_support() -> Result<(), String> {
-    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
-    PROBE.get_or_init(probe).clone()
+/// Why this host does not run vCPUs natively.
+#[derive(Debug, thiserror::Error)]
+pub enum NativeError {
+    /// `PERFVM_NATIVE_PROBE=fail`.
+    #[error("the native-mode probe was made to fail ({PROBE_ENV}=fail)")]
+    ProbeMadeToFail,
+    /// The probe's scratch VM could not be set up.
+    #[error(transparent)]
+    Scratch(#[from] crate::kvm::ScratchError),
+    /// The host refused the VIF page.
+    #[error("the host does not take the VIF MSR {VIF_MSR:#x}: {0}")]
+    NoVif(VifError),
 }
 
-fn probe() -> Result<(), String> {
+/// Why a vCPU's VIF page was not registered or dropped.
+#[derive(Debug, thiserror::Error)]
+pub enum VifError {
+    /// KVM_SET_MSRS wrote no MSR.
+    #[error("KVM_SET_MSRS refused it")]
+    Refused,
+    /// The MSR does not read back as registered.
+    #[error("VIF MSR reads back {0:#x}")]
+    ReadsBack(u64),
+    /// KVM_SET_MSRS or KVM_GET_MSRS failed.
+    #[error("{0}")]
+    Kvm(#[from] kvm_ioctls::Error),
+}
+
+/// Why `--native on` cannot be honoured.
+#[derive(Debug, thiserror::Error)]
+pub enum NativeOnError {
+    /// Linux toggles IF with cli/sti and pushf/popf: natively it would lose interrupts.
+    #[error("--native on: Linux does not follow the VIF convention")]
+    Linux,
+    /// A multiboot guest starts in 32-bit mode.
+    #[error("--native on needs a 64-bit ELF guest (multiboot guests start in 32-bit mode)")]
+    NotElf64,
+    /// The host cannot.
+    #[error("--native on: {0}")]
+    NoSupport(&'static NativeError),
+}
+
+/// Whether this host runs vCPUs natively, probed once per process: one `KVM_SET_MSRS` of
+/// the VIF MSR on a scratch vCPU.
+pub fn host_support() -> Result<(), &'static NativeError> {
+    static PROBE: OnceLock<Result<(), NativeError>> = OnceLock::new();
+    PROBE.get_or_init(probe).as_ref().map(|_| ())
+}
+
+fn probe() -> Result<(), NativeError> {
     if std::env::var(PROBE_ENV).is_ok_and(|v| v == "fail") {
-        return Err(format!("the native-mode probe was made to fail ({PROBE_ENV}=fail)"));
+        return Err(NativeError::ProbeMadeToFail);
     }
-    // The host takes the MSR only for an address backed by guest memory. Declared first,
-    // so it is dropped after the VM.
-    let page = VIF_BASE as usize;
-    let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), page + 0x1000)]).map_err(|e| e.to_string())?;
-    let kvm = crate::kvm::open_kvm().map_err(|e| e.to_string())?;
-    let vm = kvm.create_vm().map_err(|e| format!("probe VM: {e}"))?;
-    let host = mem.get_host_address(GuestAddress(0)).map_err(|e| e.to_string())?;
-    let region = kvm_userspace_memory_region {
-        slot: 0,
-        guest_phys_addr: 0,
-        memory_size: (page + 0x1000) as u64,
-        userspace_addr: host as u64,
-        flags: 0,
-    };
-    // SAFETY: the region maps memory owned by `mem`, which outlives `vm`.
-    unsafe { vm.set_user_memory_region(region) }.map_err(|e| format!("probe memory: {e}"))?;
-    let vcpu = vm.create_vcpu(0).map_err(|e| format!("probe vCPU: {e}"))?;
-    register_vif(&vcpu, VIF_BASE).map_err(|e| format!("the host does not take the VIF MSR {VIF_MSR:#x}: {e}"))
+    // The host takes the MSR only for an address backed by guest memory.
+    let scratch = crate::kvm::ScratchVm::new(VIF_BASE as usize + 0x1000)?;
+    register_vif(&scratch.vcpu, VIF_BASE).map_err(NativeError::NoVif)
 }
 
 /// Decide the execution mode of a VM running `image`.
-pub fn decide(mode: NativeMode, image: &KernelImage) -> Result<Execution, String> {
+pub fn decide(mode: NativeMode, image: &KernelImage) -> Result<Execution, NativeOnError> {
     let emulated = |reason: String| Ok(Execution { native: false, reason });
     if mode == NativeMode::Off {
         return emulated("--native off".into());
@@ -92,20 +119,18 @@ pub fn decide(mode: NativeMode, image: &KernelImage) -> Result<Execution, String
     if image.protocol == BootProtocol::Linux64 {
         // Linux toggles IF with cli/sti and pushf/popf: natively it would lose interrupts.
         return match mode {
-            NativeMode::On => Err("--native on: Linux does not follow the VIF convention".into()),
+            NativeMode::On => Err(NativeOnError::Linux),
             _ => emulated("Linux kernel (no VIF convention)".into()),
         };
     }
     let long_mode = image.protocol == BootProtocol::Direct64;
     let support = host_support();
     match (mode, long_mode, support) {
-        (NativeMode::On, false, _) => {
-            Err("--native on needs a 64-bit ELF guest (multiboot guests start in 32-bit mode)".into())
-        }
-        (NativeMode::On, true, Err(why)) => Err(format!("--native on: {why}")),
+        (NativeMode::On, false, _) => Err(NativeOnError::NotElf64),
+        (NativeMode::On, true, Err(why)) => Err(NativeOnError::NoSupport(why)),
         (NativeMode::On, true, Ok(())) => Ok(Execution { native: true, reason: "--native on".into() }),
         (_, false, _) => emulated("32-bit multiboot entry".into()),
-        (_, true, Err(why)) => emulated(why),
+        (_, true, Err(why)) => emulated(why.to_string()),
         (_, true, Ok(())) if !image.vif_note => emulated("the guest has no perfvm VIF note".into()),
         (_, true, Ok(())) => Ok(Execution { native: true, reason: "host support and the guest's VIF note".into() }),
     }
@@ -139,29 +164,27 @@ pub fn vif_page(index: u32) -> u64 {
     VIF_BASE + u64::from(index) * 0x1000
 }
 
-fn set_vif_msr(vcpu: &VcpuFd, value: u64) -> Result<(), String> {
+fn set_vif_msr(vcpu: &VcpuFd, value: u64) -> Result<(), VifError> {
     let msrs = Msrs::from_entries(&[kvm_msr_entry { index: VIF_MSR, data: value, ..Default::default() }])
         .expect("one MSR fits");
-    match vcpu.set_msrs(&msrs) {
-        Ok(1) => Ok(()),
-        Ok(_) => Err("KVM_SET_MSRS refused it".into()),
-        Err(e) => Err(e.to_string()),
+    match vcpu.set_msrs(&msrs)? {
+        1 => Ok(()),
+        _ => Err(VifError::Refused),
     }
 }
 
 /// Register the VIF page at `gpa`: the vCPU runs natively from its next entry.
-pub fn register_vif(vcpu: &VcpuFd, gpa: u64) -> Result<(), String> {
+pub fn register_vif(vcpu: &VcpuFd, gpa: u64) -> Result<(), VifError> {
     set_vif_msr(vcpu, gpa | VIF_ENABLE)?;
     let mut msrs = Msrs::from_entries(&[kvm_msr_entry { index: VIF_MSR, ..Default::default() }]).expect("one MSR");
-    match vcpu.get_msrs(&mut msrs) {
-        Ok(1) if msrs.as_slice()[0].data & VIF_ACTIVE != 0 => Ok(()),
-        Ok(_) => Err(format!("VIF MSR reads back {:#x}", msrs.as_slice()[0].data)),
-        Err(e) => Err(e.to_string()),
+    match vcpu.get_msrs(&mut msrs)? {
+        1 if msrs.as_slice()[0].data & VIF_ACTIVE != 0 => Ok(()),
+        _ => Err(VifError::ReadsBack(msrs.as_slice()[0].data)),
     }
 }
 
 /// Drop the VIF page: the vCPU is emulated from its next entry (single-stepping needs it).
-pub fn drop_vif(vcpu: &VcpuFd) -> Result<(), String> {
+pub fn drop_vif(vcpu: &VcpuFd) -> Result<(), VifError> {
     set_vif_msr(vcpu, 0)
 }
 
@@ -188,7 +211,7 @@ mod tests {
         assert!(!auto.native);
         assert!(auto.reason.contains("32-bit"));
         let on = decide(NativeMode::On, &image(BootProtocol::Multiboot, true)).unwrap_err();
-        assert!(on.contains("64-bit ELF"), "{on}");
+        assert!(on.to_string().contains("64-bit ELF"), "{on}");
     }
 
     #[test]

@@ -76,14 +76,14 @@ impl PmuReport {
         pmu: &VcpuPmu,
         budget: std::sync::Arc<crate::backends::perf::EventBudget>,
     ) -> Self {
-        let backend_detail = pmu.pmu.backend().describe();
+        let backend_detail = pmu.model().backend().describe();
         let policy = match settings.policy {
             Policy::Reuse { release_after_ns } => {
                 format!("reuse (lazy release after {:.3} ms of vCPU run time)", release_after_ns as f64 / 1e6)
             }
             Policy::Legacy => "legacy (re-create host events on every write)".into(),
         };
-        let caps = pmu.pmu.caps();
+        let caps = pmu.model().caps();
         PmuReport {
             backend: settings.backend,
             backend_detail,
@@ -104,7 +104,7 @@ impl PmuReport {
             host_events_created: 0,
             notifications: Default::default(),
             throttle: pmu
-                .throttle
+                .throttle()
                 .map(|t| ThrottleReport { max_percent: t.max_percent(), exit_roundtrip_ns: t.exit_ns() }),
             budget: Some(budget),
             syscalls_at_start: perf_sys::syscalls(),
@@ -115,7 +115,7 @@ impl PmuReport {
     /// Add one vCPU's telemetry.
     pub fn add_vcpu(&mut self, pmu: &VcpuPmu) {
         self.model.add(&pmu.model_stats());
-        let v = &pmu.stats;
+        let v = pmu.stats();
         let t = &mut self.vmm;
         t.msr_exits += v.msr_exits;
         t.pmis_delivered += v.pmis_delivered;
@@ -124,8 +124,8 @@ impl PmuReport {
         t.handle_ns += v.handle_ns;
         t.steps += v.steps;
         t.rdpmc_emulated += v.rdpmc_emulated;
-        self.pv.merge(&pmu.pv_stats);
-        if let Some(n) = pmu.pmu.backend().notifications() {
+        self.pv.merge(pmu.pv_stats());
+        if let Some(n) = pmu.model().backend().notifications() {
             self.notifications.merge(n);
         }
         for (op, time) in &v.ops {

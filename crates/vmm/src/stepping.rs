@@ -112,7 +112,7 @@ impl StepState {
 #[derive(Debug, Default)]
 pub struct Stepper {
     /// What the stepping should be.
-    pub state: StepState,
+    state: StepState,
     /// In KVM: the mode last set.
     applied: Option<Debug>,
 }
@@ -150,6 +150,16 @@ impl Stepper {
     /// Whether the vCPU single-steps.
     pub fn is_on(&self) -> bool {
         self.state.debug != Debug::Off
+    }
+
+    /// Whether the counters want stepping (applied at the next `apply`).
+    pub fn want(&mut self, wanted: bool) {
+        self.state.wanted = wanted;
+    }
+
+    /// A single-step exit.
+    pub fn stepped(&mut self) {
+        self.state.stepped();
     }
 }
 

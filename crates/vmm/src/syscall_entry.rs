@@ -131,10 +131,19 @@ pub fn is_broken_syscall(frame: &FaultFrame, cr2: u64, entry: u64) -> bool {
     frame.rip == entry && cr2 == entry && frame.cs & 3 == 3
 }
 
+/// What the #PF handler's breakpoint found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtFault {
+    /// The host's broken SYSCALL, now entered as a CPU would.
+    Syscall,
+    /// Another fault: it goes on, stepping over the breakpoint (re-armed at the next
+    /// debug exit).
+    SteppingOver,
+}
+
 /// At the breakpoint on the #PF handler: finish a broken SYSCALL into `entry`, or let the
-/// fault go on (stepping over the breakpoint: the caller re-arms it at the next debug exit).
-/// Returns whether it was a SYSCALL.
-pub fn at_fault(vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<bool, kvm_ioctls::Error> {
+/// fault go on.
+pub fn at_fault(vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<AtFault, kvm_ioctls::Error> {
     let mut regs = vcpu.get_regs()?;
     let mut sregs = vcpu.get_sregs()?;
     let mut raw = [0u8; 48];
@@ -151,11 +160,71 @@ pub fn at_fault(vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<bool
             regs.rflags = (frame.rflags & !fmask) | 2;
             vcpu.set_sregs(&sregs)?;
             vcpu.set_regs(&regs)?;
-            Ok(true)
+            Ok(AtFault::Syscall)
         }
         _ => {
             step_over(vcpu)?;
-            Ok(false)
+            Ok(AtFault::SteppingOver)
+        }
+    }
+}
+
+/// A debug exit the repair's breakpoint failed to handle (the run ends).
+#[derive(Debug, thiserror::Error)]
+pub enum BreakpointError {
+    /// Reading the fault or entering the SYSCALL failed.
+    #[error("at the #PF breakpoint: {0}")]
+    AtFault(kvm_ioctls::Error),
+    /// The breakpoint could not be put back after stepping over a fault.
+    #[error("re-arming the #PF breakpoint: {0}")]
+    Rearm(kvm_ioctls::Error),
+}
+
+/// What a debug exit was to the repair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DebugExit {
+    /// Not the repair's: a single-step of the exact backend.
+    NotOurs,
+    /// The repair completed a SYSCALL.
+    Syscall,
+    /// The repair's own: a fault let through, or the step over it.
+    Handled,
+}
+
+/// One vCPU's repair: its SYSCALL entry and the breakpoint on the #PF handler, once the
+/// guest wrote LSTAR.
+#[derive(Debug, Default)]
+pub struct SyscallRepair {
+    entry: u64,
+    breakpoint: Option<u64>,
+    /// Single-stepping over the breakpoint: re-arm it at the next debug exit.
+    stepping_over: bool,
+}
+
+impl SyscallRepair {
+    /// The guest wrote LSTAR = `entry` (see `lstar_written`).
+    pub fn lstar_written(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<(), SyscallEntryError> {
+        let handler = lstar_written(vcpu, mem, entry)?;
+        (self.entry, self.breakpoint) = (entry, Some(handler));
+        Ok(())
+    }
+
+    /// A debug exit at `pc`.
+    pub fn debug_exit(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64) -> Result<DebugExit, BreakpointError> {
+        if self.stepping_over {
+            self.stepping_over = false;
+            arm(vcpu, self.breakpoint.unwrap_or(0)).map_err(BreakpointError::Rearm)?;
+            return Ok(DebugExit::Handled);
+        }
+        if self.breakpoint != Some(pc) {
+            return Ok(DebugExit::NotOurs);
+        }
+        match at_fault(vcpu, mem, self.entry).map_err(BreakpointError::AtFault)? {
+            AtFault::Syscall => Ok(DebugExit::Syscall),
+            AtFault::SteppingOver => {
+                self.stepping_over = true;
+                Ok(DebugExit::Handled)
+            }
         }
     }
 }

@@ -11,11 +11,25 @@ const ID_PATHS: [&str; 2] = [
     "/sys/kernel/debug/tracing/events/raw_syscalls/sys_enter/id",
 ];
 
+/// Why a thread's syscalls cannot be counted.
+#[derive(Debug, thiserror::Error)]
+pub enum SyscountError {
+    /// tracefs is not mounted, and cannot be.
+    #[error("tracefs raw_syscalls:sys_enter is not available (mount tracefs as root)")]
+    NoTracepoint,
+    /// The counter could not be opened.
+    #[error("perf_event_open(raw_syscalls:sys_enter): {0}")]
+    Open(std::io::Error),
+    /// The counter could not be started.
+    #[error("enabling the syscall counter: {0}")]
+    Enable(std::io::Error),
+}
+
 /// The tracepoint's id, found once (mounting tracefs runs `mount`, which a confined VMM
 /// cannot: `prime` runs before the filters go in).
-fn tracepoint_id() -> Result<u64, String> {
-    static ID: std::sync::OnceLock<Result<u64, String>> = std::sync::OnceLock::new();
-    ID.get_or_init(find_tracepoint_id).clone()
+fn tracepoint_id() -> Result<u64, SyscountError> {
+    static ID: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    ID.get_or_init(find_tracepoint_id).ok_or(SyscountError::NoTracepoint)
 }
 
 /// Find the tracepoint's id now (see `tracepoint_id`).
@@ -23,21 +37,21 @@ pub fn prime() {
     let _ = tracepoint_id();
 }
 
-fn find_tracepoint_id() -> Result<u64, String> {
+fn find_tracepoint_id() -> Option<u64> {
     let read = || ID_PATHS.iter().find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse().ok());
     if let Some(id) = read() {
-        return Ok(id);
+        return Some(id);
     }
-    // Not mounted yet: try (root only).
+    // Not mounted yet: try (root only); a failure shows as the id still missing.
     if Path::new(TRACEFS).exists() {
         let _ = std::process::Command::new("mount").args(["-t", "tracefs", "nodev", TRACEFS]).status();
     }
-    read().ok_or_else(|| "tracefs raw_syscalls:sys_enter is not available (mount tracefs as root)".into())
+    read()
 }
 
 /// Why syscalls cannot be counted here, or None.
 pub fn unavailable_reason() -> Option<String> {
-    tracepoint_id().and_then(SyscallCounter::open).err()
+    tracepoint_id().and_then(SyscallCounter::open).err().map(|e| e.to_string())
 }
 
 /// Counts the syscalls of the thread that opened it.
@@ -47,18 +61,17 @@ pub struct SyscallCounter {
 }
 
 impl SyscallCounter {
-    fn open(id: u64) -> Result<SyscallCounter, String> {
+    fn open(id: u64) -> Result<SyscallCounter, SyscountError> {
         let attr =
             PerfEventAttr { type_: PERF_TYPE_TRACEPOINT, config: id, flags: FLAG_DISABLED, ..Default::default() };
-        let event =
-            PerfEvent::open_untracked(&attr).map_err(|e| format!("perf_event_open(raw_syscalls:sys_enter): {e}"))?;
+        let event = PerfEvent::open_untracked(&attr).map_err(SyscountError::Open)?;
         Ok(SyscallCounter { event })
     }
 
     /// Start counting the calling thread's syscalls.
-    pub fn start() -> Result<SyscallCounter, String> {
+    pub fn start() -> Result<SyscallCounter, SyscountError> {
         let counter = Self::open(tracepoint_id()?)?;
-        counter.event.enable().map_err(|e| e.to_string())?;
+        counter.event.enable().map_err(SyscountError::Enable)?;
         Ok(counter)
     }
 

@@ -9,11 +9,11 @@
 //! sampling period shorter than the host's exit cannot livelock a guest.
 
 use crate::boot::{self, BootParams};
+use crate::kvm::ScratchVm;
 use crate::loader::BootProtocol;
-use kvm_bindings::kvm_userspace_memory_region;
 use kvm_ioctls::VcpuExit;
 use std::sync::OnceLock;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress};
 
 /// Scratch RAM: the boot area, the identity map's tables and the loop at 1 MiB.
 const PROBE_RAM: usize = 2 << 20;
@@ -35,12 +35,37 @@ pub fn roundtrip_ns(native: bool) -> Option<u64> {
     *cell.get_or_init(|| measure(native).ok())
 }
 
-fn measure(native: bool) -> Result<u64, String> {
+/// Why the roundtrip could not be measured.
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    /// Native mode without host support.
+    #[error(transparent)]
+    NoNative(&'static crate::native::NativeError),
+    /// The scratch VM could not be set up.
+    #[error(transparent)]
+    Scratch(#[from] crate::kvm::ScratchError),
+    /// The loop or its boot data could not be written.
+    #[error("writing the probe: {0}")]
+    Memory(#[from] vm_memory::GuestMemoryError),
+    /// Its registers could not be set.
+    #[error("probe registers: {0}")]
+    Registers(#[from] kvm_ioctls::Error),
+    /// Its VIF page was refused.
+    #[error("probe VIF page: {0}")]
+    Vif(#[from] crate::native::VifError),
+    /// KVM_RUN failed.
+    #[error("KVM_RUN: {0}")]
+    Run(kvm_ioctls::Error),
+    /// The loop exited for another reason than its OUT (the exit, as KVM gave it).
+    #[error("the probe loop exited with {0}")]
+    Exit(String),
+}
+
+fn measure(native: bool) -> Result<u64, ProbeError> {
     if native {
-        crate::native::host_support()?;
+        crate::native::host_support().map_err(ProbeError::NoNative)?;
     }
-    // Declared before the VM, so it is dropped after it.
-    let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), PROBE_RAM)]).map_err(|e| e.to_string())?;
+    let mut scratch = ScratchVm::new(PROBE_RAM)?;
     let params = BootParams {
         mem_size: PROBE_RAM as u64,
         cmdline: String::new(),
@@ -50,36 +75,23 @@ fn measure(native: bool) -> Result<u64, String> {
         cpuid_entries: 0,
         stepped: false,
     };
-    boot::write_boot_data(&mem, BootProtocol::Direct64, &params).map_err(|e| e.to_string())?;
-    mem.write_slice(&EXIT_LOOP, GuestAddress(CODE_ADDR)).map_err(|e| e.to_string())?;
-
-    let kvm = crate::kvm::open_kvm().map_err(|e| e.to_string())?;
-    let vm = kvm.create_vm().map_err(|e| e.to_string())?;
-    let host = mem.get_host_address(GuestAddress(0)).map_err(|e| e.to_string())?;
-    let region = kvm_userspace_memory_region {
-        slot: 0,
-        guest_phys_addr: 0,
-        memory_size: PROBE_RAM as u64,
-        userspace_addr: host as u64,
-        flags: 0,
-    };
-    // SAFETY: the region maps memory owned by `mem`, which outlives `vm`.
-    unsafe { vm.set_user_memory_region(region) }.map_err(|e| e.to_string())?;
-    let mut vcpu = vm.create_vcpu(0).map_err(|e| e.to_string())?;
-    let mut sregs = vcpu.get_sregs().map_err(|e| e.to_string())?;
+    boot::write_boot_data(&scratch.mem, BootProtocol::Direct64, &params)?;
+    scratch.mem.write_slice(&EXIT_LOOP, GuestAddress(CODE_ADDR))?;
+    let vcpu = &mut scratch.vcpu;
+    let mut sregs = vcpu.get_sregs()?;
     boot::setup_sregs(&mut sregs, BootProtocol::Direct64);
-    vcpu.set_sregs(&sregs).map_err(|e| e.to_string())?;
-    vcpu.set_regs(&boot::entry_regs(BootProtocol::Direct64, CODE_ADDR, 0)).map_err(|e| e.to_string())?;
+    vcpu.set_sregs(&sregs)?;
+    vcpu.set_regs(&boot::entry_regs(BootProtocol::Direct64, CODE_ADDR, 0))?;
     if native {
-        crate::native::register_vif(&vcpu, crate::native::vif_page(0))?;
+        crate::native::register_vif(vcpu, crate::native::vif_page(0))?;
     }
     let mut samples = Vec::with_capacity(MEASURED);
     for i in 0..WARMUP + MEASURED {
         let t0 = crate::vpmu::thread_cpu_ns();
         match vcpu.run() {
             Ok(VcpuExit::IoOut(0x81, _)) => {}
-            Ok(other) => return Err(format!("the probe loop exited with {other:?}")),
-            Err(e) => return Err(format!("KVM_RUN: {e}")),
+            Ok(other) => return Err(ProbeError::Exit(format!("{other:?}"))),
+            Err(e) => return Err(ProbeError::Run(e)),
         }
         if i >= WARMUP {
             samples.push(crate::vpmu::thread_cpu_ns().saturating_sub(t0));
@@ -109,7 +121,9 @@ mod tests {
                 let native = measure(true).expect("the native probe runs");
                 assert!((1_000..2_000_000).contains(&native), "native roundtrip {native} ns");
             }
-            Err(reason) => crate::kvm::skip_test("an_exit_costs_microseconds_in_each_mode (native)", &reason),
+            Err(reason) => {
+                crate::kvm::skip_test("an_exit_costs_microseconds_in_each_mode (native)", &reason.to_string())
+            }
         }
         assert!(roundtrip_ns(false).is_some(), "cached per process");
     }

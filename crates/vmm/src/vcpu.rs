@@ -1,13 +1,16 @@
 //! One vCPU thread: KVM_RUN, dispatch the exit, repeat until the VM ends.
 
-use crate::devices::{DeviceAction, PioBus};
+use crate::devices::PioBus;
+use crate::dispatch::{dispatch, reset_end, Next};
 use crate::exit::VmEnd;
 use crate::kick;
 use crate::requests::RequestOrder;
 use crate::softint::FlagHome;
 use crate::stats::VcpuStats;
-use crate::vpmu::VcpuPmu;
+use crate::syscall_entry::{DebugExit, SyscallRepair};
+use crate::vpmu::{NmiSource, Owed, VcpuPmu};
 use kvm_ioctls::{VcpuExit, VcpuFd, VmFd};
+use pmu::MsrAccess;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
@@ -33,56 +36,24 @@ impl Shared {
     }
 }
 
-/// What the loop does after an exit, decided while the kvm_run borrow is live.
-enum Next {
-    Continue,
-    /// The guest asked for an NMI after this many single-steps (test port).
-    Nmi(u32),
-    PvRegister(u64),
-    PvDoorbell,
-    /// Programming changed: refresh the PV page's published counters.
-    PvPublish,
-    /// A single-step finished at this RIP.
-    Step(u64),
-    End(VmEnd),
-    TripleFault,
-    InternalError,
-    /// The CPU reset line was pulsed: a reboot, or a panic's (warm-reset flag).
-    Reset,
-    /// The guest wrote LSTAR (Linux guests: `syscall_entry`).
-    Lstar(u64),
-}
-
-/// A vCPU and its loop.
-#[derive(Debug)]
-pub struct Vcpu {
-    /// The vCPU's index (its APIC ID).
-    pub index: u32,
-    /// The KVM vCPU.
-    pub fd: VcpuFd,
-    /// What every vCPU of the VM shares.
+/// What every vCPU of a VM is given alike (the builder fills it in once).
+#[derive(Debug, Clone)]
+pub(crate) struct VcpuCommon {
+    /// What every vCPU of the VM shares at run time.
     pub shared: Arc<Shared>,
-    /// This vCPU's statistics so far.
-    pub stats: VcpuStats,
     /// The KVM VM (a PMI by LVTPC vector is sent through it as an MSI).
     pub vm: Arc<VmFd>,
     /// Guest memory.
     pub mem: GuestMemoryMmap,
-    /// Its virtual PMU, when the VM has one.
-    pub pmu: Option<VcpuPmu>,
     /// Order of the PMU and NMI requests before each entry.
     pub order: RequestOrder,
-    /// An NMI requested from outside the PMU (NMI port, NMI source thread).
-    pub nmi_request: Arc<AtomicBool>,
-    /// Count this thread's syscalls for the statistics.
+    /// Count each vCPU thread's syscalls for the statistics.
     pub count_syscalls: bool,
-    /// Retired instructions (single-stepping) after which a requested NMI is due.
-    pub nmi_due: Option<u64>,
-    /// The vCPU runs natively (its VIF page is registered).
+    /// The vCPUs run natively (their VIF pages are registered).
     pub native: bool,
     /// The guest agent's workload runs (its exits are counted apart).
     pub in_workload: Arc<AtomicBool>,
-    /// Sample this vCPU from the VMM (`record -a`), times counted from `epoch`.
+    /// Sample the vCPUs from the VMM (`record -a`), times counted from `epoch`.
     pub sampling: Option<crate::sampler::SamplingConfig>,
     /// The guest image's CFI, for samples' call chains (`--call-graph dwarf`).
     pub unwinder: Option<Arc<crate::unwind::GuestUnwinder>>,
@@ -90,14 +61,26 @@ pub struct Vcpu {
     pub epoch: Instant,
     /// The guest TSC's frequency, kHz (0: unknown).
     pub tsc_khz: u64,
-    /// A Linux guest's SYSCALL entry, its LSTAR (`syscall_entry`).
-    pub syscall_entry: Option<u64>,
-    /// The guest's #PF handler, where the VMM's breakpoint is (`syscall_entry`).
-    pub fault_breakpoint: Option<u64>,
-    /// Single-stepping over that breakpoint: re-arm it at the next debug exit.
-    pub stepping_over_fault: bool,
     /// The VMM's INT3s on the guest kernel's RDPMCs (`rdpmc_traps`).
     pub rdpmc_traps: Arc<crate::rdpmc_traps::RdpmcTraps>,
+}
+
+/// A vCPU and its loop.
+#[derive(Debug)]
+pub struct Vcpu {
+    /// The vCPU's index (its APIC ID).
+    index: u32,
+    fd: VcpuFd,
+    common: VcpuCommon,
+    /// Its virtual PMU, when the VM has one.
+    pmu: Option<VcpuPmu>,
+    stats: VcpuStats,
+    /// An NMI requested from outside the PMU (NMI port, NMI source thread).
+    nmi_request: Arc<AtomicBool>,
+    /// Retired instructions (single-stepping) after which a requested NMI is due.
+    nmi_due: Option<u64>,
+    /// A Linux guest's user-mode SYSCALL, completed by the VMM (`syscall_entry`).
+    syscall_repair: SyscallRepair,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -114,27 +97,51 @@ pub struct VcpuResult {
 }
 
 impl Vcpu {
+    /// vCPU `index` of a VM, on KVM vCPU `fd`, with its virtual PMU if the VM has one.
+    pub(crate) fn new(index: u32, fd: VcpuFd, pmu: Option<VcpuPmu>, common: VcpuCommon) -> Self {
+        Vcpu {
+            index,
+            fd,
+            common,
+            pmu,
+            stats: VcpuStats::default(),
+            nmi_request: Arc::new(AtomicBool::new(false)),
+            nmi_due: None,
+            syscall_repair: SyscallRepair::default(),
+        }
+    }
+
+    /// The vCPU's index (its APIC ID).
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Where an NMI for this vCPU is requested from outside (the NMI source thread).
+    pub(crate) fn nmi_request(&self) -> Arc<AtomicBool> {
+        self.nmi_request.clone()
+    }
+
     /// Run until the VM ends; returns this vCPU's statistics and PMU.
     pub fn run(mut self) -> VcpuResult {
         kick::register(self.fd.get_kvm_run());
-        let syscalls = if self.count_syscalls { crate::syscount::SyscallCounter::start().ok() } else { None };
+        let syscalls = if self.common.count_syscalls { crate::syscount::SyscallCounter::start().ok() } else { None };
         let kvm_stats = crate::kvm_stats::KvmStatsFile::open(&self.fd);
         let mut sampler = self.start_sampler();
         // (A stepping backend wants steps whenever a counter is programmed: from the start.)
-        if self.pmu.as_ref().is_some_and(|p| crate::backends::VmmSource::wants_steps(p.pmu.backend(), true)) {
+        if self.pmu.as_ref().is_some_and(VcpuPmu::steps_from_start) {
             // Each step retires at the privilege level in CS: have KVM copy it out.
             self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::SystemRegister);
         }
         // Confined after its setup (the statistics file, the syscall counter), before the
         // guest's first instruction on this vCPU.
         if let Err(reason) = crate::confine::confine_thread(crate::confine::ThreadKind::Vcpu) {
-            self.shared.stop.store(true, Ordering::Release);
-            self.shared.end(self.failed(reason));
+            self.common.shared.stop.store(true, Ordering::Release);
+            self.common.shared.end(self.failed(reason.to_string()));
         }
         // Thread CPU time when KVM_RUN last returned for a signal (an overflow notification
         // is one): what handling it costs the VMM, in the same time the software clock counts.
         let mut signal_exit_cpu_ns = None;
-        while !self.shared.stop.load(Ordering::Acquire) {
+        while !self.common.shared.stop.load(Ordering::Acquire) {
             self.process_requests();
             if let (Some(pmu), Some(t0)) = (&mut self.pmu, signal_exit_cpu_ns.take()) {
                 pmu.note_notification_cost(crate::vpmu::thread_cpu_ns().saturating_sub(t0));
@@ -151,7 +158,7 @@ impl Vcpu {
             let (reason, next) = match result {
                 Ok(exit) => {
                     wrote = matches!(exit, VcpuExit::IoOut(..) | VcpuExit::MmioWrite(..));
-                    dispatch(exit, &self.shared, &mut self.pmu, self.index)
+                    dispatch(exit, &self.common.shared, &mut self.pmu, self.index)
                 }
                 Err(e) if e.errno() == libc::EINTR => {
                     self.fd.set_kvm_immediate_exit(0);
@@ -165,23 +172,23 @@ impl Vcpu {
             };
             // The registers KVM synced out at this exit are there until the next entry.
             if let Some(s) = &mut sampler {
-                s.after_exit(&self.fd, &self.mem);
+                s.after_exit(&self.fd, &self.common.mem);
             }
             // A write retires with the counters as they were before it (a doorbell's OUT).
             if let (true, Some(pmu)) = (wrote, &mut self.pmu) {
-                pmu.on_write_exit(&self.fd, &self.mem);
+                pmu.on_write_exit(&self.fd, &self.common.mem);
             }
             let end = self.follow_up(next);
             self.stats.record(reason, exited.elapsed());
-            if self.in_workload.load(Ordering::Relaxed) {
+            if self.common.in_workload.load(Ordering::Relaxed) {
                 *self.stats.workload_exits.entry(reason).or_default() += 1;
             }
             if let Some(end) = end {
-                self.shared.end(end);
+                self.common.shared.end(end);
             }
         }
         self.stats.syscalls = syscalls.map(|c| c.read());
-        self.stats.mode = if self.native { "native" } else { "emulated" };
+        self.stats.mode = if self.common.native { "native" } else { "emulated" };
         self.stats.kvm = kvm_stats.map(|s| s.read()).unwrap_or_default();
         kick::unregister();
         let mut counts = crate::vmm_counts::VcpuCounts {
@@ -190,8 +197,7 @@ impl Vcpu {
             ..Default::default()
         };
         if let Some(pmu) = &mut self.pmu {
-            counts.counters = pmu.finish();
-            counts.retired = pmu.retired;
+            (counts.counters, counts.retired) = pmu.finish();
         }
         let samples = sampler.map(|s| s.finish()).unwrap_or_default();
         VcpuResult { stats: self.stats, pmu: self.pmu, samples, counts }
@@ -200,14 +206,14 @@ impl Vcpu {
     /// The VMM's sampler on this thread, if the VM samples (a failure to start it is said
     /// once and the run goes on unsampled).
     fn start_sampler(&mut self) -> Option<crate::sampler::Sampler> {
-        let config = self.sampling?;
+        let config = self.common.sampling?;
         match crate::sampler::Sampler::start(
             config,
-            self.unwinder.clone(),
-            self.tsc_khz,
+            self.common.unwinder.clone(),
+            self.common.tsc_khz,
             self.index,
             &mut self.fd,
-            self.epoch,
+            self.common.epoch,
         ) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -223,87 +229,74 @@ impl Vcpu {
         match next {
             Next::PvRegister(gpa) => {
                 if let Some(pmu) = &mut self.pmu {
-                    pmu.pv_register(&self.fd, &self.mem, gpa);
+                    pmu.pv_register(&self.fd, &self.common.mem, gpa);
                 }
                 None
             }
             Next::PvPublish => {
                 if let Some(pmu) = &mut self.pmu {
-                    pmu.pv_publish(&self.fd, &self.mem);
+                    pmu.pv_publish(&self.fd, &self.common.mem);
                 }
                 None
             }
             Next::PvDoorbell => {
                 if let Some(pmu) = &mut self.pmu {
-                    pmu.pv_doorbell(&self.fd, &self.mem);
+                    pmu.pv_doorbell(&self.fd, &self.common.mem);
                 }
                 None
             }
             Next::Nmi(after) => {
                 match self.pmu.as_ref().filter(|p| p.is_stepping() && after > 0) {
                     // The OUT itself has retired (at its exit): due after `after` more.
-                    Some(p) => self.nmi_due = Some(p.stats.steps + u64::from(after)),
+                    Some(p) => self.nmi_due = Some(p.stats().steps + u64::from(after)),
                     None => self.nmi_request.store(true, Ordering::Release),
                 }
                 None
             }
-            Next::Lstar(entry) => match crate::syscall_entry::lstar_written(&self.fd, &self.mem, entry) {
-                Ok(handler) => {
-                    self.syscall_entry = Some(entry);
-                    self.fault_breakpoint = Some(handler);
-                    None
-                }
-                Err(e) => {
+            Next::Lstar(entry) => {
+                if let Err(e) = self.syscall_repair.lstar_written(&self.fd, &self.common.mem, entry) {
                     eprintln!("perfvm: vCPU {}: SYSCALL from user mode left to the host: {e}", self.index);
-                    None
-                }
-            },
-            Next::Step(pc) if self.fault_breakpoint == Some(pc) && !self.stepping_over_fault => {
-                let entry = self.syscall_entry.unwrap_or(0);
-                match crate::syscall_entry::at_fault(&self.fd, &self.mem, entry) {
-                    Ok(true) => {
-                        *self.stats.completed.entry("syscall").or_default() += 1;
-                        None
-                    }
-                    Ok(false) => {
-                        self.stepping_over_fault = true;
-                        None
-                    }
-                    Err(e) => Some(self.failed(format!("at the #PF breakpoint: {e}"))),
-                }
-            }
-            Next::Step(_) if self.stepping_over_fault => {
-                self.stepping_over_fault = false;
-                let handler = self.fault_breakpoint.unwrap_or(0);
-                crate::syscall_entry::arm(&self.fd, handler)
-                    .err()
-                    .map(|e| self.failed(format!("re-arming the #PF breakpoint: {e}")))
-            }
-            Next::Step(pc) => {
-                if let Some(pmu) = &mut self.pmu {
-                    pmu.on_step(&self.fd, &self.mem, pc);
-                    if self.nmi_due.is_some_and(|due| pmu.stats.steps >= due) {
-                        self.nmi_due = None;
-                        self.nmi_request.store(true, Ordering::Release);
-                    }
                 }
                 None
             }
+            Next::Step(pc) => match self.syscall_repair.debug_exit(&self.fd, &self.common.mem, pc) {
+                Ok(DebugExit::NotOurs) => {
+                    self.stepped(pc);
+                    None
+                }
+                Ok(DebugExit::Syscall) => {
+                    *self.stats.completed.entry("syscall").or_default() += 1;
+                    None
+                }
+                Ok(DebugExit::Handled) => None,
+                Err(e) => Some(self.failed(e.to_string())),
+            },
             Next::TripleFault => Some(VmEnd::TripleFault { vcpu: self.index, rip: self.rip() }),
             Next::InternalError => self.complete_or_stop(),
-            Next::Reset => Some(reset_end(&self.mem)),
+            Next::Reset => Some(reset_end(&self.common.mem)),
             Next::End(end) => Some(end),
             Next::Continue => None,
         }
     }
 
-    /// The request step before an entry, in `self.order` (see `requests`).
+    /// A single-step of the exact backend completed at `pc`; a requested NMI may fall due.
+    fn stepped(&mut self, pc: u64) {
+        if let Some(pmu) = &mut self.pmu {
+            pmu.on_step(&self.fd, &self.common.mem, pc);
+            if self.nmi_due.is_some_and(|due| pmu.stats().steps >= due) {
+                self.nmi_due = None;
+                self.nmi_request.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// The request step before an entry, in `self.common.order` (see `requests`).
     fn process_requests(&mut self) {
         let pmu_nmi = |v: &mut Self| match &mut v.pmu {
-            Some(pmu) => pmu.service(&v.vm, &v.fd, &v.mem, v.stats.run_ns),
+            Some(pmu) => pmu.service(&v.common.vm, &v.fd, &v.common.mem, v.stats.run_ns) == Owed::Nmi,
             None => false,
         };
-        match self.order {
+        match self.common.order {
             RequestOrder::PmiFirst => {
                 let pmi = pmu_nmi(self);
                 let external = self.nmi_request.swap(false, Ordering::AcqRel);
@@ -329,7 +322,7 @@ impl Vcpu {
     /// Single-stepping for the coming entry, once every event for it is injected.
     fn step_control(&mut self, external_nmi: bool) {
         if let Some(pmu) = &mut self.pmu {
-            pmu.before_entry(&self.fd, &self.mem, external_nmi);
+            pmu.before_entry(&self.fd, &self.common.mem, external_nmi);
         }
     }
 
@@ -342,19 +335,22 @@ impl Vcpu {
         r.pmi_nmis += u64::from(pmi);
         r.external_nmis += u64::from(external);
         if pmi {
-            self.nmi(true);
+            self.nmi(NmiSource::Pmi);
         }
         if external {
-            self.nmi(false);
+            self.nmi(NmiSource::External);
         }
     }
 
     /// One `KVM_NMI`, timed: the floor of PMI delivery.
-    fn nmi(&mut self, for_pmi: bool) {
+    fn nmi(&mut self, source: NmiSource) {
         let t = crate::vpmu::OpStart::now();
-        let _ = self.fd.nmi();
-        if let Some(p) = &mut self.pmu {
-            p.nmi_injected(t, for_pmi);
+        let injected = self.fd.nmi();
+        match (&mut self.pmu, injected) {
+            (Some(p), Ok(())) => p.nmi_injected(t, source),
+            (Some(p), Err(_)) => p.nmi_failed(source),
+            // Without a vPMU only the guest's NMI port asks for NMIs, and nothing counts them.
+            (None, _) => {}
         }
     }
 
@@ -384,11 +380,11 @@ impl Vcpu {
             if let Some(done) = self.trapped_rdpmc() {
                 return done;
             }
-            let home = match self.native {
+            let home = match self.common.native {
                 true => FlagHome::Vif(crate::native::vif_page(self.index)),
                 false => FlagHome::Rflags,
             };
-            match crate::complete::complete(&self.fd, &self.mem, home) {
+            match crate::complete::complete(&self.fd, &self.common.mem, home) {
                 crate::complete::Completed::Done(kind) => {
                     *self.stats.completed.entry(kind).or_default() += 1;
                     return None;
@@ -406,200 +402,30 @@ impl Vcpu {
     /// The INT3 at RIP is one of the VMM's RDPMC traps: run the RDPMC on the vPMU (EDX:EAX,
     /// RIP past the two bytes), or give the guest the #GP the model says. None: not a trap.
     fn trapped_rdpmc(&mut self) -> Option<Option<VmEnd>> {
-        if self.rdpmc_traps.is_empty() {
+        if self.common.rdpmc_traps.is_empty() {
             return None;
         }
         let mut regs = self.fd.get_regs().ok()?;
         let mut bytes = [0u8; 2];
-        crate::linear::LinearMemory::read(&mut crate::linear::VcpuLinear::new(&self.fd, &self.mem), regs.rip, &mut bytes)?;
-        if !self.rdpmc_traps.is_trap(regs.rip, &bytes) {
+        crate::linear::LinearMemory::read(
+            &mut crate::linear::VcpuLinear::new(&self.fd, &self.common.mem),
+            regs.rip,
+            &mut bytes,
+        )?;
+        if !self.common.rdpmc_traps.is_trap(regs.rip, &bytes) {
             return None;
         }
         *self.stats.completed.entry("rdpmc").or_default() += 1;
-        let value = self.pmu.as_mut().and_then(|p| p.rdpmc(regs.rcx as u32));
+        let value = self.pmu.as_mut().map_or(MsrAccess::Fault, |p| p.rdpmc(regs.rcx as u32));
         let done = match value {
-            Some(value) => {
+            MsrAccess::Ok(value) => {
                 regs.rax = value & 0xffff_ffff;
                 regs.rdx = value >> 32;
                 regs.rip += 2;
                 self.fd.set_regs(&regs).map_err(|e| format!("RDPMC: KVM_SET_REGS: {e}"))
             }
-            None => crate::complete::inject_gp(&self.fd).map_err(|e| format!("RDPMC #GP: {e}")),
+            MsrAccess::Fault => crate::complete::inject_gp(&self.fd).map_err(|e| format!("RDPMC #GP: {e}")),
         };
         Some(done.err().map(|reason| self.failed(reason)))
-    }
-}
-
-/// The BIOS warm-reset flag, a u16 at 0x472: Linux writes it before every reset, 0x1234
-/// for a warm one.
-const WARM_RESET_FLAG: u64 = 0x472;
-
-/// How a reset from the guest ends the run: a panic if the warm-reset flag says warm, as
-/// Linux leaves it on a panic under `reboot=panic_warm` (perfvm's default), else a reboot.
-fn reset_end(mem: &GuestMemoryMmap) -> VmEnd {
-    use vm_memory::Bytes;
-    match mem.read_obj::<u16>(vm_memory::GuestAddress(WARM_RESET_FLAG)) {
-        Ok(0x1234) => VmEnd::KernelPanic,
-        _ => VmEnd::Reboot,
-    }
-}
-
-/// Stats label of a port access: console and agent-channel exits apart from other IO.
-fn port_label(io: &'static str, port: u16) -> &'static str {
-    match port {
-        p if crate::devices::SERIAL_PORTS.contains(&p) => "serial",
-        crate::devices::AGENT_PORT => "agent",
-        _ => io,
-    }
-}
-
-/// Handle one exit; returns its stats label and what to do next.
-fn dispatch(exit: VcpuExit<'_>, shared: &Shared, pmu: &mut Option<VcpuPmu>, vcpu: u32) -> (&'static str, Next) {
-    match exit {
-        VcpuExit::IoOut(crate::devices::VIF_PENDING_PORT, _) => ("vif-pending", Next::Continue),
-        VcpuExit::IoOut(port, data) => match shared.bus.lock().unwrap().write(port, data) {
-            DeviceAction::Continue => (port_label("io-out", port), Next::Continue),
-            DeviceAction::Exit(status) => ("io-out", Next::End(VmEnd::Status { status })),
-            DeviceAction::Nmi(after) => ("io-out", Next::Nmi(after)),
-            DeviceAction::PvRegister(gpa) => ("pv-register", Next::PvRegister(gpa)),
-            DeviceAction::PvDoorbell => ("pv-doorbell", Next::PvDoorbell),
-            DeviceAction::Reset => ("io-out", Next::Reset),
-            DeviceAction::PowerOff => ("serial", Next::End(VmEnd::PowerOff)),
-        },
-        VcpuExit::IoIn(port, data) => {
-            shared.bus.lock().unwrap().read(port, data);
-            (port_label("io-in", port), Next::Continue)
-        }
-        // Nothing is mapped outside RAM but the in-kernel LAPIC: reads float high.
-        VcpuExit::MmioRead(_, data) => {
-            data.fill(0xff);
-            ("mmio-read", Next::Continue)
-        }
-        VcpuExit::MmioWrite(..) => ("mmio-write", Next::Continue),
-        VcpuExit::Hlt => ("hlt", Next::Continue),
-        VcpuExit::Shutdown => ("shutdown", Next::TripleFault),
-        VcpuExit::InternalError => ("internal-error", Next::InternalError),
-        // Only the PMU's MSRs (and unadvertised ones, which #GP) are routed to user space.
-        VcpuExit::X86Rdmsr(msr) if crate::identity::UNADVERTISED_MSRS.contains(&msr.index) => {
-            *msr.error = 1;
-            ("msr-read", Next::Continue)
-        }
-        VcpuExit::X86Wrmsr(msr) if crate::identity::UNADVERTISED_MSRS.contains(&msr.index) => {
-            *msr.error = 1;
-            ("msr-write", Next::Continue)
-        }
-        VcpuExit::X86Rdmsr(msr) => {
-            match pmu.as_mut().and_then(|p| p.rdmsr(msr.index)) {
-                Some(value) => *msr.data = value,
-                None => *msr.error = 1,
-            }
-            ("msr-read", Next::Continue)
-        }
-        VcpuExit::X86Wrmsr(msr) if msr.index == crate::syscall_entry::MSR_LSTAR => ("msr-write", Next::Lstar(msr.data)),
-        VcpuExit::X86Wrmsr(msr) => {
-            let Some(p) = pmu.as_mut() else {
-                *msr.error = 1;
-                return ("msr-write", Next::Continue);
-            };
-            if !p.wrmsr(msr.index, msr.data) {
-                *msr.error = 1;
-            }
-            let next = if p.pv_publishing() { Next::PvPublish } else { Next::Continue };
-            ("msr-write", next)
-        }
-        VcpuExit::Debug(debug) => ("debug", Next::Step(debug.pc)),
-        VcpuExit::SystemEvent(kind, _) => (
-            "system-event",
-            Next::End(VmEnd::Failed {
-                vcpu,
-                reason: format!("guest system event {kind} (reset or power-off request)"),
-            }),
-        ),
-        VcpuExit::FailEntry(reason, cpu) => (
-            "fail-entry",
-            Next::End(VmEnd::Failed { vcpu, reason: format!("VM entry failed: reason {reason:#x} on host cpu {cpu}") }),
-        ),
-        other => ("other", Next::End(VmEnd::Failed { vcpu, reason: format!("unexpected exit {other:?}") })),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::devices::{Console, FwCfg, SerialPort, DEBUG_EXIT_PORT, NMI_REQUEST_PORT, VIF_PENDING_PORT};
-    use kvm_ioctls::{MsrExitReason, ReadMsrExit, WriteMsrExit};
-
-    /// A VM's shared state with its devices, and the console they print to.
-    fn shared() -> (Shared, Console) {
-        let console = Console::capture();
-        let bus = PioBus::new(SerialPort::new(console.clone()), FwCfg::new(1, 16 << 20));
-        let (tx, _rx) = std::sync::mpsc::channel();
-        (Shared { bus: Mutex::new(bus), stop: AtomicBool::new(false), ends: Mutex::new(tx) }, console)
-    }
-
-    fn run(exit: VcpuExit<'_>) -> (&'static str, Next) {
-        let (shared, _) = shared();
-        dispatch(exit, &shared, &mut None, 0)
-    }
-
-    #[test]
-    fn port_writes_reach_their_devices() {
-        let (shared, console) = shared();
-        let (label, next) = dispatch(VcpuExit::IoOut(0x3f8, b"A"), &shared, &mut None, 0);
-        assert!(matches!((label, next), ("serial", Next::Continue)));
-        assert_eq!(console.captured(), b"A");
-        let (_, next) = run(VcpuExit::IoOut(DEBUG_EXIT_PORT, &[3]));
-        assert!(matches!(next, Next::End(VmEnd::Status { status: 7 })), "isa-debug-exit: (3 << 1) | 1");
-        assert!(matches!(run(VcpuExit::IoOut(NMI_REQUEST_PORT, &[5])).1, Next::Nmi(5)));
-        assert!(matches!(run(VcpuExit::IoOut(VIF_PENDING_PORT, &[0])), ("vif-pending", Next::Continue)));
-    }
-
-    #[test]
-    fn unclaimed_ports_and_mmio_float_high() {
-        let mut data = [0u8; 2];
-        assert!(matches!(run(VcpuExit::IoIn(0x2f0, &mut data)), ("io-in", Next::Continue)));
-        assert_eq!(data, [0xff; 2]);
-        let mut mmio = [0u8; 4];
-        assert!(matches!(run(VcpuExit::MmioRead(0xd000_0000, &mut mmio)), ("mmio-read", Next::Continue)));
-        assert_eq!(mmio, [0xff; 4]);
-    }
-
-    #[test]
-    fn msrs_without_a_pmu_and_unadvertised_ones_fault() {
-        for index in [crate::identity::UNADVERTISED_MSRS[0], 0x38f] {
-            let (mut error, mut data) = (0u8, 0u64);
-            let exit = ReadMsrExit { error: &mut error, reason: MsrExitReason::Filter, index, data: &mut data };
-            assert!(matches!(run(VcpuExit::X86Rdmsr(exit)), ("msr-read", Next::Continue)));
-            assert_eq!(error, 1, "MSR {index:#x}: #GP");
-            let mut error = 0u8;
-            let exit = WriteMsrExit { error: &mut error, reason: MsrExitReason::Filter, index, data: 1 };
-            assert!(matches!(run(VcpuExit::X86Wrmsr(exit)), ("msr-write", Next::Continue)));
-            assert_eq!(error, 1, "MSR {index:#x}: #GP");
-        }
-    }
-
-    #[test]
-    fn a_reset_is_a_panic_only_with_the_warm_flag() {
-        use vm_memory::{Bytes, GuestAddress};
-        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x1000)]).unwrap();
-        assert_eq!(reset_end(&mem), VmEnd::Reboot);
-        mem.write_obj(0x1234u16, GuestAddress(WARM_RESET_FLAG)).unwrap();
-        assert_eq!(reset_end(&mem), VmEnd::KernelPanic);
-        assert_eq!(VmEnd::KernelPanic.exit_code(), 10);
-        assert_eq!((VmEnd::Reboot.exit_code(), VmEnd::PowerOff.exit_code()), (0, 0));
-        let (shared, _) = shared();
-        shared.bus.lock().unwrap().pc = Some(Default::default());
-        let (_, next) = dispatch(VcpuExit::IoOut(0x64, &[0xfe]), &shared, &mut None, 0);
-        assert!(matches!(next, Next::Reset));
-    }
-
-    #[test]
-    fn ends_and_steps() {
-        assert!(matches!(run(VcpuExit::Shutdown), ("shutdown", Next::TripleFault)));
-        assert!(matches!(run(VcpuExit::InternalError), ("internal-error", Next::InternalError)));
-        assert!(matches!(run(VcpuExit::Hlt), ("hlt", Next::Continue)));
-        let debug = kvm_bindings::kvm_debug_exit_arch { pc: 0x1234, ..Default::default() };
-        assert!(matches!(run(VcpuExit::Debug(debug)), ("debug", Next::Step(0x1234))));
-        assert!(matches!(run(VcpuExit::SystemEvent(2, &[])).1, Next::End(VmEnd::Failed { .. })));
     }
 }

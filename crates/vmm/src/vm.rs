@@ -134,12 +134,12 @@ impl Vm {
         kick::catch_termination();
         // Before the guest's first instruction: the vCPU threads inherit this filter.
         if let Err(reason) = crate::confine::confine_thread(crate::confine::ThreadKind::Vmm) {
-            return self.refused(reason, started);
+            return self.refused(reason.to_string(), started);
         }
         let mut threads = Vec::new();
-        let nmi_target = self.vcpus.first().map(|v| v.nmi_request.clone());
+        let nmi_target = self.vcpus.first().map(Vcpu::nmi_request);
         for vcpu in self.vcpus.drain(..) {
-            let name = format!("vcpu{}", vcpu.index);
+            let name = format!("vcpu{}", vcpu.index());
             let handle = thread::Builder::new().name(name).spawn(move || vcpu.run()).expect("spawning a vCPU thread");
             threads.push(handle);
         }
@@ -163,7 +163,7 @@ impl Vm {
             samples.taken.append(&mut result.samples.taken);
             samples.dropped += result.samples.dropped;
             stats.merge_vcpu(&result.stats);
-            for (rip, n) in result.pmu.as_mut().and_then(|p| p.rip_profile.take()).unwrap_or_default() {
+            for (rip, n) in result.pmu.as_mut().and_then(|p| p.take_rip_profile()).unwrap_or_default() {
                 *rip_profile.entry(rip).or_default() += n;
             }
             if let (Some(report), Some(pmu)) = (pmu_report.as_mut(), result.pmu.as_ref()) {

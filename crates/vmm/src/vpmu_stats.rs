@@ -133,7 +133,8 @@ pub struct VpmuStats {
     pub pmis_delivered: u64,
     /// PMIs not sent because the guest's LVTPC was masked.
     pub pmis_masked: u64,
-    /// PMIs lost because a LAPIC ioctl failed (KVM_GET_LAPIC, KVM_SET_LAPIC, KVM_SIGNAL_MSI).
+    /// PMIs lost because an ioctl failed (KVM_GET_LAPIC, KVM_SET_LAPIC, KVM_SIGNAL_MSI,
+    /// KVM_NMI).
     pub pmi_ioctl_failures: u64,
     /// Time spent in the VMM on PMU MSR exits and overflow handling.
     pub handle_ns: u64,

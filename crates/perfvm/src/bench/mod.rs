@@ -259,7 +259,7 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
     if modes != [NativeMode::Off] {
         if let Err(reason) = vmm::native::host_support() {
             eprintln!("perfvm bench: this host cannot run guests natively ({reason}): emulated only");
-            results.insert("native_unavailable".into(), json!(reason));
+            results.insert("native_unavailable".into(), json!(reason.to_string()));
             modes = vec![NativeMode::Off];
         }
     }
@@ -276,7 +276,7 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
     if suites.iter().any(|s| s == "transitions") {
         transitions::measure_unfiltered(&bench)?;
     }
-    vmm::confine::confine_thread(vmm::confine::ThreadKind::Vmm).map_err(Failure::failed)?;
+    vmm::confine::confine_thread(vmm::confine::ThreadKind::Vmm).map_err(|e| Failure::failed(e.to_string()))?;
     for suite in &suites {
         if !args.json {
             eprintln!("perfvm bench: running {suite} ...");

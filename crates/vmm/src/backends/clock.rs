@@ -8,11 +8,11 @@
 //! since it); a period changes only when that nearest overflow moved. Like perf.rs's events, the clock also counts the thread's time in the
 //! VMM, and its overflows arrive as a signal to the vCPU thread.
 
+use super::perf::accounting::{Armed, HostEvent};
 use super::perf::period::{clock_counts, lands, MIN_CLOCK_PERIOD_NS, NEVER};
 use super::perf::{EventBudget, NotificationStats, PerfMode};
 use super::perf_sys::*;
 use super::{host_tsc, Stopwatch};
-use crate::kick;
 use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx, PMC_SLOTS};
 use std::sync::Arc;
 
@@ -24,8 +24,7 @@ struct ClockCounter {
     /// thread's CPU time (a busy host shares that out); the clock still brings the overflow
     /// notification (late when the host is busy).
     tsc: Option<Stopwatch>,
-    /// (count when armed, counts until overflow)
-    armed: Option<(u64, u64)>,
+    armed: Option<Armed>,
 }
 
 /// The clock's sampling timer, in clock ns.
@@ -43,7 +42,7 @@ pub struct ClockSource {
     tsc_khz: u64,
     budget: Arc<EventBudget>,
     /// Open from the first counter's open until the backend goes.
-    clock: Option<PerfEvent>,
+    clock: Option<HostEvent>,
     /// Reads of `clock`, from the TSC while the thread runs unbroken (`self_read`).
     reader: Option<SelfRead>,
     counters: [Option<ClockCounter>; PMC_SLOTS],
@@ -127,9 +126,8 @@ impl ClockSource {
 
     /// The clock ns at which running counter `c` overflows, seen at clock `now`.
     fn deadline(&self, c: &ClockCounter, now: u64) -> Option<u64> {
-        let (armed_at, after) = c.armed.filter(|_| c.time.running())?;
-        let remaining = after.saturating_sub(self.count(c, now).saturating_sub(armed_at)).max(1);
-        Some(now + self.mode.to_host_units(remaining, self.floor_ns))
+        let armed = c.armed.filter(|_| c.time.running())?;
+        Some(now + self.mode.to_host_units(armed.remaining(self.count(c, now)), self.floor_ns))
     }
 
     /// Point the sampling timer at the nearest overflow of a running counter, unless it
@@ -149,7 +147,7 @@ impl ClockSource {
         }
         let period = wanted - now;
         if let Some(clock) = &self.clock {
-            let _ = clock.set_period(period);
+            clock.set_period(period).ok(); // a failure is counted by perf_sys (--stats)
         }
         self.timer = Some(Timer { due: wanted, period });
     }
@@ -157,7 +155,7 @@ impl ClockSource {
     /// Stop the sampling timer.
     fn stop_timer(&mut self) {
         if let Some(clock) = &self.clock {
-            let _ = clock.set_period(NEVER);
+            clock.set_period(NEVER).ok(); // a failure is counted by perf_sys (--stats)
         }
         self.timer = None;
     }
@@ -204,29 +202,16 @@ impl ClockSource {
 
     /// Open the clock for the first counter.
     fn open_clock(&mut self) -> Result<(), BackendError> {
-        if !self.budget.take() {
-            return Err(BackendError::LimitReached);
-        }
         let attr = PerfEventAttr {
             type_: PERF_TYPE_SOFTWARE,
             config: PERF_COUNT_SW_TASK_CLOCK,
             sample_period: NEVER,
             ..Default::default()
         };
-        let opened =
-            PerfEvent::open(&attr).and_then(|e| e.signal_overflows_to(gettid(), kick::pmu_signal()).map(|_| e));
-        match opened {
-            Ok(e) => {
-                self.budget.created();
-                self.reader = Some(SelfRead::new(&e, self.tsc_khz));
-                self.clock = Some(e);
-                Ok(())
-            }
-            Err(e) => {
-                self.budget.give_back();
-                Err(BackendError::Os(e.raw_os_error().unwrap_or(0)))
-            }
-        }
+        let clock = HostEvent::open(&attr, &self.budget)?;
+        self.reader = Some(SelfRead::new(&clock, self.tsc_khz));
+        self.clock = Some(clock);
+        Ok(())
     }
 }
 
@@ -313,17 +298,9 @@ impl CountSource for ClockSource {
         self.notifications.arming(after, self.mode.in_event_units(self.floor_ns), throttling);
         let c = self.counters[pmc.slot()].as_ref().expect("model protocol: counter is open");
         let count = self.count(c, now);
-        self.counter(pmc).armed = Some((count, after));
+        self.counter(pmc).armed = Some(Armed { at: count, after });
         if running && !self.in_notification {
             self.sync_timer(now);
-        }
-    }
-}
-
-impl Drop for ClockSource {
-    fn drop(&mut self) {
-        if self.clock.take().is_some() {
-            self.budget.give_back();
         }
     }
 }

@@ -145,93 +145,60 @@ pub enum Backend {
     Exact(ExactSource),
 }
 
-impl Backend {
-    fn source(&mut self) -> &mut dyn VmmSource {
-        match self {
-            Backend::Perf(p) => p,
-            Backend::Clock(c) => c,
-            Backend::Exact(e) => e,
+/// `Backend`'s methods of `$trait`, each forwarded to the variant's source.
+macro_rules! forward {
+    ($trait:ident;) => {};
+    ($trait:ident; fn $name:ident(&self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?; $($rest:tt)*) => {
+        fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
+            match self {
+                Backend::Perf(s) => $trait::$name(s $(, $arg)*),
+                Backend::Clock(s) => $trait::$name(s $(, $arg)*),
+                Backend::Exact(s) => $trait::$name(s $(, $arg)*),
+            }
         }
-    }
-
-    fn source_ref(&self) -> &dyn VmmSource {
-        match self {
-            Backend::Perf(p) => p,
-            Backend::Clock(c) => c,
-            Backend::Exact(e) => e,
+        forward!($trait; $($rest)*);
+    };
+    ($trait:ident; fn $name:ident(&mut self $(, $arg:ident: $ty:ty)*) $(-> $ret:ty)?; $($rest:tt)*) => {
+        fn $name(&mut self $(, $arg: $ty)*) $(-> $ret)? {
+            match self {
+                Backend::Perf(s) => $trait::$name(s $(, $arg)*),
+                Backend::Clock(s) => $trait::$name(s $(, $arg)*),
+                Backend::Exact(s) => $trait::$name(s $(, $arg)*),
+            }
         }
-    }
+        forward!($trait; $($rest)*);
+    };
 }
 
 impl CountSource for Backend {
-    fn supports(&self, event: ArchEvent) -> bool {
-        self.source_ref().supports(event)
-    }
-    fn open(&mut self, pmc: PmcIdx, config: &HostEventConfig) -> Result<(), BackendError> {
-        self.source().open(pmc, config)
-    }
-    fn close(&mut self, pmc: PmcIdx) {
-        self.source().close(pmc)
-    }
-    fn enable(&mut self, pmc: PmcIdx) {
-        self.source().enable(pmc)
-    }
-    fn disable(&mut self, pmc: PmcIdx) {
-        self.source().disable(pmc)
-    }
-    fn read(&mut self, pmc: PmcIdx) -> u64 {
-        self.source().read(pmc)
-    }
-    fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>) {
-        self.source().arm_overflow(pmc, after)
-    }
-    fn enable_many(&mut self, mask: u64) {
-        self.source().enable_many(mask)
-    }
-    fn disable_many(&mut self, mask: u64) {
-        self.source().disable_many(mask)
+    forward! { CountSource;
+        fn supports(&self, event: ArchEvent) -> bool;
+        fn open(&mut self, pmc: PmcIdx, config: &HostEventConfig) -> Result<(), BackendError>;
+        fn close(&mut self, pmc: PmcIdx);
+        fn enable(&mut self, pmc: PmcIdx);
+        fn disable(&mut self, pmc: PmcIdx);
+        fn read(&mut self, pmc: PmcIdx) -> u64;
+        fn arm_overflow(&mut self, pmc: PmcIdx, after: Option<u64>);
+        fn enable_many(&mut self, mask: u64);
+        fn disable_many(&mut self, mask: u64);
     }
 }
 
 impl VmmSource for Backend {
-    fn describe(&self) -> String {
-        self.source_ref().describe()
-    }
-    fn take_overflow(&mut self) -> bool {
-        self.source().take_overflow()
-    }
-    fn guest_ran(&mut self) {
-        self.source().guest_ran()
-    }
-    fn notification_taken(&mut self) {
-        self.source().notification_taken()
-    }
-    fn after_notification(&mut self) {
-        self.source().after_notification()
-    }
-    fn set_period_floor(&mut self, ns: u64) {
-        self.source().set_period_floor(ns)
-    }
-    fn notifications(&self) -> Option<&NotificationStats> {
-        self.source_ref().notifications()
-    }
-    fn counts_by_steps(&self) -> bool {
-        self.source_ref().counts_by_steps()
-    }
-    fn wants_steps(&self, any_programmed: bool) -> bool {
-        self.source_ref().wants_steps(any_programmed)
-    }
-    fn counts_at_tsc_rate(&self, event: ArchEvent) -> bool {
-        self.source_ref().counts_at_tsc_rate(event)
-    }
-    fn retire(&mut self, class: decode::InsnClass, user: bool) {
-        self.source().retire(class, user)
-    }
-    fn retire_early(&mut self) {
-        self.source().retire_early()
-    }
-    fn faulted(&mut self) {
-        self.source().faulted()
+    forward! { VmmSource;
+        fn describe(&self) -> String;
+        fn take_overflow(&mut self) -> bool;
+        fn guest_ran(&mut self);
+        fn notification_taken(&mut self);
+        fn after_notification(&mut self);
+        fn set_period_floor(&mut self, ns: u64);
+        fn notifications(&self) -> Option<&NotificationStats>;
+        fn counts_by_steps(&self) -> bool;
+        fn wants_steps(&self, any_programmed: bool) -> bool;
+        fn counts_at_tsc_rate(&self, event: ArchEvent) -> bool;
+        fn retire(&mut self, class: decode::InsnClass, user: bool);
+        fn retire_early(&mut self);
+        fn faulted(&mut self);
     }
 }
 

@@ -11,12 +11,12 @@
 //! count is kept from when it stopped, so reading it costs nothing.
 
 use super::perf_sys::*;
-use crate::kick;
+use accounting::{Armed, HostEvent};
 use period::{clock_counts, lands, MIN_CLOCK_PERIOD_NS, NEVER};
 use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx, PMC_SLOTS};
 use std::sync::Arc;
 
-mod accounting;
+pub(crate) mod accounting;
 mod mode;
 pub(crate) mod period;
 pub use accounting::{EventBudget, NotificationStats};
@@ -24,10 +24,9 @@ pub use mode::PerfMode;
 
 #[derive(Debug)]
 struct PerfCounter {
-    event: PerfEvent,
+    event: HostEvent,
     enabled: bool,
-    /// (raw count when armed, counts until overflow)
-    armed: Option<(u64, u64)>,
+    armed: Option<Armed>,
     /// While disabled: the raw count it stopped at, in event units.
     stopped_at: Option<u64>,
     /// Armed while disabled: the host period must be set when it starts.
@@ -207,9 +206,8 @@ impl PerfSource {
 
     /// `restart_period` with the count `now` known (no read).
     fn restart_period_at(&mut self, pmc: PmcIdx, now: u64) {
-        let Some((armed_at, after)) = self.counter(pmc).armed else { return };
-        let remaining = after.saturating_sub(now.saturating_sub(armed_at)).max(1);
-        let period = self.to_host_units(remaining);
+        let Some(armed) = self.counter(pmc).armed else { return };
+        let period = self.to_host_units(armed.remaining(now));
         let in_units = self.mode.in_event_units(period);
         let c = self.counter(pmc);
         c.period = in_units;
@@ -219,10 +217,10 @@ impl PerfSource {
 
     /// Whether the host's sampling timer already expires where the model now wants counter
     /// `pmc` to overflow (no ioctl then).
-    fn timer_lands(&mut self, pmc: PmcIdx, old: Option<(u64, u64)>, now: u64, after: u64) -> bool {
+    fn timer_lands(&mut self, pmc: PmcIdx, old: Option<Armed>, now: u64, after: u64) -> bool {
         let period = self.counter(pmc).period;
-        old.is_some_and(|(at, a)| {
-            let fired_at = at + a;
+        old.is_some_and(|old| {
+            let fired_at = old.at + old.after;
             period > 0 && now >= fired_at && lands(fired_at + period, now + after, after)
         })
     }
@@ -240,21 +238,7 @@ impl CountSource for PerfSource {
 
     fn open(&mut self, pmc: PmcIdx, config: &HostEventConfig) -> Result<(), BackendError> {
         let attr = self.attr(config).ok_or(BackendError::Unsupported)?;
-        if !self.budget.take() {
-            return Err(BackendError::LimitReached);
-        }
-        let event = match PerfEvent::open(&attr) {
-            Ok(e) => e,
-            Err(e) => {
-                self.budget.give_back();
-                return Err(BackendError::Os(e.raw_os_error().unwrap_or(0)));
-            }
-        };
-        if let Err(e) = event.signal_overflows_to(gettid(), kick::pmu_signal()) {
-            self.budget.give_back();
-            return Err(BackendError::Os(e.raw_os_error().unwrap_or(0)));
-        }
-        self.budget.created();
+        let event = HostEvent::open(&attr, &self.budget)?;
         let software = matches!(self.mode, PerfMode::SoftwareClock { .. });
         let tsc = (software && config.event == ArchEvent::RefCycles).then(super::Stopwatch::default);
         self.counters[pmc.slot()] = Some(PerfCounter {
@@ -271,9 +255,7 @@ impl CountSource for PerfSource {
     }
 
     fn close(&mut self, pmc: PmcIdx) {
-        if self.counters[pmc.slot()].take().is_some() {
-            self.budget.give_back();
-        }
+        self.counters[pmc.slot()] = None;
     }
 
     fn enable(&mut self, pmc: PmcIdx) {
@@ -319,7 +301,7 @@ impl CountSource for PerfSource {
                 self.notifications.arming(after, self.floor_in_event_units(), throttling);
                 self.rearmed |= pmc.mask();
                 let c = self.counter(pmc);
-                let old = c.armed.replace((now, after));
+                let old = c.armed.replace(Armed { at: now, after });
                 c.period_stale = !c.enabled;
                 if c.enabled && !self.timer_lands(pmc, old, now, after) {
                     self.restart_period_at(pmc, now);
@@ -330,16 +312,6 @@ impl CountSource for PerfSource {
                 c.armed = None;
                 c.period = 0;
                 c.event.set_period(NEVER).ok(); // a failure is counted by perf_sys (--stats)
-            }
-        }
-    }
-}
-
-impl Drop for PerfSource {
-    fn drop(&mut self) {
-        for slot in 0..PMC_SLOTS {
-            if self.counters[slot].take().is_some() {
-                self.budget.give_back();
             }
         }
     }

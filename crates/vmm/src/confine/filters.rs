@@ -5,7 +5,7 @@
 //! its own, so the VMM thread's list holds what its vCPU threads need (it confines itself
 //! before it spawns them, and builds further VMs afterwards: `stat -r`, bench).
 
-use super::ThreadKind;
+use super::{ConfineError, ThreadKind};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond, SeccompFilter,
     SeccompRule, TargetArch,
@@ -126,6 +126,8 @@ pub fn rules(kind: ThreadKind) -> BTreeMap<i64, Vec<SeccompRule>> {
     match kind {
         ThreadKind::Helper => {
             map.insert(libc::SYS_ioctl, ioctl_rules(&[], &[KVM_IRQ_LINE]));
+            // Rust's std, built with debug assertions, checks that an fd it closes is open.
+            map.insert(libc::SYS_fcntl, vec![rule(vec![cond(1, Op::Eq, libc::F_GETFD as u64)])]);
         }
         ThreadKind::Vcpu => {
             map.extend(VCPU.iter().map(|&s| (s, vec![])));
@@ -147,11 +149,11 @@ pub fn rules(kind: ThreadKind) -> BTreeMap<i64, Vec<SeccompRule>> {
 }
 
 /// The BPF programs to install for `kind`, in order.
-pub fn filter_for(kind: ThreadKind) -> Result<Vec<BpfProgram>, String> {
-    let compile = |rules, mismatch, matched| -> Result<BpfProgram, String> {
+pub fn filter_for(kind: ThreadKind) -> Result<Vec<BpfProgram>, ConfineError> {
+    let compile = |rules, mismatch, matched| -> Result<BpfProgram, ConfineError> {
         SeccompFilter::new(rules, mismatch, matched, TargetArch::x86_64)
             .and_then(BpfProgram::try_from)
-            .map_err(|e| format!("seccomp filter for the {} thread: {e}", kind.name()))
+            .map_err(|source| ConfineError::Compile { thread: kind.name(), source })
     };
     let mut programs = Vec::new();
     if kind == ThreadKind::Vmm {

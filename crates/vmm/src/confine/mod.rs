@@ -13,7 +13,44 @@ mod sigsys;
 pub use filters::filter_for;
 pub use privileges::{limit_core_dumps, set_no_new_privs};
 use std::cell::Cell;
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Why a thread could not be confined.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    /// prctl(PR_SET_NO_NEW_PRIVS) failed.
+    #[error("cannot set no_new_privs: {0}")]
+    NoNewPrivs(io::Error),
+    /// The thread's capabilities could not be read.
+    #[error("capget: {0}")]
+    Capget(io::Error),
+    /// The thread's capabilities could not be dropped.
+    #[error("capset: {0}")]
+    Capset(io::Error),
+    /// The SIGSYS handler could not be installed.
+    #[error("cannot handle SIGSYS: {0}")]
+    Sigsys(io::Error),
+    /// A thread kind's filter does not compile.
+    #[error("seccomp filter for the {thread} thread: {source}")]
+    Compile {
+        /// The thread kind's name.
+        thread: &'static str,
+        /// What seccompiler said.
+        source: seccompiler::BackendError,
+    },
+    /// The kernel refused a filter.
+    #[error("cannot install the {thread} seccomp filter: {source}")]
+    Install {
+        /// The thread kind's name.
+        thread: &'static str,
+        /// What seccompiler said.
+        source: seccompiler::Error,
+    },
+    /// The thread measuring the filters' cost panicked.
+    #[error("the measuring thread panicked")]
+    MeasurePanicked,
+}
 
 /// The kinds of thread, each with its own allowlist.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +97,7 @@ pub fn enabled() -> bool {
 /// Confine the calling thread as `kind` (once per thread; later calls do nothing): the VMM
 /// thread first drops capabilities and opens what the filters forbid later; every thread
 /// sets no_new_privs, then its filter (when enabled).
-pub fn confine_thread(kind: ThreadKind) -> Result<(), String> {
+pub fn confine_thread(kind: ThreadKind) -> Result<(), ConfineError> {
     if CONFINED.with(Cell::get) {
         return Ok(());
     }
@@ -74,7 +111,7 @@ pub fn confine_thread(kind: ThreadKind) -> Result<(), String> {
         sigsys::install(kind)?;
         for program in filter_for(kind)? {
             seccompiler::apply_filter(&program)
-                .map_err(|e| format!("cannot install the {} seccomp filter: {e}", kind.name()))?;
+                .map_err(|source| ConfineError::Install { thread: kind.name(), source })?;
         }
         CONFINED.with(|c| c.set(true));
     }

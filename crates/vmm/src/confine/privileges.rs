@@ -2,7 +2,7 @@
 //! capabilities it has no use for once /dev/kvm is open (when run as root), and core dumps
 //! (guest memory would be in them) unless PERFVM_CORE_DUMPS=1 asks for them.
 
-use super::ThreadKind;
+use super::{ConfineError, ThreadKind};
 
 /// Capabilities the VMM thread (and so its vCPU threads) keeps: host perf events beyond
 /// perf_event_paranoid and their locked pages (CAP_PERFMON, CAP_IPC_LOCK), and writing the
@@ -11,10 +11,10 @@ use super::ThreadKind;
 const VMM_KEEPS: &[u32] = &[1, 2, 3, 14, 38]; // DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER, IPC_LOCK, PERFMON
 
 /// no_new_privs on the calling thread (inherited by threads it creates).
-pub fn set_no_new_privs() -> Result<(), String> {
+pub fn set_no_new_privs() -> Result<(), ConfineError> {
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(format!("cannot set no_new_privs: {}", std::io::Error::last_os_error()));
+        return Err(ConfineError::NoNewPrivs(std::io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -60,12 +60,12 @@ fn kept(kind: ThreadKind) -> [u32; 2] {
 /// Keep only `kind`'s capabilities on the calling thread: out of the bounding set first
 /// (while CAP_SETPCAP is still there), then effective, permitted and inheritable. Without
 /// capabilities (not root) there is nothing to drop.
-pub fn drop_capabilities(kind: ThreadKind) -> Result<(), String> {
+pub fn drop_capabilities(kind: ThreadKind) -> Result<(), ConfineError> {
     let mut header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
     let mut data = [CapData::default(); 2];
     // SAFETY: capget fills two CapData for version 3.
     if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
-        return Err(format!("capget: {}", std::io::Error::last_os_error()));
+        return Err(ConfineError::Capget(std::io::Error::last_os_error()));
     }
     let keep = kept(kind);
     if data.iter().zip(keep).all(|(d, k)| d.permitted & !k == 0 && d.inheritable == 0) {
@@ -81,9 +81,9 @@ pub fn drop_capabilities(kind: ThreadKind) -> Result<(), String> {
             unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
         }
     }
-    // SAFETY: prctl with integer arguments (ambient capabilities are inherited from the VMM
-    // thread too).
     if kind == ThreadKind::Vmm {
+        // SAFETY: prctl with integer arguments (ambient capabilities are inherited from the VMM
+        // thread too).
         unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) };
     }
     for (d, k) in data.iter_mut().zip(keep) {
@@ -94,7 +94,7 @@ pub fn drop_capabilities(kind: ThreadKind) -> Result<(), String> {
     let mut header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
     // SAFETY: capset reads two CapData for version 3.
     if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
-        return Err(format!("capset: {}", std::io::Error::last_os_error()));
+        return Err(ConfineError::Capset(std::io::Error::last_os_error()));
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! delivers that second SIGSYS with the handler reset (SIGSYS is blocked in its own
 //! handler), so the process dies of SIGSYS, as a parent or shell sees it.
 
-use super::ThreadKind;
+use super::{ConfineError, ThreadKind};
 use std::cell::Cell;
 use std::sync::Once;
 
@@ -13,7 +13,7 @@ thread_local! {
 }
 
 /// Install the handler (once per process) and remember this thread's kind.
-pub fn install(kind: ThreadKind) -> Result<(), String> {
+pub fn install(kind: ThreadKind) -> Result<(), ConfineError> {
     KIND.with(|k| k.set(Some(kind)));
     static ONCE: Once = Once::new();
     let mut result = Ok(());
@@ -25,7 +25,7 @@ pub fn install(kind: ThreadKind) -> Result<(), String> {
             action.sa_flags = libc::SA_SIGINFO;
             libc::sigemptyset(&mut action.sa_mask);
             if libc::sigaction(libc::SIGSYS, &action, std::ptr::null_mut()) != 0 {
-                result = Err(format!("cannot handle SIGSYS: {}", std::io::Error::last_os_error()));
+                result = Err(ConfineError::Sigsys(std::io::Error::last_os_error()));
             }
         }
     });

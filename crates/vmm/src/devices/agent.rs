@@ -29,25 +29,6 @@ pub const COUNT_FIXED: u16 = 1 << 0;
 /// The PMU does not advertise the event: `<not supported>`.
 pub const COUNT_UNSUPPORTED: u16 = 1 << 1;
 
-/// One event's final count (`struct agent_count`).
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-pub struct CountRecord {
-    /// The event: EVENTSEL\[15:0\] (event code and unit mask).
-    pub event: u16,
-    /// How it was counted (`COUNT_*`).
-    pub flags: u16,
-    /// 0: the whole run; else a task id.
-    pub task: u32,
-    /// The count: what the event counted while it was on a counter.
-    pub value: u64,
-    /// Guest TSC ticks counting was on (for this task); 0 from an agent that sends no
-    /// times (its events counted the whole time) or for an event never enabled.
-    pub time_enabled: u64,
-    /// Of them, the ticks the event was on a counter (less when multiplexed): perf scales
-    /// `value * time_enabled / time_running`.
-    pub time_running: u64,
-}
-
 /// One sample (`struct agent_sample` or `struct agent_sample2`).
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct SampleRecord {
@@ -81,7 +62,7 @@ pub struct Mark {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct AgentData {
     /// Every count received, in order.
-    pub counts: Vec<CountRecord>,
+    pub counts: Vec<abi::AgentCount>,
     /// Samples kept (at most the bound given to [`AgentPort::new`]).
     #[serde(skip)]
     pub samples: Vec<SampleRecord>,
@@ -196,16 +177,7 @@ impl AgentPort {
                 let len = stride.min(size_of::<abi::AgentCount>());
                 for i in 0..head.n as usize {
                     let o = size_of::<abi::AgentCounts>() + i.checked_mul(stride)?;
-                    let c: abi::AgentCount = read_prefix(p, o, len)?;
-                    let record = CountRecord {
-                        event: c.event,
-                        flags: c.flags,
-                        task: c.task,
-                        value: c.value,
-                        time_enabled: c.time_enabled,
-                        time_running: c.time_running,
-                    };
-                    self.data.counts.push(record);
+                    self.data.counts.push(read_prefix(p, o, len)?);
                 }
             }
             MsgType::Samples => {
@@ -214,8 +186,14 @@ impl AgentPort {
                 for i in 0..head.n as usize {
                     let o = size_of::<abi::AgentSamples>() + i * size_of::<abi::AgentSample>();
                     let s: abi::AgentSample = read(p, o)?;
-                    let sample =
-                        SampleRecord { rip: s.rip, task: s.task, event: s.event, vcpu: 0, tsc: 0, callchain: Vec::new() };
+                    let sample = SampleRecord {
+                        rip: s.rip,
+                        task: s.task,
+                        event: s.event,
+                        vcpu: 0,
+                        tsc: 0,
+                        callchain: Vec::new(),
+                    };
                     self.keep(sample);
                 }
             }
@@ -229,8 +207,7 @@ impl AgentPort {
                     let chain = o + size_of::<abi::AgentSample2>();
                     let words =
                         (0..nr.min(MAX_CALLCHAIN)).map(|k| read::<u64>(p, chain + 8 * k)).collect::<Option<_>>()?;
-                    let sample =
-                        SampleRecord {
+                    let sample = SampleRecord {
                         rip: s.rip,
                         tsc: s.tsc,
                         task: s.task,
@@ -324,7 +301,7 @@ mod tests {
         send(&mut p, 0x1000, &message(MsgType::Counts, &counts));
         assert_eq!(
             p.data.counts,
-            vec![CountRecord {
+            vec![abi::AgentCount {
                 event: 0xc0,
                 flags: COUNT_FIXED,
                 task: 0,

@@ -61,7 +61,7 @@ pub enum LoadError {
     EntryOutside(u64),
     /// A 32-bit ELF whose multiboot header is missing or bad (why).
     #[error("32-bit ELF without a valid multiboot header: {0}")]
-    Multiboot(String),
+    Multiboot(multiboot::MultibootError),
     /// A Linux kernel (bzImage or vmlinux) or its initrd that cannot boot.
     #[error(transparent)]
     Linux(#[from] linux::LinuxError),
@@ -122,7 +122,7 @@ pub fn load_kernel(bytes: &[u8], mem_size: u64) -> Result<KernelImage, LoadError
     } else {
         let header = find_header(bytes).map_err(LoadError::Multiboot)?;
         if header.flags & multiboot::FLAG_AOUT_KLUDGE != 0 {
-            return Err(LoadError::Multiboot("a.out kludge (flag 16) is not supported".into()));
+            return Err(LoadError::Multiboot(multiboot::MultibootError::AoutKludge));
         }
         BootProtocol::Multiboot
     };

@@ -18,8 +18,22 @@ pub struct MultibootHeader {
     pub flags: u32,
 }
 
+/// Why an image has no usable multiboot header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MultibootError {
+    /// The magic is there, its checksum is wrong.
+    #[error("header at {0:#x} has a bad checksum")]
+    BadChecksum(usize),
+    /// No magic where a header may be.
+    #[error("no header in the first 8 KiB")]
+    NotFound,
+    /// Load addresses from the header instead of the ELF (`FLAG_AOUT_KLUDGE`).
+    #[error("a.out kludge (flag 16) is not supported")]
+    AoutKludge,
+}
+
 /// Find a 4-byte aligned multiboot header in the first 8 KiB and verify its checksum.
-pub fn find_header(bytes: &[u8]) -> Result<MultibootHeader, String> {
+pub fn find_header(bytes: &[u8]) -> Result<MultibootHeader, MultibootError> {
     let limit = bytes.len().min(SEARCH_LIMIT);
     let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
     let mut offset = 0;
@@ -28,11 +42,11 @@ pub fn find_header(bytes: &[u8]) -> Result<MultibootHeader, String> {
             let flags = word(offset + 4);
             let checksum = word(offset + 8);
             if MULTIBOOT_HEADER_MAGIC.wrapping_add(flags).wrapping_add(checksum) != 0 {
-                return Err(format!("header at {offset:#x} has a bad checksum"));
+                return Err(MultibootError::BadChecksum(offset));
             }
             return Ok(MultibootHeader { offset, flags });
         }
         offset += 4;
     }
-    Err("no header in the first 8 KiB".into())
+    Err(MultibootError::NotFound)
 }

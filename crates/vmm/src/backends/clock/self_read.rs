@@ -10,6 +10,7 @@
 //! measured, so the page is used only as the "not rescheduled" witness.)
 
 use crate::backends::perf_sys::{PerfEvent, UserPage};
+use pmu::tsc::TscRate;
 
 /// After this much TSC time a read(2) starts over anyway, bounding what the TSC rate's
 /// rounding and interrupt time the clock accounts differently can add up to.
@@ -28,7 +29,7 @@ struct Anchor {
 pub struct SelfRead {
     page: Option<UserPage>,
     anchor: Option<Anchor>,
-    tsc_khz: u64,
+    tsc: TscRate,
     /// Reads answered without a system call.
     pub from_tsc: u64,
     /// Reads that took a read(2).
@@ -39,13 +40,14 @@ impl SelfRead {
     /// Reads of `clock` (on the calling thread) with the TSC at `tsc_khz`; without its
     /// control page every read is a read(2).
     pub fn new(clock: &PerfEvent, tsc_khz: u64) -> Self {
-        SelfRead { page: clock.user_page().ok(), anchor: None, tsc_khz: tsc_khz.max(1), from_tsc: 0, syscalls: 0 }
+        let tsc = TscRate::from_khz(tsc_khz.max(1)).expect("a non-zero rate");
+        SelfRead { page: clock.user_page().ok(), anchor: None, tsc, from_tsc: 0, syscalls: 0 }
     }
 
     /// The clock now, in ns, given the TSC `tsc`; None if the read(2) it needed failed.
     pub fn now(&mut self, clock: &PerfEvent, tsc: u64) -> Option<u64> {
         if let (Some(page), Some(a)) = (&self.page, self.anchor) {
-            let ns = (u128::from(tsc.saturating_sub(a.tsc)) * 1_000_000 / u128::from(self.tsc_khz)) as u64;
+            let ns = self.tsc.cycles_to_ns(tsc.saturating_sub(a.tsc));
             if page.seq() == a.seq && ns < MAX_AGE_NS {
                 self.from_tsc += 1;
                 return Some(a.clock_ns + ns);

@@ -111,26 +111,39 @@ pub fn decompress(payload: &[u8]) -> Result<(Compression, Vec<u8>), LinuxError> 
     Ok((kind, out))
 }
 
+/// What is wrong with an LZ4 legacy payload.
+#[derive(Debug, thiserror::Error)]
+enum Lz4Error {
+    #[error("truncated block header")]
+    TruncatedHeader,
+    #[error("block runs past the payload")]
+    PastPayload,
+    #[error("{0}")]
+    Block(#[from] lz4_flex::block::DecompressError),
+    #[error("empty block")]
+    EmptyBlock,
+}
+
 /// LZ4 legacy frames: the magic, then blocks of (u32 compressed size, data), each up to 8 MiB
 /// uncompressed; another magic may start a new frame. Stops once `size` bytes are out (the
 /// appended size is not a block).
-fn lz4_legacy(payload: &[u8], size: usize, out: &mut Vec<u8>) -> Result<(), String> {
+fn lz4_legacy(payload: &[u8], size: usize, out: &mut Vec<u8>) -> Result<(), Lz4Error> {
     let mut at = 0;
     let word = |at: usize| payload.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
     while out.len() < size {
-        let n = word(at).ok_or("truncated block header")?;
+        let n = word(at).ok_or(Lz4Error::TruncatedHeader)?;
         at += 4;
         if n == LZ4_LEGACY_MAGIC {
             continue;
         }
-        let block = payload.get(at..at + n as usize).ok_or("block runs past the payload")?;
+        let block = payload.get(at..at + n as usize).ok_or(Lz4Error::PastPayload)?;
         at += n as usize;
         let start = out.len();
         out.resize(start + LZ4_LEGACY_BLOCK.min(size - start), 0);
-        let got = lz4_flex::block::decompress_into(block, &mut out[start..]).map_err(|e| e.to_string())?;
+        let got = lz4_flex::block::decompress_into(block, &mut out[start..])?;
         out.truncate(start + got);
         if got == 0 {
-            return Err("empty block".into());
+            return Err(Lz4Error::EmptyBlock);
         }
     }
     Ok(())

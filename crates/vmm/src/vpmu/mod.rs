@@ -1,0 +1,293 @@
+//! The vPMU of one vCPU, as the run loop sees it: MSR exits go to the PMU model, backend
+//! overflows become PMIs through LVTPC, and in exact mode every single-step retires one
+//! instruction into the exact backend. One straight path:
+//! MSR exit -> pmu model -> backend -> overflow -> PMI into the guest.
+//!
+//! `VcpuPmu` owns the model and hands each job to one part: `accounting` (what it did and
+//! cost), `step_control` (single-stepping), `pv_state` (the PV page) and `notifications`
+//! (overflow signals and the PMI throttle).
+
+mod accounting;
+mod notifications;
+mod pv_state;
+mod step_control;
+
+pub use crate::backends::Backend;
+use crate::backends::VmmSource;
+use crate::pmi::{self, PmiOutcome};
+use crate::pv::PvStats;
+use crate::rdpmc_traps::RdpmcTraps;
+pub use crate::stepping::Owed;
+use crate::throttle::Throttle;
+pub use crate::vpmu_stats::{OpStart, OpTime, PmuOp, VpmuStats};
+use accounting::Accounting;
+pub use accounting::NmiSource;
+use kvm_ioctls::{VcpuFd, VmFd};
+use notifications::Notifications;
+#[cfg(feature = "test-hooks")]
+pub use notifications::DROP_ENV;
+use pmu::{Initiator, MsrAccess, MsrIndex, Pmu, PmuStats};
+use pv_state::PvState;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+use vm_memory::GuestMemoryMmap;
+
+/// CPU time of the calling thread.
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// How the builder sets up one vCPU's vPMU.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VpmuOptions {
+    /// The guest is entered in long mode (else 32-bit mode): how stepping decodes.
+    pub long_mode: bool,
+    /// Native mode: the vCPU's VIF page.
+    pub vif: Option<u64>,
+    /// PMI throttling (perf backend).
+    pub throttle: Option<Throttle>,
+    /// Whether the VMM accepts PV pages (`--pv on`).
+    pub pv_offered: bool,
+    /// Exact backend: keep retired instructions per RIP (the reference profile).
+    pub trace_rips: bool,
+    /// Exact backend: step the whole run and count every retired instruction and branch.
+    pub count_retired: bool,
+}
+
+/// A vCPU's PMU plus the run-loop state around it.
+#[derive(Debug)]
+pub struct VcpuPmu {
+    /// The PMU model over this vCPU's backend.
+    pmu: Pmu<Backend>,
+    account: Accounting,
+    steps: step_control::StepControl,
+    pv: PvState,
+    notifications: Notifications,
+}
+
+impl VcpuPmu {
+    /// Wrap `pmu` for one vCPU set up as `options` says.
+    pub fn new(pmu: Pmu<Backend>, options: VpmuOptions) -> Self {
+        let VpmuOptions { long_mode, vif, throttle, pv_offered, trace_rips, count_retired } = options;
+        VcpuPmu {
+            pmu,
+            account: Accounting::default(),
+            steps: step_control::StepControl::new(long_mode, vif, trace_rips, count_retired),
+            pv: PvState::new(pv_offered),
+            notifications: Notifications::new(throttle),
+        }
+    }
+
+    /// The PMU model.
+    pub fn model(&self) -> &Pmu<Backend> {
+        &self.pmu
+    }
+
+    /// What the VMM side did and what it cost.
+    pub fn stats(&self) -> &VpmuStats {
+        self.account.stats()
+    }
+
+    /// The PMU model's statistics.
+    pub fn model_stats(&self) -> PmuStats {
+        self.pmu.stats()
+    }
+
+    /// What became of the guest's PV page.
+    pub fn pv_stats(&self) -> &PvStats {
+        self.pv.stats()
+    }
+
+    /// The PMI throttle, if notifications are throttled.
+    pub fn throttle(&self) -> Option<Throttle> {
+        self.notifications.throttle()
+    }
+
+    /// The reference profile (exact backend with tracing): retired instructions per RIP.
+    pub fn take_rip_profile(&mut self) -> Option<HashMap<u64, u64>> {
+        self.steps.take_rip_profile()
+    }
+
+    /// Whether the backend single-steps from the first entry (as soon as a counter is
+    /// programmed, which may be before it).
+    pub fn steps_from_start(&self) -> bool {
+        self.pmu.backend().wants_steps(true)
+    }
+
+    /// KVM_RUN returned: the guest ran, and counts moved.
+    pub fn guest_ran(&mut self) {
+        self.pmu.backend_mut().guest_ran();
+    }
+
+    /// The guest kernel's RDPMCs the VMM traps (`rdpmc_traps`).
+    pub fn set_rdpmc_traps(&mut self, traps: Arc<RdpmcTraps>) {
+        self.steps.set_rdpmc_traps(traps);
+    }
+
+    /// Guest RDPMC with ECX = `ecx` (one the VMM trapped).
+    pub fn rdpmc(&mut self, ecx: u32) -> MsrAccess<u64> {
+        self.steps.rdpmc(&mut self.pmu, self.account.stats_mut(), ecx)
+    }
+
+    /// Guest RDMSR of a PMU MSR.
+    pub fn rdmsr(&mut self, index: u32) -> MsrAccess<u64> {
+        let t = OpStart::now();
+        let access = self.pmu.get_msr(MsrIndex(index), Initiator::Guest);
+        self.account.msr_exit(PmuOp::of_read(self.pmu.caps().decode_msr(MsrIndex(index))), t);
+        access
+    }
+
+    /// Guest WRMSR of a PMU MSR.
+    pub fn wrmsr(&mut self, index: u32, value: u64) -> MsrAccess {
+        let t = OpStart::now();
+        let write = |pmu: &mut Pmu<Backend>| pmu.set_msr(MsrIndex(index), value, Initiator::Guest);
+        let access = self.steps.wrmsr(&mut self.pmu, self.account.stats_mut(), write);
+        self.account.msr_exit(PmuOp::of_write(self.pmu.caps().decode_msr(MsrIndex(index)), value), t);
+        access
+    }
+
+    /// The loop issued a `KVM_NMI` that began at `started`.
+    pub fn nmi_injected(&mut self, started: OpStart, source: NmiSource) {
+        self.account.nmi_injected(started, source);
+    }
+
+    /// The loop's `KVM_NMI` failed: a PMI's NMI is lost, not delivered.
+    pub fn nmi_failed(&mut self, source: NmiSource) {
+        self.account.nmi_failed(source);
+    }
+
+    /// The PMU request, before an entry: turn pending overflows into a PMI, follow the exact
+    /// backend's stepping needs, and let the reuse policy release idle events. Free while
+    /// idle. Returns what the PMI owes the guest: `Owed::Nmi` is for the caller's NMI step
+    /// to inject; a PMI by vector is sent already.
+    pub fn service(&mut self, vm: &VmFd, vcpu: &VcpuFd, mem: &GuestMemoryMmap, run_ns: u64) -> Owed {
+        let mut owed = Owed::Nothing;
+        let notified = self.notifications.take();
+        let exact_overflow = self.pmu.backend_mut().take_overflow();
+        if notified || exact_overflow || self.pmu.pmi_pending() || self.pmu.pebs_pending() {
+            let t = OpStart::now();
+            if notified {
+                self.pmu.backend_mut().notification_taken();
+            }
+            let mut pmi = self.pmu.collect_overflows();
+            // PEBS assists found by the fold: records into the guest's DS buffer (pebs.rs).
+            let pebs = self.pmu.take_pebs_overflows();
+            if pebs != 0 {
+                pmi |= crate::pebs::run_assists(&mut self.pmu, vcpu, mem, pebs);
+            }
+            if notified {
+                self.pmu.backend_mut().after_notification();
+            }
+            self.pv.report_reloads(&mut self.pmu, mem);
+            if pmi {
+                owed = self.raise_pmi(vm, vcpu, t);
+                self.steps.pmi_raised(owed);
+            } else {
+                self.account.handled(t.at);
+            }
+        }
+        // A guest RDMSR may also have found (and reloaded) a wrap.
+        self.pv.report_reloads(&mut self.pmu, mem);
+        self.steps.follow(&self.pmu);
+        if self.pmu.is_active() {
+            self.pmu.tick(run_ns);
+        }
+        owed
+    }
+
+    /// The loop measured what the last notification cost the VMM (thread CPU time from its
+    /// exit to the next entry): feed the throttle, which may raise the shortest period.
+    pub fn note_notification_cost(&mut self, ns: u64) {
+        if let Some(floor) = self.notifications.cost(ns) {
+            self.pmu.backend_mut().set_period_floor(floor);
+        }
+    }
+
+    /// Raise a PMI through LVTPC, begun at `started`: what it owes the guest. A PV guest
+    /// that needs no LVTPC mask gets its NMI without the two LAPIC ioctls masking takes.
+    fn raise_pmi(&mut self, vm: &VmFd, vcpu: &VcpuFd, started: OpStart) -> Owed {
+        if self.pv.pmi_no_mask() {
+            self.pv.unmasked_pmi();
+            self.account.pmi_delivered(started, true);
+            return Owed::Nmi;
+        }
+        // Intel's LAPIC masks LVTPC on a PMI; AMD's does not (KVM masks for Intel only).
+        let mask = self.pmu.caps().vendor() == pmu::Vendor::Intel;
+        match pmi::raise(vm, vcpu, mask) {
+            Ok(PmiOutcome::Masked) => {
+                self.account.pmi_masked(started);
+                Owed::Nothing
+            }
+            Err(_) => {
+                self.account.pmi_failed(started);
+                Owed::Nothing
+            }
+            Ok(PmiOutcome::Nmi) => {
+                self.account.pmi_delivered(started, true);
+                Owed::Nmi
+            }
+            Ok(PmiOutcome::Fixed(_)) => {
+                self.account.pmi_delivered(started, false);
+                Owed::Interrupt
+            }
+        }
+    }
+
+    /// Last step before an entry: single-step as the exact backend needs, with an event window
+    /// when an NMI was injected or a PMI raised for this entry (see `stepping`).
+    pub fn before_entry(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, nmi_injected: bool) {
+        self.steps.before_entry(&mut self.pmu, self.account.stats_mut(), vcpu, mem, nmi_injected);
+    }
+
+    /// The guest offers a PV page at `gpa` (0: unregister).
+    pub fn pv_register(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, gpa: u64) {
+        self.pv.register(&mut self.pmu, vcpu, mem, gpa);
+    }
+
+    /// The doorbell: apply the page's batch in this one exit, then republish.
+    pub fn pv_doorbell(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
+        let t = Instant::now();
+        if self.pv.doorbell(&mut self.pmu, vcpu, mem) {
+            self.account.handled(t);
+        }
+    }
+
+    /// Publish counter values for exitless reads (only with a v2 page).
+    pub fn pv_publish(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
+        self.pv.publish(&mut self.pmu, vcpu, mem);
+    }
+
+    /// Whether a PV page with published counters is registered.
+    pub fn pv_publishing(&self) -> bool {
+        self.pv.publishing()
+    }
+
+    /// Whether the exact backend is single-stepping the guest.
+    pub fn is_stepping(&self) -> bool {
+        self.steps.is_on()
+    }
+
+    /// A single-step completed at `pc`: retire what ran (see `backends::retire`).
+    pub fn on_step(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64) {
+        self.steps.stepped(&mut self.pmu, self.account.stats_mut(), vcpu, mem, pc);
+    }
+
+    /// An exit for a guest write (OUT, MMIO store): while stepping, it may have retired.
+    pub fn on_write_exit(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
+        self.steps.write_exit(&mut self.pmu, self.account.stats_mut(), vcpu, mem);
+    }
+
+    /// The vCPU stops: fold running counters so the final counts are complete. Returns the
+    /// counters the guest left counting, as the model holds them (what a run cut short
+    /// before the guest's agent reported has of its counts), and what the VMM counted as
+    /// retired itself (`VpmuOptions::count_retired`).
+    pub fn finish(&mut self) -> (Vec<crate::vmm_counts::CounterView>, Option<crate::vmm_counts::Retired>) {
+        let counters = crate::vmm_counts::counters(&mut self.pmu);
+        self.pmu.sched_out();
+        (counters, self.steps.retired())
+    }
+}
