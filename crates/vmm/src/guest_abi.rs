@@ -208,20 +208,29 @@ pub struct CpuidEntry {
     pub reserved: u32,
 }
 
-// SAFETY: each is repr(C) of integers and byte arrays laid out without padding (the sizes
-// asserted below equal the sums of the fields): every byte pattern is a valid value.
-unsafe impl ByteValued for AgentMsgHeader {}
-unsafe impl ByteValued for AgentCount {}
-unsafe impl ByteValued for AgentCounts {}
-unsafe impl ByteValued for AgentSample {}
-unsafe impl ByteValued for AgentSamples {}
-unsafe impl ByteValued for AgentSample2 {}
-unsafe impl ByteValued for AgentMark {}
-unsafe impl ByteValued for AgentValue {}
-unsafe impl ByteValued for AgentBuffer {}
-unsafe impl ByteValued for AgentTask {}
-unsafe impl ByteValued for BootInfo {}
-unsafe impl ByteValued for CpuidEntry {}
+/// `ByteValued` for each of these structs.
+macro_rules! byte_valued {
+    ($($t:ty),* $(,)?) => {$(
+        // SAFETY: each is repr(C) of integers and byte arrays laid out without padding (the
+        // sizes asserted below equal the sums of the fields): every byte pattern is a valid
+        // value.
+        unsafe impl ByteValued for $t {}
+    )*};
+}
+byte_valued!(
+    AgentMsgHeader,
+    AgentCount,
+    AgentCounts,
+    AgentSample,
+    AgentSamples,
+    AgentSample2,
+    AgentMark,
+    AgentValue,
+    AgentBuffer,
+    AgentTask,
+    BootInfo,
+    CpuidEntry,
+);
 
 /// (C name, Rust size, [(field, offset)]) of every struct above: what `tests/guest_abi.rs`
 /// compares with the C compiler's `sizeof`/`offsetof`.

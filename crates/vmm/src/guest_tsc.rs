@@ -26,7 +26,7 @@ impl GuestTsc {
     /// The guest's TSC now.
     pub fn read(&mut self, vcpu: &VcpuFd) -> u64 {
         self.reads += 1;
-        if self.host == Some(true) && self.reads % RECHECK != 0 {
+        if self.host == Some(true) && !self.reads.is_multiple_of(RECHECK) {
             return host_tsc();
         }
         let before = host_tsc();

@@ -73,8 +73,11 @@ pub fn filter_file(data: &[u8]) {
     let _ = pmu::PmuEventFilter::parse(&text, pmu::FilterFormat::Json);
 }
 
+/// A driver: feeds one input to a parser.
+pub type Driver = fn(&[u8]);
+
 /// Every driver by name (the fuzz targets' names).
-pub const DRIVERS: &[(&str, fn(&[u8]))] = &[
+pub const DRIVERS: &[(&str, Driver)] = &[
     ("agent_message", agent_message),
     ("pv_page", pv_page),
     ("kernel_image", kernel_image),

@@ -81,9 +81,9 @@ pub fn drop_capabilities(kind: ThreadKind) -> Result<(), String> {
             unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
         }
     }
-    // SAFETY: prctl with integer arguments (ambient capabilities are inherited from the VMM
-    // thread too).
     if kind == ThreadKind::Vmm {
+        // SAFETY: prctl with integer arguments (ambient capabilities are inherited from the
+        // VMM thread too).
         unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) };
     }
     for (d, k) in data.iter_mut().zip(keep) {
