@@ -152,6 +152,25 @@ fn list_shows_the_events_with_raw_codes_and_backends() {
     assert!(out.contains("rUUEE"), "{out}");
 }
 
+/// list runs no VM, not even a vCPU to learn the TSC rate: it works without KVM and states
+/// no rate (each VM states its own).
+#[test]
+fn list_needs_no_vm() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
+        .arg("list")
+        .env("PERFVM_KVM_DEVICE", "/nonexistent/kvm")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let backend = out.lines().find(|l| l.contains("perf backend here: ")).expect(&out);
+    assert!(!backend.contains("kHz"), "{backend}");
+    assert!(
+        backend.contains("hardware events (host PMU") || backend.contains("the guest TSC rate, which each VM states"),
+        "{backend}"
+    );
+}
+
 /// The perf agent drives both vendors' PMUs: `--cpu-vendor` no longer says the AMD guest has
 /// no PMU, and `stat`/`record` under the AMD identity are no usage error (they boot; see
 /// tests/amd_agent.rs for what they count).

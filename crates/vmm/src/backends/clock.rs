@@ -8,7 +8,7 @@
 //! since it); a period changes only when that nearest overflow moved. Like perf.rs's events, the clock also counts the thread's time in the
 //! VMM, and its overflows arrive as a signal to the vCPU thread.
 
-use super::perf::period::{clock_counts, lands, MIN_CLOCK_PERIOD_NS, NEVER};
+use super::perf::period::{clock_counts, clock_supports, lands, MIN_CLOCK_PERIOD_NS, NEVER};
 use super::perf::{EventBudget, NotificationStats, PerfMode};
 use super::perf_sys::*;
 use super::{host_tsc, Stopwatch};
@@ -232,7 +232,7 @@ impl ClockSource {
 
 impl CountSource for ClockSource {
     fn supports(&self, event: ArchEvent) -> bool {
-        matches!(event, ArchEvent::CoreCycles | ArchEvent::RefCycles)
+        clock_supports(event)
     }
 
     fn open(&mut self, pmc: PmcIdx, config: &HostEventConfig) -> Result<(), BackendError> {
