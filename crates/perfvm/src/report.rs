@@ -24,6 +24,10 @@ pub fn run(args: ReportArgs) -> Result<i32, Failure> {
             return Err(Failure::usage("--percent-limit must be between 0 and 100"));
         }
     }
+    // Fail on the flamegraph's path before printing a report.
+    if let Some(svg) = &args.flamegraph {
+        crate::output::check_writable(svg)?;
+    }
     if let Some(files) = &args.compare {
         if args.sort.is_some() || args.call_graph || args.no_children {
             return Err(Failure::usage("--compare compares symbols: it takes no --sort, -g or --no-children"));

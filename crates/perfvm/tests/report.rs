@@ -126,6 +126,13 @@ fn output_that_cannot_be_written_exits_1() {
     assert!(stderr(&o).starts_with("perfvm: cannot write the output: "), "{}", stderr(&o));
 }
 
+#[test]
+fn a_flamegraph_path_that_cannot_be_written_fails_before_the_report() {
+    let o = perfvm(&["report", "-i", &flat("early.json"), "--flamegraph", "/nonexistent-dir/x.svg"]);
+    assert_usage_error(&o, "cannot write /nonexistent-dir/x.svg: No such file or directory");
+    assert!(stdout(&o).is_empty(), "no report printed: {}", stdout(&o));
+}
+
 /// `go tool pprof ARGS FILE`'s output, or None where Go is not installed.
 pub fn go_pprof(args: &[&str], file: &str) -> Option<String> {
     let dir = std::env::temp_dir();

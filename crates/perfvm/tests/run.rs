@@ -192,3 +192,23 @@ fn unsafe_geteuid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
 }
+
+/// `--json` goes out through the same writer as report and script: a reader that stops
+/// early (`| head`) is no panic, and the run's own exit code stands.
+#[test]
+fn json_to_a_reader_that_stops_early_is_not_an_error() {
+    require_kvm!();
+    for args in [vec!["run", "--json", "hello"], vec!["list"]] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(code(&o), 0, "{args:?}: {err}");
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+    }
+}

@@ -301,7 +301,7 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
             value["native_failures"] = failed;
         }
         if !args.json {
-            println!("{text}");
+            crate::output::emit(&(text + "\n"))?;
         }
         if let (Some(dir), Some(chart)) = (&args.plot, charts::chart_for(suite, &value)) {
             let path = chart.write(std::path::Path::new(dir), suite).map_err(Failure::failed)?;
@@ -310,7 +310,7 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
         results.insert(suite.clone(), value);
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&Value::Object(results)).expect("JSON"));
+        crate::output::emit(&(serde_json::to_string_pretty(&Value::Object(results)).expect("JSON") + "\n"))?;
     }
     Ok(0)
 }
