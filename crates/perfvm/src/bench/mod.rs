@@ -338,7 +338,7 @@ pub fn count_cycles(per_task: bool, workload: &str) -> String {
 
 /// The agent's orders to sample cycles `hz` times per second around `workload`.
 pub fn sample_cycles(hz: u64, workload: &str) -> String {
-    let order = Order::Record { event: events::by_raw(0x003c), period: SamplePeriod::Hz(hz), callchain: false };
+    let order = Order::Record { events: vec![events::by_raw(0x003c)], period: SamplePeriod::Hz(hz), callchain: false };
     order.cmdline(pmu::Vendor::Intel, &[workload.to_owned()], "")
 }
 
