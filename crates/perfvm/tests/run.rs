@@ -199,14 +199,7 @@ fn unsafe_geteuid() -> u32 {
 fn json_to_a_reader_that_stops_early_is_not_an_error() {
     require_kvm!();
     for args in [vec!["run", "--json", "hello"], vec!["list"]] {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
-            .args(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        drop(child.stdout.take());
-        let o = child.wait_with_output().unwrap();
+        let o = perfvm_to_a_closed_reader(&args);
         let err = stderr(&o);
         assert_eq!(code(&o), 0, "{args:?}: {err}");
         assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
