@@ -13,10 +13,11 @@
  *   switch   (-p) out: GLOBAL_CTRL=0, RDMSR each counter, charge the delta to the outgoing
  *            context; in: write each counter (0, or -(period left) when sampling),
  *            GLOBAL_CTRL = mask.
- *   rotate   (stat with more events than counters) on a periodic timer tick, as perf's
+ *   rotate   (more events than counters) on a periodic timer tick, as perf's
  *            multiplexing: stop and charge, give the counters to the next events in
  *            round-robin order, program them, start; each event's time enabled and time
- *            running (TSC) go with its count so that the VMM can scale it.
+ *            running (TSC) go with its count so that the VMM can scale it. A sampling
+ *            event resumes with the period it had left, and its samples carry its code.
  *
  * AMD (CPUID vendor AuthenticAMD with PerfMonV2, amd/core.c): the same logic through the
  * vendor table `agent_vt` (agent_vendor.c): PERF_CTLi/PERF_CTRi (interleaved with
@@ -120,6 +121,18 @@ void agent_load_counter(unsigned i, uint64_t v)
 		agent_pv_page.v1.batch[e->pv_entry].value = v;
 	else
 		wrmsr(e->wr_msr, v);
+}
+
+/* Sampling: after a stop, what each event on a counter has left of its period, kept in
+ * context `ctx` for its next turn (a sched-in, a rotation): perf's period_left. A counter
+ * with its top bit clear has wrapped and waits for its reload: a full period. */
+void agent_save_period_left(uint32_t ctx)
+{
+	for (unsigned i = 0; i < agent_nev; i++) {
+		const struct agent_event *e = &agent_evs[i];
+		if (e->hw >= 0)
+			agent_task_left[ctx][i] = (e->prev & e->top_bit) ? (-e->prev & e->width_mask) : agent_period;
+	}
 }
 
 /* After agent_update(): a sampling counter with its top bit clear has wrapped; restart it. */
@@ -297,14 +310,14 @@ int agent_run(int argc, char **argv, int (*main_fn)(int, char **))
 	if (agent_check_period() < 0)
 		return 2;
 	agent_pv_flags = agent_pv_register();
-	if (agent_vt.ok)
-		agent_program();
-	if (agent_sampling_mask)
-		agent_sampling_start();
 	agent_task_started[0] = 1;
 	for (unsigned i = 0; i < agent_nev; i++)
 		agent_task_left[0][i] = agent_period;
 	agent_ctx = 0;
+	if (agent_vt.ok)
+		agent_program();
+	if (agent_sampling_mask)
+		agent_sampling_start();
 	agent_end_critical();
 
 	if (agent_mux && agent_enabled_mask)

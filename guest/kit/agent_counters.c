@@ -70,42 +70,42 @@ unsigned agent_assign_counters(void)
 	return left;
 }
 
-/* First assignment. Events left without a counter are multiplexed when counting; when
- * sampling they are not counted (no multiplexing in record). */
+/* First assignment. Events left without a counter are multiplexed, counting or sampling:
+ * a sampling event keeps the period it has left across its turns (agent_save_period_left). */
 void agent_assign_first(void)
 {
 	classify_events();
-	if (!agent_assign_counters())
-		return;
-	if (!agent_recording) {
+	if (agent_assign_counters())
 		agent_mux = 1;
-		return;
-	}
-	for (unsigned i = 0; i < agent_nev; i++)
-		if (agent_evs[i].hw < 0 && !agent_evs[i].why) {
-			agent_evs[i].why = "no free counter (no multiplexing in record)";
-			agent_evs[i].flags |= AGENT_COUNT_UNSUPPORTED;
-		}
 }
 
+/* Whether the sampling period fits a counter of `width` bits (GP: `gp`): below its top bit,
+ * and below 2^31 where GP writes sign-extend bit 31. */
+static int period_fits(unsigned width, int gp)
+{
+	if (agent_period >= 1ull << (width - 1)) {
+		printf("agent: period %lu too large for a %u-bit counter\n", (unsigned long)agent_period, width);
+		return 0;
+	}
+	if (gp && !agent_vt.full_width_writes && agent_period >= (1ull << 31)) {
+		printf("agent: period %lu needs full-width counter writes (legacy writes sign-extend "
+		       "bit 31): use a period < 2^31\n", (unsigned long)agent_period);
+		return 0;
+	}
+	return 1;
+}
+
+/* The period must fit every counter an event may get: the one it has, and, for an event
+ * waiting for its turn, a GP counter (the rotation may give any event one). */
 int agent_check_period(void)
 {
 	if (!agent_recording)
 		return 0;
-	for (unsigned i = 0; i < agent_nev; i++) {
-		const struct agent_event *e = &agent_evs[i];
-		if (e->hw < 0)
-			continue;
-		if (agent_period >= e->top_bit) {
-			printf("agent: period %lu too large for a %u-bit counter\n", (unsigned long)agent_period,
-			       is_gp(e) ? agent_vt.gp_width : agent_vt.fixed_width);
+	for (unsigned k = 0; k < agent_mux_n; k++) {
+		const struct agent_event *e = &agent_evs[agent_mux_order[k]];
+		int fits = e->hw >= 32 ? period_fits(agent_vt.fixed_width, 0) : period_fits(agent_vt.gp_width, 1);
+		if (!fits)
 			return -1;
-		}
-		if (is_gp(e) && !agent_vt.full_width_writes && agent_period >= (1ull << 31)) {
-			printf("agent: period %lu needs full-width counter writes (legacy writes sign-extend "
-			       "bit 31): use a period < 2^31\n", (unsigned long)agent_period);
-			return -1;
-		}
 	}
 	return 0;
 }
@@ -230,7 +230,7 @@ void agent_program(void)
 			e->pv_entry = (uint8_t)n;
 			b[n++] = (struct pv_batch_entry){ e->wr_msr, 0, 0 };
 		}
-		agent_load_counter(i, agent_recording ? -agent_period : 0);
+		agent_load_counter(i, agent_recording ? -agent_task_left[agent_ctx][i] : 0);
 		agent_enabled_mask |= 1ull << e->hw;
 	}
 	if (agent_pv_mode)

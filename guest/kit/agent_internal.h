@@ -78,6 +78,7 @@ static inline void agent_update(unsigned i)
 }
 void agent_load_counter(unsigned i, uint64_t v);
 void agent_reload_if_wrapped(unsigned i);
+void agent_save_period_left(uint32_t ctx);
 static inline void agent_begin_critical(void)
 {
 	agent_busy = 1;
@@ -125,7 +126,7 @@ void agent_program(void);
 
 /* ---- agent_mux.c ---- */
 
-/* Multiplexing (stat only): the countable events in -e order, scheduled from agent_mux_first. */
+/* Multiplexing: the countable events in -e order, scheduled from agent_mux_first. */
 extern int agent_mux;
 extern unsigned agent_mux_order[AGENT_MAX_EVENTS], agent_mux_n, agent_mux_first, agent_mux_counters;
 extern uint64_t agent_mux_rotations;

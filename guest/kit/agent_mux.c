@@ -1,7 +1,8 @@
 /*
- * The perf agent's multiplexing (`stat` with more events than counters): on a periodic
- * tick, stop and charge, give the counters to the next events in round-robin order,
- * program them and start, as perf rotates its flexible events.
+ * The perf agent's multiplexing (`stat` or `record` with more events than counters): on a
+ * periodic tick, stop and charge, give the counters to the next events in round-robin
+ * order, program them and start, as perf rotates its flexible events (a sampling event
+ * resumes with the period it had left).
  */
 #include "agent_internal.h"
 
@@ -9,7 +10,7 @@
 #define MUX_US_FULL_SPEED 4000 /* perf's default multiplexing interval */
 #define MUX_US_EMULATED 20000  /* a rotation costs ~0.5 ms of emulated CPL0 code: keep it ~2% */
 
-/* Multiplexing (stat only): the countable events in -e order, scheduled from agent_mux_first;
+/* Multiplexing: the countable events in -e order, scheduled from agent_mux_first;
  * agent_counters.c places them in that order. */
 int agent_mux;
 unsigned agent_mux_order[AGENT_MAX_EVENTS], agent_mux_n, agent_mux_first, agent_mux_counters;
@@ -22,6 +23,8 @@ static void mux_rotate(void)
 {
 	agent_begin_critical();
 	agent_stop_and_update();
+	if (agent_sampling_mask)
+		agent_save_period_left(agent_ctx);
 	agent_mux_first = (agent_mux_first + 1) % agent_mux_n;
 	agent_assign_counters();
 	agent_program();

@@ -18,13 +18,8 @@ void agent_sched_out(uint32_t prev)
 	if (!running_across)
 		agent_stop_and_update();
 	agent_end_critical();
-	if (agent_sampling_mask && prev < AGENT_MAX_IDS) {
-		for (unsigned i = 0; i < agent_nev; i++) {
-			const struct agent_event *e = &agent_evs[i];
-			if (e->hw >= 0)
-				agent_task_left[prev][i] = (e->prev & e->top_bit) ? (-e->prev & e->width_mask) : agent_period;
-		}
-	}
+	if (agent_sampling_mask && prev < AGENT_MAX_IDS)
+		agent_save_period_left(prev);
 }
 
 void agent_sched_in(uint32_t next)

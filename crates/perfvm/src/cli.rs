@@ -88,7 +88,8 @@ pub struct StatArgs {
 
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// Event to sample, optionally with :u or :k (one event: record does not multiplex).
+    /// Events to sample, comma-separated, each optionally with :u or :k; more than the
+    /// counters take turns on them (multiplexed, as stat does).
     #[arg(short = 'e', long = "event", default_value = "cycles")]
     pub event: String,
     /// Sample every PERIOD events (default: -F 1000 natively and -F 100 emulated for cycles
@@ -160,6 +161,10 @@ pub struct ReportArgs {
     /// Leave out entries (and call-graph branches) under this share of the events, percent.
     #[arg(long = "percent-limit", value_name = "PCT")]
     pub percent_limit: Option<f64>,
+    /// Show only this event of a record of several (as `record -e` named it, e.g.
+    /// instructions:k); default: each in a section of its own.
+    #[arg(long = "event", value_name = "NAME")]
+    pub event: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -181,6 +186,10 @@ pub struct ScriptArgs {
     /// Leave out the call chains.
     #[arg(short = 'G', long = "hide-call-graph")]
     pub hide_call_graph: bool,
+    /// Only this event's samples of a record of several (the exports take the first
+    /// without it).
+    #[arg(long = "event", value_name = "NAME")]
+    pub event: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

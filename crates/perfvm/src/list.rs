@@ -4,16 +4,17 @@
 use crate::Failure;
 use pmu::{ArchEvent, CountSource};
 use profile::events::{self, Event};
-use vmm::backends::perf::{EventBudget, PerfMode, PerfSource};
+use vmm::backends::perf::{clock_supports, EventBudget, PerfMode, PerfSource, HARDWARE, SOFTWARE_CLOCK};
 
-/// How the perf backend counts `event` on this host, or "-". Without a host PMU, cycles
-/// are the vCPU thread's time and ref-cycles follow the TSC.
-fn perf_backend(source: &PerfSource, event: ArchEvent) -> &'static str {
-    match (source.mode(), source.supports(event)) {
-        (_, false) => "-",
-        (PerfMode::Hardware, true) => "host PMU (guest mode)",
-        (PerfMode::SoftwareClock { .. }, true) if event == ArchEvent::RefCycles => "TSC",
-        (PerfMode::SoftwareClock { .. }, true) => "vCPU time x TSC",
+/// How the perf backend counts `event` on this host (`host_pmu`: a source of host
+/// hardware events, which tries to open it), or "-". Without a host PMU, cycles are the
+/// vCPU thread's time and ref-cycles follow the TSC.
+fn perf_backend(host_pmu: Option<&PerfSource>, event: ArchEvent) -> &'static str {
+    match host_pmu {
+        Some(source) if source.supports(event) => "host PMU (guest mode)",
+        None if clock_supports(event) && event == ArchEvent::RefCycles => "TSC",
+        None if clock_supports(event) => "vCPU time x TSC",
+        _ => "-",
     }
 }
 
@@ -29,10 +30,13 @@ fn exact_backend(event: Event) -> &'static str {
 }
 
 pub fn run() -> Result<i32, Failure> {
-    // No VM runs here: a probe vCPU states the guest TSC rate the description names.
-    let khz = vmm::kvm::guest_tsc_khz().unwrap_or(1);
-    let perf = PerfSource::new(PerfMode::detect(khz), EventBudget::new(1));
-    print!("{}", render(|e| perf_backend(&perf, e), &perf.mode().describe()));
+    // No VM runs here, so no TSC rate is stated: the clock's rate is each VM's to state.
+    let host_pmu = PerfMode::host_pmu().then(|| PerfSource::new(PerfMode::Hardware, EventBudget::new(1)));
+    let perf_mode = match host_pmu {
+        Some(_) => HARDWARE.to_owned(),
+        None => format!("{SOFTWARE_CLOCK}: cycles = vCPU thread time x the guest TSC rate, which each VM states"),
+    };
+    crate::output::emit(&render(|e| perf_backend(host_pmu.as_ref(), e), &perf_mode))?;
     Ok(0)
 }
 
@@ -72,6 +76,13 @@ fn render(perf: impl Fn(ArchEvent) -> &'static str, perf_mode: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_a_host_pmu_the_clock_counts_cycles_and_the_tsc_ref_cycles() {
+        assert_eq!(perf_backend(None, ArchEvent::CoreCycles), "vCPU time x TSC");
+        assert_eq!(perf_backend(None, ArchEvent::RefCycles), "TSC");
+        assert_eq!(perf_backend(None, ArchEvent::Instructions), "-");
+    }
 
     #[test]
     fn lists_every_event_with_its_raw_code_and_backends() {

@@ -2,7 +2,7 @@
 
 use crate::atomic_file::Previous;
 use crate::Failure;
-use profile::{Profile, Record};
+use profile::{Record, Resolver};
 use std::io::Write;
 use std::path::Path;
 
@@ -55,14 +55,33 @@ pub fn warn_all(warnings: Vec<String>) {
 /// The largest record file read (`record` writes at most 4M sample slots: a few hundred MB).
 pub const MAX_RECORD_BYTES: u64 = 1 << 30;
 
-/// Read a record file and resolve it against the ELF it names (source lines when
-/// `lines`), warnings printed.
-pub fn load(path: &str, lines: bool) -> Result<(Record, Profile), Failure> {
+/// Read a record file, of the event `event` names (`--event`) or all of its events, and the
+/// resolver of the ELF it names (source lines when `lines`), warnings printed.
+pub fn load(path: &str, event: Option<&str>, lines: bool) -> Result<(Record, Resolver), Failure> {
     let bytes = vmm::bounded::read(Path::new(path), MAX_RECORD_BYTES, "record files")
         .map_err(|e| Failure::io("cannot read", path, &e))?;
-    let record = Record::from_json(&String::from_utf8_lossy(&bytes), path)?;
+    let mut record = Record::from_json(&String::from_utf8_lossy(&bytes), path)?;
+    if let Some(name) = event {
+        let index = record.event_index(name).ok_or_else(|| {
+            let names: Vec<&str> = record.events.iter().map(|e| e.name.as_str()).collect();
+            Failure::usage(format!("{path} has no event '{name}' (it has {})", names.join(", ")))
+        })?;
+        record = record.of_event(index);
+    }
     let (resolver, warnings) = crate::guest_symbols::load(Path::new(&record.elf), lines);
     warn_all(warnings);
-    let profile = Profile::build(&record, &resolver);
-    Ok((record, profile))
+    Ok((record, resolver))
+}
+
+/// The record of one event, for a view that shows one (a flamegraph, an export, a
+/// comparison): the first of several, with a note naming it.
+pub fn first_event(record: &Record, path: &str, view: &str) -> Record {
+    if record.events.len() > 1 {
+        eprintln!(
+            "perfvm: note: {path} holds {} events: {view} shows the first, {} (--event NAME picks one)",
+            record.events.len(),
+            record.event().name
+        );
+    }
+    record.of_event(0)
 }

@@ -1,7 +1,8 @@
-//! `perfvm record`: sample a guest workload through its perf agent (or, with `-a`, from the
-//! VMM; with `--reference` on the exact backend, attribute every retired instruction), and
-//! write the record file (the profile library's format) plus collapsed stacks for
-//! flamegraph tools.
+//! `perfvm record`: sample a guest workload through its perf agent (several events taking
+//! turns on the counters where they are more than the counters, as `stat` multiplexes
+//! them), or, with `-a`, from the VMM; with `--reference` on the exact backend, attribute
+//! every retired instruction; and write the record file (the profile library's format)
+//! plus collapsed stacks for flamegraph tools.
 
 use crate::cli::{BackendArg, CallGraphArg, RecordArgs};
 use crate::output::{check_writable, warn_all, write_file, write_file_keeping_old};
@@ -10,7 +11,7 @@ use crate::Failure;
 use pmu::tsc::{SamplePeriod, TscRate};
 use profile::agent::Order;
 use profile::events::{self, Event};
-use profile::{Mode, Notifications, Profile, Record, Sample, FORMAT};
+use profile::{Mode, Notifications, Profile, Record, Sample, SampledEvent, FORMAT};
 use std::time::Instant;
 use vmm::sampler::CallGraph;
 use vmm::unwind::cfi_section;
@@ -21,7 +22,7 @@ use vmm::VmConfig;
 pub struct Capture {
     /// The record file.
     pub record: Record,
-    /// Its samples resolved against the guest's symbols.
+    /// Its first event's samples resolved against the guest's symbols.
     pub profile: Profile,
     /// The run's exit code.
     pub code: i32,
@@ -33,7 +34,7 @@ pub struct Capture {
 
 /// Period from `-c` / `-F`: frequency means samples per second of guest cycles. The exact
 /// backend counts retired instructions, not time, so it takes a period of its own.
-fn period(args: &RecordArgs, event: Event, native: bool, mode: Mode) -> Result<SamplePeriod, Failure> {
+fn period(args: &RecordArgs, events: &[Event], native: bool, mode: Mode) -> Result<SamplePeriod, Failure> {
     let exact = args.vm.pmu.backend == BackendArg::Exact && mode != Mode::Vcpus;
     match (args.count, args.freq) {
         (Some(_), Some(_)) => Err(Failure::usage("give -c PERIOD or -F FREQ, not both")),
@@ -42,10 +43,10 @@ fn period(args: &RecordArgs, event: Event, native: bool, mode: Mode) -> Result<S
         (None, None) if exact => Ok(SamplePeriod::Count(crate::cli::DEFAULT_EXACT_PERIOD)),
         (None, freq) => {
             let freq = freq.unwrap_or(crate::cli::default_record_freq(native));
-            if !events::is_cycles(event) || exact {
+            if let Some(other) = events.iter().find(|&&e| !events::is_cycles(e) || exact) {
                 return Err(Failure::usage(format!(
                     "-F needs a cycles event on the perf backend; give -c PERIOD for {}",
-                    event.name
+                    other.name
                 )));
             }
             if freq == 0 {
@@ -91,14 +92,14 @@ fn unwinding(mode: Mode, callgraph: Option<CallGraph>, elf: &[u8]) -> Option<Str
     }
 }
 
-/// Boot a guest, sample it as `mode` says (`callgraph`: with call chains unwound so), and
-/// build its record.
+/// Boot a guest, sample `events` as `mode` says (`callgraph`: with call chains unwound so),
+/// and build its record.
 #[allow(clippy::too_many_arguments)]
 pub fn record(
     mut config: VmConfig,
     guest: &str,
     args: &[String],
-    event: Event,
+    events: &[Event],
     period: SamplePeriod,
     mode: Mode,
     callgraph: Option<CallGraph>,
@@ -120,7 +121,8 @@ pub fn record(
             }
             Order::Stat { events: vec![instructions], per_task: false }.cmdline(vendor, args, &extra)
         }
-        Mode::Sampled => Order::Record { event, period, callchain: callgraph.is_some() }.cmdline(vendor, args, &extra),
+        Mode::Sampled => Order::Record { events: events.to_vec(), period, callchain: callgraph.is_some() }
+            .cmdline(vendor, args, &extra),
         Mode::Vcpus => {
             config.sampling =
                 Some(vmm::sampler::SamplingConfig { period, callchain: callgraph, max_samples: config.max_samples });
@@ -137,32 +139,42 @@ pub fn record(
     let tsc = TscRate::from_khz(report.tsc_khz)
         .ok_or_else(|| Failure::failed("the VM stated no TSC rate: -F cannot be turned into a period"))?;
     let period = if mode == Mode::Reference { 1 } else { tsc.cycles_of(period) };
+    let sampled: Vec<Event> = if mode == Mode::Reference { vec![instructions] } else { events.to_vec() };
+    let mut unattributed = 0;
     let samples: Vec<Sample> = match mode {
         Mode::Reference => {
             let mut by_ip: Vec<(u64, u64)> = report.rip_profile.iter().map(|(&ip, &n)| (ip, n)).collect();
             by_ip.sort_unstable();
             by_ip
                 .into_iter()
-                .map(|(ip, n)| Sample { time_ns: 0, vcpu: 0, task: 0, ip, period: n, callchain: vec![] })
+                .map(|(ip, n)| Sample { event: 0, time_ns: 0, vcpu: 0, task: 0, ip, period: n, callchain: vec![] })
                 .collect()
         }
         Mode::Sampled => {
             let at = agent_clock(&report.agent, tsc);
-            let to_sample = |s: &vmm::devices::SampleRecord| Sample {
-                time_ns: at(s.tsc),
-                vcpu: s.vcpu,
-                task: s.task,
-                ip: s.rip,
-                period,
-                callchain: s.callchain.clone(),
+            // Each sample carries its counter's event code, which names one event of the
+            // list (record refuses two events of one code).
+            let to_sample = |s: &vmm::devices::SampleRecord| {
+                Some(Sample {
+                    event: sampled.iter().position(|e| e.raw == s.event)?,
+                    time_ns: at(s.tsc),
+                    vcpu: s.vcpu,
+                    task: s.task,
+                    ip: s.rip,
+                    period,
+                    callchain: s.callchain.clone(),
+                })
             };
-            report.agent.samples.iter().map(to_sample).collect()
+            let samples: Vec<Sample> = report.agent.samples.iter().filter_map(to_sample).collect();
+            unattributed = report.agent.samples.len() - samples.len();
+            samples
         }
         Mode::Vcpus => report
             .samples
             .taken
             .iter()
             .map(|s| Sample {
+                event: 0,
                 time_ns: s.time_ns,
                 vcpu: s.vcpu,
                 task: 0,
@@ -178,14 +190,22 @@ pub fn record(
         Notifications { taken: n.taken, lost: n.lost, throttled: n.throttled }
     });
     let reference = mode == Mode::Reference;
+    let whole_run = |e: &Event| report.agent.counts.iter().find(|c| c.task == 0 && c.event == e.raw);
+    let sampled_event = |e: &Event| {
+        let count = whole_run(e);
+        SampledEvent {
+            count: count.map(|c| c.value),
+            time_enabled: count.map_or(0, |c| c.time_enabled),
+            time_running: count.map_or(0, |c| c.time_running),
+            ..SampledEvent::new(e.display(), e.raw, period)
+        }
+    };
     let record = Record {
         format: FORMAT.into(),
         guest: guest.to_owned(),
         elf: std::fs::canonicalize(&config.kernel).unwrap_or(config.kernel.clone()).display().to_string(),
         args: args.to_vec(),
-        event: if reference { instructions.name.into() } else { event.display() },
-        raw_event: if reference { instructions.raw } else { event.raw },
-        period,
+        events: sampled.iter().map(sampled_event).collect(),
         backend: match mode {
             Mode::Vcpus => "VMM: vCPU thread task-clock x TSC (no agent)".into(),
             _ => pmu.map(|p| p.backend_detail.clone()).unwrap_or_default(),
@@ -196,9 +216,11 @@ pub fn record(
         unwinding: unwinding(mode, callgraph, &elf_bytes),
         samples,
         tasks: report.agent.tasks.clone(),
-        samples_dropped: report.agent.samples_dropped_guest + report.agent.samples_dropped_vmm + report.samples.dropped,
+        samples_dropped: report.agent.samples_dropped_guest
+            + report.agent.samples_dropped_vmm
+            + report.samples.dropped
+            + unattributed as u64,
         notifications,
-        event_count: report.agent.counts.iter().find(|c| c.task == 0 && c.event == event.raw).map(|c| c.value),
         partial: matches!(report.end, vmm::VmEnd::Signal { .. } | vmm::VmEnd::Timeout { .. }),
         workload_ns: report.agent.workload_ns(),
         wall_ns: report.stats.wall_ns,
@@ -206,7 +228,7 @@ pub fn record(
     };
     let (resolver, warnings) = crate::guest_symbols::resolver(&elf_bytes, &config.kernel.display().to_string(), false);
     warn_all(warnings);
-    let profile = Profile::build(&record, &resolver);
+    let profile = Profile::build(&record.of_event(0), &resolver);
     let agent_seen = report.agent.messages > 0 || !report.agent.marks.is_empty();
     Ok(Capture { record, profile, code, stats: report.stats, agent_seen })
 }
@@ -223,19 +245,45 @@ fn agent_clock(agent: &vmm::devices::AgentData, tsc: TscRate) -> impl Fn(u64) ->
     }
 }
 
-pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
-    // One event per record: several would need rotation with each event's period kept
-    // across it, and a record format and views per event, which perfvm does not have.
-    let event = match events::parse_list(&args.event).map_err(Failure::usage)?[..] {
-        [one] => one,
-        ref several => {
-            return Err(Failure::usage(format!(
-                "record samples one event per run and does not multiplex {}: record each in a run of its own, \
-                 or count them together with perfvm stat -e (which multiplexes)",
-                several.iter().map(Event::display).collect::<Vec<_>>().join(", ")
-            )))
+/// What `mode` can sample of `events`: the agent samples several, each of its own event
+/// code (the code is all a sample carries); `-a` samples one clock, the reference
+/// instructions.
+fn check_events(events: &[Event], mode: Mode) -> Result<(), Failure> {
+    let list = || events.iter().map(Event::display).collect::<Vec<_>>().join(", ");
+    match (mode, events) {
+        (Mode::Vcpus, [_, _, ..]) => Err(Failure::usage(format!(
+            "-a samples one event, the vCPU threads' time, not {}: drop -a to sample several through the guest's perf agent",
+            list()
+        ))),
+        (Mode::Vcpus, [event]) if !events::is_cycles(*event) => Err(Failure::usage(format!(
+            "-a samples cycles (the vCPU threads' time); {} needs the guest's perf agent (drop -a)",
+            event.name
+        ))),
+        (Mode::Vcpus, [event]) if event.levels == events::Levels::User => Err(Failure::usage(format!(
+            "-a samples the vCPU threads' time, which cannot tell user mode from the kernel: {} (drop -a)",
+            event.display()
+        ))),
+        (Mode::Reference, [_, _, ..]) => {
+            Err(Failure::usage(format!("--reference attributes retired instructions, one event: not {}", list())))
         }
-    };
+        _ => match same_code(events) {
+            Some((a, b)) => Err(Failure::usage(format!(
+                "{} and {} are one event code, whose samples cannot be told apart: record them in runs of their own",
+                a.display(),
+                b.display()
+            ))),
+            None => Ok(()),
+        },
+    }
+}
+
+/// The first two events of one code (`cycles:u`, `cycles:k`), if any.
+fn same_code(events: &[Event]) -> Option<(Event, Event)> {
+    events.iter().enumerate().find_map(|(i, &b)| events[..i].iter().find(|a| a.raw == b.raw).map(|&a| (a, b)))
+}
+
+pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
+    let events = events::parse_list(&args.event).map_err(Failure::usage)?;
     if args.reference && args.vm.pmu.backend != BackendArg::Exact {
         return Err(Failure::usage("--reference needs --backend exact"));
     }
@@ -245,32 +293,22 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
         (false, true) => Mode::Vcpus,
         (false, false) => Mode::Sampled,
     };
-    if mode == Mode::Vcpus && !events::is_cycles(event) {
-        return Err(Failure::usage(format!(
-            "-a samples cycles (the vCPU threads' time); {} needs the guest's perf agent (drop -a)",
-            event.name
-        )));
-    }
-    if mode == Mode::Vcpus && event.levels == events::Levels::User {
-        return Err(Failure::usage(format!(
-            "-a samples the vCPU threads' time, which cannot tell user mode from the kernel: {} (drop -a)",
-            event.display()
-        )));
-    }
+    check_events(&events, mode)?;
     if mode != Mode::Vcpus {
         crate::run::check_agent_vendor(&args.vm)?;
     }
     let config = vm_config(&args.vm, false)?;
     let callgraph = call_graph(&args, mode, &std::fs::read(&config.kernel).unwrap_or_default())?;
     let native = crate::bench::runs_natively(&config, config.native);
-    let period = if args.reference { SamplePeriod::Count(1) } else { period(&args, event, native, mode)? };
+    let period = if args.reference { SamplePeriod::Count(1) } else { period(&args, &events, native, mode)? };
     let folded = format!("{}.folded", args.output);
     check_writable(&args.output)?;
     check_writable(&folded)?;
-    let capture = record(config, &args.vm.guest, &args.args, event, period, mode, callgraph, started)?;
+    let capture = record(config, &args.vm.guest, &args.args, &events, period, mode, callgraph, started)?;
     let (record, code) = (&capture.record, capture.code);
     let json = record.to_json();
-    // The folded stacks first: the record file names the run, so it lands last.
+    // The folded stacks (of the first event) first: the record file names the run, so it
+    // lands last.
     write_file(&folded, capture.profile.folded().as_bytes())?;
     write_file_keeping_old(&args.output, json.as_bytes())?;
     eprintln!(
@@ -291,20 +329,22 @@ pub fn run(args: RecordArgs, started: Instant) -> Result<i32, Failure> {
             );
         }
     }
-    if event.levels == events::Levels::Kernel && (mode == Mode::Vcpus || record.backend.contains("task-clock")) {
-        eprintln!("perfvm: {}: the software clock samples every privilege level", record.event);
+    let software_clock = mode == Mode::Vcpus || record.backend.contains("task-clock");
+    for event in events.iter().filter(|e| e.levels == events::Levels::Kernel && software_clock) {
+        eprintln!("perfvm: {}: the software clock samples every privilege level", event.display());
     }
-    if let Some(warning) = record.shortfall() {
+    for warning in record.shortfalls() {
         eprintln!("perfvm: warning: {warning}");
     }
+    let names = || record.events.iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(", ");
     if record.sample_count() == 0 && code == 0 {
         match capture.agent_seen || mode != Mode::Sampled {
-            true if event.levels == events::Levels::User && record.backend.contains("task-clock") => eprintln!(
+            true if events.iter().all(|e| e.levels == events::Levels::User) && software_clock => eprintln!(
                 "perfvm: no samples: the perf backend's software clock cannot tell user mode from the kernel ({}; \
                  --backend exact counts by privilege level)",
-                record.event
+                names()
             ),
-            true => eprintln!("perfvm: no samples (does the backend count {}?)", record.event),
+            true => eprintln!("perfvm: no samples (does the backend count {}?)", names()),
             false => eprintln!(
                 "perfvm: no samples: the guest runs no perfvm agent (perfvm record -a samples any guest from the VMM)"
             ),

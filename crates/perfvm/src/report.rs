@@ -4,12 +4,12 @@
 //! are the profile library's; this parses the flags and prints.
 
 use crate::cli::ReportArgs;
-use crate::output::{emit, load};
+use crate::output::{emit, first_event, load};
 use crate::Failure;
 use profile::callgraph::Options;
 use profile::keys::{parse_keys, Key, DEFAULT_KEYS};
 use profile::report::{self, Side};
-use profile::Profile;
+use profile::{Profile, Record};
 
 /// `-i` when not given, as `record -o` writes by default.
 const DEFAULT_INPUT: &str = "perfvm.data.json";
@@ -24,6 +24,10 @@ pub fn run(args: ReportArgs) -> Result<i32, Failure> {
             return Err(Failure::usage("--percent-limit must be between 0 and 100"));
         }
     }
+    // Fail on the flamegraph's path before printing a report.
+    if let Some(svg) = &args.flamegraph {
+        crate::output::check_writable(svg)?;
+    }
     if let Some(files) = &args.compare {
         if args.sort.is_some() || args.call_graph || args.no_children {
             return Err(Failure::usage("--compare compares symbols: it takes no --sort, -g or --no-children"));
@@ -31,8 +35,8 @@ pub fn run(args: ReportArgs) -> Result<i32, Failure> {
         return compare(&args, files);
     }
     let input = args.input.as_deref().unwrap_or(DEFAULT_INPUT);
-    let (record, profile) = load(input, keys.contains(&Key::Srcline))?;
-    let chains = record.callgraph || profile.stacks.iter().any(|s| s.frames.len() > 1);
+    let (record, resolver) = load(input, args.event.as_deref(), keys.contains(&Key::Srcline))?;
+    let chains = record.callgraph || record.samples.iter().any(|s| !s.callchain.is_empty());
     if args.call_graph && !chains {
         eprintln!("perfvm: note: {input} has no call chains (record it with -g): showing the flat table");
     }
@@ -43,11 +47,12 @@ pub fn run(args: ReportArgs) -> Result<i32, Failure> {
         samples: args.show_nr_samples,
         percent_limit: args.percent_limit,
     };
-    emit(&report::render(&record, &profile, &options))?;
+    emit(&report::render(&record, &resolver, &options))?;
     if let Some(svg) = &args.flamegraph {
-        let title =
-            format!("perfvm: {} ({} samples of {})", record.command_line(), record.sample_count(), record.event);
-        write_flamegraph(svg, title, &record.event, &profile.folded())?;
+        let one = first_event(&record, input, "the flamegraph");
+        let event = &one.event().name;
+        let title = format!("perfvm: {} ({} samples of {event})", one.command_line(), one.sample_count());
+        write_flamegraph(svg, title, event, &Profile::build(&one, &resolver).folded())?;
     }
     Ok(0)
 }
@@ -62,12 +67,19 @@ fn compare(args: &ReportArgs, files: &[String]) -> Result<i32, Failure> {
         (None, [a, b]) => (a.as_str(), b.as_str()),
         _ => unreachable!("clap takes one or two files for --compare"),
     };
-    let ((ra, pa), (rb, pb)) = (load(a, false)?, load(b, false)?);
+    let event = args.event.as_deref();
+    let one_event = |path: &str| -> Result<(Record, Profile), Failure> {
+        let (record, resolver) = load(path, event, false)?;
+        let one = first_event(&record, path, "--compare");
+        let profile = Profile::build(&one, &resolver);
+        Ok((one, profile))
+    };
+    let ((ra, pa), (rb, pb)) = (one_event(a)?, one_event(b)?);
     let (sa, sb) = (Side { name: a, record: &ra, profile: &pa }, Side { name: b, record: &rb, profile: &pb });
     emit(&report::compare(sa, sb))?;
     if let Some(svg) = &args.flamegraph {
         let title = format!("perfvm: {b} against {a} (red: grew, blue: shrank)");
-        write_flamegraph(svg, title, &rb.event, &differential(&pa, &pb)?)?;
+        write_flamegraph(svg, title, &rb.event().name, &differential(&pa, &pb)?)?;
     }
     Ok(0)
 }

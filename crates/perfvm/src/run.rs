@@ -161,7 +161,7 @@ pub fn run(args: RunArgs, started: Instant) -> Result<i32, Failure> {
             "stats": report.stats,
             "console": String::from_utf8_lossy(&report.console.captured()),
         });
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        crate::output::emit(&(serde_json::to_string_pretty(&doc).expect("JSON") + "\n"))?;
     } else {
         if let Some(msg) = report.end.message() {
             eprintln!("perfvm: {msg}");

@@ -3,9 +3,9 @@
 //! exports are the profile library's; this parses the flags and writes.
 
 use crate::cli::{ScriptArgs, ScriptFormat};
-use crate::output::{emit, load, write_file};
+use crate::output::{emit, first_event, load, write_file};
 use crate::Failure;
-use profile::{pprof, script, speedscope, Mode};
+use profile::{pprof, script, speedscope, Mode, Profile};
 
 pub fn run(args: ScriptArgs) -> Result<i32, Failure> {
     if args.format == ScriptFormat::Pprof && args.output.is_none() {
@@ -17,7 +17,7 @@ pub fn run(args: ScriptArgs) -> Result<i32, Failure> {
     }
     // The exports give each function the file and line where it starts, where the DWARF has them.
     let lines = args.srcline || args.format != ScriptFormat::Perf;
-    let (record, profile) = load(&args.input, lines)?;
+    let (record, resolver) = load(&args.input, args.event.as_deref(), lines)?;
     let bytes = match args.format {
         ScriptFormat::Perf if record.mode == Mode::Reference => {
             eprintln!(
@@ -28,14 +28,18 @@ pub fn run(args: ScriptArgs) -> Result<i32, Failure> {
         }
         ScriptFormat::Perf => {
             let options = script::Options { srcline: args.srcline, callchain: !args.hide_call_graph };
-            script::render(&record, &profile, options).into_bytes()
+            script::render(&record, &Profile::build(&record, &resolver), options).into_bytes()
         }
         ScriptFormat::Speedscope => {
-            let doc = speedscope::export(&record, &profile, &args.input);
+            let one = first_event(&record, &args.input, "the speedscope export");
+            let doc = speedscope::export(&one, &Profile::build(&one, &resolver), &args.input);
             (serde_json::to_string(&doc).map_err(|e| Failure::failed(format!("speedscope export: {e}")))? + "\n")
                 .into_bytes()
         }
-        ScriptFormat::Pprof => pprof::export(&record, &profile),
+        ScriptFormat::Pprof => {
+            let one = first_event(&record, &args.input, "the pprof export");
+            pprof::export(&one, &Profile::build(&one, &resolver))
+        }
     };
     match &args.output {
         Some(path) => {

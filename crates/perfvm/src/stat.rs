@@ -150,7 +150,7 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
                          "seconds": seconds.iter().sum::<f64>() / seconds.len() as f64, "seconds_per_run": seconds,
                          "backend": backend, "exit_code": code, "stats": last.stats,
                          "console": String::from_utf8_lossy(&last.console.captured())});
-        println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
+        crate::output::emit(&(serde_json::to_string_pretty(&doc).expect("JSON") + "\n"))?;
     } else {
         eprint!("{}", table.render());
         for note in &level_notes {

@@ -102,7 +102,7 @@ fn exact_instructions_and_branches_on_amd_equal_intels() {
 /// (call chains).
 fn leaf_samples(out: &str) -> (BTreeMap<String, u64>, bool) {
     let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
-    let period = record["period"].as_u64().unwrap();
+    let period = record["events"][0]["period"].as_u64().unwrap();
     let text = std::fs::read_to_string(format!("{out}.folded")).unwrap();
     let mut by_fn = BTreeMap::new();
     let mut chains = false;

@@ -77,12 +77,19 @@ fn ctrl_c_stops_the_bench_with_130_and_one_line() {
     assert!(!rest.iter().any(|l| l.contains("Signal {") || l.contains("failed (")), "no debug text: {rest:?}");
 }
 
-/// record samples one event: several are refused in one line, before booting.
+/// What record cannot sample together is refused in one line, before booting: two events
+/// of one code (a sample carries only the code), several from the VMM (-a samples one
+/// clock), several for the reference (instructions).
 #[test]
-fn record_refuses_several_events() {
-    let o = perfvm(&["record", "-e", "cycles,instructions:k", "ftest"]);
-    assert_usage_error(&o, "record samples one event per run and does not multiplex cycles, instructions:k");
-    assert!(stderr(&o).contains("perfvm stat -e (which multiplexes)"), "{}", stderr(&o));
+fn record_refuses_events_it_cannot_keep_apart() {
+    let o = perfvm(&["record", "-e", "cycles:u,instructions,cycles:k", "ftest"]);
+    assert_usage_error(&o, "cycles:u and cycles:k are one event code, whose samples cannot be told apart");
+    let o = perfvm(&["record", "-a", "-e", "cycles,ref-cycles", "ftest"]);
+    assert_usage_error(&o, "-a samples one event, the vCPU threads' time, not cycles, ref-cycles");
+    let o = perfvm(&["record", "--backend", "exact", "--reference", "-e", "cycles,branches", "ftest"]);
+    assert_usage_error(&o, "--reference attributes retired instructions, one event: not cycles, branches");
+    let o = perfvm(&["record", "-e", "cycles,instructions", "-F", "99", "ftest"]);
+    assert_usage_error(&o, "-F needs a cycles event on the perf backend; give -c PERIOD for instructions");
 }
 
 #[test]
@@ -150,6 +157,25 @@ fn list_shows_the_events_with_raw_codes_and_backends() {
     assert!(line("instructions").contains("r00c0") && line("instructions").contains(" exact"), "{out}");
     assert!(line("branch-misses").contains("r00c5"), "{out}");
     assert!(out.contains("rUUEE"), "{out}");
+}
+
+/// list runs no VM, not even a vCPU to learn the TSC rate: it works without KVM and states
+/// no rate (each VM states its own).
+#[test]
+fn list_needs_no_vm() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
+        .arg("list")
+        .env("PERFVM_KVM_DEVICE", "/nonexistent/kvm")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    let backend = out.lines().find(|l| l.contains("perf backend here: ")).expect(&out);
+    assert!(!backend.contains("kHz"), "{backend}");
+    assert!(
+        backend.contains("hardware events (host PMU") || backend.contains("the guest TSC rate, which each VM states"),
+        "{backend}"
+    );
 }
 
 /// The perf agent drives both vendors' PMUs: `--cpu-vendor` no longer says the AMD guest has

@@ -1,6 +1,7 @@
-//! `perfvm stat` with more events than counters: the agent multiplexes them on a timer tick
-//! and the table scales each count by its time enabled over time running, with perf's
-//! `(xx.xx%)` column, in both execution modes.
+//! `perfvm stat` and `record` with more events than counters: the agent multiplexes them on
+//! a timer tick; stat's table scales each count by its time enabled over time running, with
+//! perf's `(xx.xx%)` column, and record keeps each event's samples apart, in both execution
+//! modes.
 
 mod common;
 use common::*;
@@ -74,5 +75,63 @@ fn events_that_fit_print_no_running_column_and_e_repeats() {
         assert_eq!(table.len(), 2, "both events, each on its own counter: {err}");
         assert!(table.iter().all(|l| !l.contains('%')), "ran all the time: no percentage: {err}");
         assert!(!err.contains("multiplexing"), "{err}");
+    }
+}
+
+#[test]
+fn record_multiplexes_events_beyond_the_counters_and_keeps_their_samples_apart() {
+    require_kvm!();
+    for mode in modes("record_multiplexes_events_beyond_the_counters_and_keeps_their_samples_apart") {
+        let out = std::env::temp_dir().join(format!("perfvm-mux-record-{}-{mode}.json", std::process::id()));
+        let out = out.to_str().unwrap();
+        // One GP counter (and no fixed ones without a host PMU): the two events take turns.
+        let o = perfvm(&[
+            "record",
+            "--native",
+            mode,
+            "--counters",
+            "1",
+            "-e",
+            "cycles,ref-cycles",
+            "-c",
+            "2000000",
+            "-o",
+            out,
+            "ftest",
+        ]);
+        assert_eq!(code(&o), 0, "{mode}: {}", stderr(&o));
+        assert!(stderr(&o).contains("agent: multiplexing 2 events on 1 counters"), "{mode}: {}", stderr(&o));
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
+        assert_eq!(doc["format"], "perfvm-record-3");
+        let events = doc["events"].as_array().unwrap();
+        let names: Vec<&str> = events.iter().map(|e| e["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["cycles", "ref-cycles"], "{mode}");
+        let samples = doc["samples"].as_array().unwrap();
+        for (i, e) in events.iter().enumerate() {
+            let (enabled, running) = (e["time_enabled"].as_u64().unwrap(), e["time_running"].as_u64().unwrap());
+            assert!(running > 0 && running < enabled, "{mode}: {} took turns: {e}", names[i]);
+            let taken = samples.iter().filter(|s| s["event"] == i).count();
+            assert!(taken >= 20, "{mode}: {} has {taken} samples", names[i]);
+            // Each period carries over its turns: the samples stand for most of what the
+            // event counted while on the counter (the clock's lost notifications aside).
+            let sampled: u64 = samples.iter().filter(|s| s["event"] == i).map(|s| s["period"].as_u64().unwrap()).sum();
+            assert!(sampled * 2 > e["count"].as_u64().unwrap(), "{mode}: {e}: samples stand for {sampled}");
+        }
+        assert!(samples.iter().all(|s| s["event"] == 0 || s["event"] == 1), "{mode}: every sample is attributed");
+        let report = stdout(&perfvm(&["report", "-i", out]));
+        for (i, name) in names.iter().enumerate() {
+            let taken = samples.iter().filter(|s| s["event"] == i).count();
+            assert!(report.contains(&format!("# Samples: {taken} of event '{name}'\n")), "{mode}: {report}");
+            assert!(report.contains(&format!("# {name}: period 2000000, samples: ")), "{mode}: {report}");
+        }
+        assert_eq!(report.matches("% of the workload (scaled: ").count(), 2, "{mode}: {report}");
+        // ftest's hot function leads both sections.
+        assert_eq!(report.matches("[.] qux\n").count(), 2, "{mode}: {report}");
+        let only = stdout(&perfvm(&["report", "-i", out, "--event", "ref-cycles"]));
+        assert!(only.contains("of event 'ref-cycles'") && !only.contains("of event 'cycles'"), "{mode}: {only}");
+        let script = stdout(&perfvm(&["script", "-i", out]));
+        for name in names {
+            assert!(script.lines().any(|l| l.contains(&format!(" {name}: "))), "{mode}: {name} in script");
+        }
     }
 }

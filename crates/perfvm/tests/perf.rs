@@ -134,7 +134,7 @@ fn exact_record_needs_no_period() {
     assert!(!err.contains("-F"), "{err}");
     assert!(!stdout(&o).contains("agent:"), "the agent's lines go to stderr: {}", stdout(&o));
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    assert_eq!(doc["period"], 10_007);
+    assert_eq!(doc["events"][0]["period"], 10_007);
     let samples = doc["samples"].as_array().unwrap().len();
     assert!((50..200).contains(&samples), "~100 samples of ftest's 10^6 instructions: {samples}");
 }

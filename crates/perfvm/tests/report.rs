@@ -126,6 +126,13 @@ fn output_that_cannot_be_written_exits_1() {
     assert!(stderr(&o).starts_with("perfvm: cannot write the output: "), "{}", stderr(&o));
 }
 
+#[test]
+fn a_flamegraph_path_that_cannot_be_written_fails_before_the_report() {
+    let o = perfvm(&["report", "-i", &flat("early.json"), "--flamegraph", "/nonexistent-dir/x.svg"]);
+    assert_usage_error(&o, "cannot write /nonexistent-dir/x.svg: No such file or directory");
+    assert!(stdout(&o).is_empty(), "no report printed: {}", stdout(&o));
+}
+
 /// `go tool pprof ARGS FILE`'s output, or None where Go is not installed.
 pub fn go_pprof(args: &[&str], file: &str) -> Option<String> {
     let dir = std::env::temp_dir();
@@ -165,4 +172,42 @@ fn pprof_export_reads_back() {
     assert!(traces.contains("qux\n") && traces.contains("foo\n") && traces.contains("main\n"), "{traces}");
     let samples = go_pprof(&["-top", "-sample_index=samples"], &out).unwrap();
     assert!(samples.contains("Type: samples"), "{samples}");
+}
+
+/// A record of two events: cycles (qux twice, foo) and instructions (main), in the current
+/// format.
+fn two_events(name: &str) -> String {
+    let sample =
+        |event: u32, ip: u64| json!({"event": event, "time_ns": 1, "vcpu": 0, "task": 0, "ip": ip, "period": 1000});
+    let doc = json!({"format": "perfvm-record-3", "guest": "ftest", "elf": symbol_elf(), "args": [],
+        "events": [{"name": "cycles", "raw_event": 0x3c, "period": 1000},
+                   {"name": "instructions", "raw_event": 0xc0, "period": 1000}],
+        "backend": "test", "policy": "test", "mode": "sampled",
+        "samples": [sample(0, 0x110), sample(1, 0x310), sample(0, 0x114), sample(0, 0x210)]});
+    temp_file(name, doc.to_string().as_bytes())
+}
+
+#[test]
+fn several_events_get_a_section_each_and_one_is_picked_by_event() {
+    let file = two_events("two.json");
+    let out = ok(&["report", "-i", &file]);
+    let (cycles, instructions) = out.split_once("\n# Samples: 1 of event 'instructions'\n").expect(&out);
+    assert!(cycles.contains("# Samples: 3 of event 'cycles'\n") && cycles.contains("    66.67%  ftest  "), "{out}");
+    assert!(instructions.contains("   100.00%  ftest            ftest            [.] main\n"), "{out}");
+    let only = ok(&["report", "-i", &file, "--event", "instructions"]);
+    assert!(only.starts_with("# perfvm record of 'ftest': sampled mode, period 1000\n"), "{only}");
+    assert!(!only.contains("'cycles'") && only.contains("[.] main"), "{only}");
+    assert_usage_error(
+        &perfvm(&["report", "-i", &file, "--event", "branches"]),
+        "two.json has no event 'branches' (it has cycles, instructions)",
+    );
+    let script = ok(&["script", "-i", &file, "--event", "cycles"]);
+    assert!(script.lines().count() == 3 && !script.contains("instructions:"), "{script}");
+    // An export holds one event: the first, with a note saying so, or the one picked.
+    let pb = temp_file("two.pb.gz", b"");
+    let o = perfvm(&["script", "-i", &file, "--format", "pprof", "-o", &pb]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("holds 2 events: the pprof export shows the first, cycles (--event NAME picks one)"));
+    let o = perfvm(&["script", "-i", &file, "--event", "instructions", "--format", "speedscope"]);
+    assert!(stdout(&o).contains("\"name\":\"ftest: instructions\"") && !stderr(&o).contains("note"), "{}", stderr(&o));
 }

@@ -192,3 +192,16 @@ fn unsafe_geteuid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
 }
+
+/// `--json` goes out through the same writer as report and script: a reader that stops
+/// early (`| head`) is no panic, and the run's own exit code stands.
+#[test]
+fn json_to_a_reader_that_stops_early_is_not_an_error() {
+    require_kvm!();
+    for args in [vec!["run", "--json", "hello"], vec!["list"]] {
+        let o = perfvm_to_a_closed_reader(&args);
+        let err = stderr(&o);
+        assert_eq!(code(&o), 0, "{args:?}: {err}");
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+    }
+}

@@ -125,14 +125,7 @@ fn a_reader_that_stops_early_is_not_an_error() {
     let samples: Vec<(u64, &[u64], u64)> = (0..3000u64).map(|i| (0x1000 + i, &[0x99u64][..], 1)).collect();
     let file = record_file("big.json", &elf, &samples);
     for args in [vec!["script", "-i", &file], vec!["report", "-i", &file, "-g"]] {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
-            .args(&args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        drop(child.stdout.take());
-        let o = child.wait_with_output().unwrap();
+        let o = perfvm_to_a_closed_reader(&args);
         let err = stderr(&o);
         assert_eq!(code(&o), 0, "{args:?}: {err}");
         assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");

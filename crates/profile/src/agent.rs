@@ -16,11 +16,11 @@ pub enum Order {
         /// Count per task as well (counters saved and restored on every switch).
         per_task: bool,
     },
-    /// Sample `event` every `period` (`record`), with frame-pointer call chains when
-    /// `callchain`.
+    /// Sample `events` every `period` (`record`; more events than counters take turns on
+    /// them), with frame-pointer call chains when `callchain`.
     Record {
-        /// The sampled event.
-        event: Event,
+        /// The sampled events, in `-e` order.
+        events: Vec<Event>,
         /// Every so many events, or so many times per second of the guest's TSC (the agent
         /// turns a frequency into cycles with the rate the VMM booted it with).
         period: SamplePeriod,
@@ -34,16 +34,16 @@ impl Order {
     /// arguments, then `extra` (the user's `--cmdline`).
     pub fn cmdline(&self, vendor: Vendor, workload: &[String], extra: &str) -> String {
         let mut words: Vec<String> = Vec::new();
+        let codes = |events: &[Event]| events.iter().map(|&e| agent_code(e, vendor)).collect::<Vec<_>>().join(",");
         match self {
             Order::Stat { events, per_task } => {
-                let codes: Vec<String> = events.iter().map(|&e| agent_code(e, vendor)).collect();
-                words.extend(["stat".into(), "-e".into(), codes.join(",")]);
+                words.extend(["stat".into(), "-e".into(), codes(events)]);
                 if *per_task {
                     words.push("-p".into());
                 }
             }
-            Order::Record { event, period, callchain } => {
-                words.extend(["record".into(), "-e".into(), agent_code(*event, vendor)]);
+            Order::Record { events, period, callchain } => {
+                words.extend(["record".into(), "-e".into(), codes(events)]);
                 match period {
                     SamplePeriod::Count(n) => words.extend(["-c".into(), n.to_string()]),
                     SamplePeriod::Hz(hz) => words.extend(["-F".into(), hz.to_string()]),
@@ -74,9 +74,13 @@ mod tests {
         assert_eq!(stat.cmdline(Vendor::Intel, &["3".into()], ""), "stat -e 0x003c,0x013c -- 3");
         let stat = Order::Stat { events: vec![ev("cycles"), ev("instructions")], per_task: true };
         assert_eq!(stat.cmdline(Vendor::Amd, &[], "x=1"), "stat -e 0x003c=0x00076,0x00c0=0x000c0 -p -- x=1");
-        let record = Order::Record { event: ev("cycles"), period: SamplePeriod::Count(100_000), callchain: true };
-        assert_eq!(record.cmdline(Vendor::Intel, &[], ""), "record -e 0x003c -c 100000 -g --");
-        let record = Order::Record { event: ev("cycles"), period: SamplePeriod::Hz(1000), callchain: false };
+        let record = Order::Record {
+            events: vec![ev("cycles"), ev("instructions:k")],
+            period: SamplePeriod::Count(100_000),
+            callchain: true,
+        };
+        assert_eq!(record.cmdline(Vendor::Intel, &[], ""), "record -e 0x003c,0x00c0:k -c 100000 -g --");
+        let record = Order::Record { events: vec![ev("cycles")], period: SamplePeriod::Hz(1000), callchain: false };
         assert_eq!(record.cmdline(Vendor::Intel, &["5000".into()], ""), "record -e 0x003c -F 1000 -- 5000");
     }
 }

@@ -1,9 +1,12 @@
-//! Reading `perfvm-record-1` files: they kept the samples three times (symbolized profile
-//! rows, per-address weights, the sample list); the conversion keeps the raw samples and
-//! drops what was derived from them, which is resolved again from the ELF.
+//! Reading older record files. `perfvm-record-2` held one event at the top level of the
+//! file: it moves into the event list. `perfvm-record-1` files kept the samples three times
+//! (symbolized profile rows, per-address weights, the sample list); the conversion keeps
+//! the raw samples and drops what was derived from them, which is resolved again from the
+//! ELF.
 
-use crate::record::{Mode, Notifications, Record, Sample, FORMAT};
+use crate::record::{Mode, Notifications, Record, Sample, SampledEvent, FORMAT};
 use serde::Deserialize;
+use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// The fields of a `perfvm-record-1` file the conversion needs.
@@ -57,6 +60,7 @@ impl RecordV1 {
             // Each address's samples as one entry standing for all of them.
             let period = self.period.max(1);
             let entry = |&(ip, task, n): &(u64, u32, u64)| Sample {
+                event: 0,
                 time_ns: 0,
                 vcpu: 0,
                 task,
@@ -74,9 +78,10 @@ impl RecordV1 {
             guest: self.guest,
             elf: self.elf,
             args: self.args,
-            event: self.event,
-            raw_event: self.raw_event,
-            period: self.period,
+            events: vec![SampledEvent {
+                count: self.event_count,
+                ..SampledEvent::new(self.event, self.raw_event, self.period)
+            }],
             backend: self.backend,
             policy: self.policy,
             mode,
@@ -86,7 +91,6 @@ impl RecordV1 {
             tasks: self.tasks,
             samples_dropped: self.samples_dropped,
             notifications: self.notifications,
-            event_count: self.event_count,
             partial: self.partial,
             workload_ns: self.workload_ns,
             wall_ns: self.wall_ns,
@@ -95,9 +99,23 @@ impl RecordV1 {
     }
 }
 
+/// A `perfvm-record-2` document as the current format: its one event (`event`,
+/// `raw_event`, `period`, `event_count`) becomes the event list, which its samples name by
+/// default. Fields it lacks are left for the parser to report.
+pub fn convert_v2(mut doc: Value) -> Value {
+    if let Some(fields) = doc.as_object_mut() {
+        let mut take = |key: &str| fields.remove(key).unwrap_or(Value::Null);
+        let event = json!({"name": take("event"), "raw_event": take("raw_event"), "period": take("period"),
+                           "count": take("event_count")});
+        fields.insert("events".into(), json!([event]));
+        fields.insert("format".into(), json!(FORMAT));
+    }
+    doc
+}
+
 #[cfg(test)]
 mod tests {
-    use crate::record::{LoadError, Mode, Record};
+    use crate::record::{LoadError, Mode, Record, SampledEvent};
     use serde_json::json;
 
     fn v1(mode: &str, samples: u64, rips: serde_json::Value, sample_list: serde_json::Value) -> String {
@@ -113,7 +131,8 @@ mod tests {
     fn a_sampled_v1_file_keeps_its_sample_list() {
         let list = json!([{"time_ns": 5, "vcpu": 1, "task": 0, "ip": 0x110, "period": 1000, "callchain": [0x321]}]);
         let r = Record::from_json(&v1("sampled", 1, json!([[0x110, 0, 1]]), list), "old.json").unwrap();
-        assert_eq!(r.format, "perfvm-record-2");
+        assert_eq!(r.format, crate::FORMAT);
+        assert_eq!((r.events.len(), r.event().name.as_str(), r.event().period), (1, "cycles", 1000));
         assert_eq!((r.mode, r.samples.len(), r.samples[0].callchain.clone()), (Mode::Sampled, 1, vec![0x321]));
         assert_eq!((r.samples_dropped, r.notifications.lost, r.notifications.throttled), (2, 1, 4));
     }
@@ -126,6 +145,25 @@ mod tests {
         assert_eq!(r.mode, Mode::Reference);
         assert_eq!(r.samples.iter().map(|s| (s.ip, s.period)).collect::<Vec<_>>(), [(0x104, 5), (0x108, 2)]);
         assert_eq!(r.sample_count(), 7);
+    }
+
+    #[test]
+    fn a_v2_file_becomes_a_record_of_its_one_event() {
+        let v2 = json!({"format": "perfvm-record-2", "guest": "ftest", "elf": "/x/ftest.elf", "args": [],
+                        "event": "instructions:k", "raw_event": 0xc0, "period": 5000, "backend": "b", "policy": "p",
+                        "mode": "sampled", "event_count": 70_000,
+                        "samples": [{"time_ns": 1, "vcpu": 0, "task": 0, "ip": 0x110, "period": 5000}]});
+        let r = Record::from_json(&v2.to_string(), "v2.json").unwrap();
+        assert_eq!(r.format, crate::FORMAT);
+        let event = SampledEvent { count: Some(70_000), ..SampledEvent::new("instructions:k", 0xc0, 5000) };
+        assert_eq!((r.events, r.samples[0].event), (vec![event], 0));
+        let mut broken = v2;
+        broken.as_object_mut().unwrap().remove("event");
+        let e = Record::from_json(&broken.to_string(), "v2.json").unwrap_err();
+        assert!(
+            e.to_string().starts_with("v2.json: not a perfvm record file: ") && !e.to_string().contains('\n'),
+            "{e}"
+        );
     }
 
     #[test]

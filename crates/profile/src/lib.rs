@@ -1,7 +1,8 @@
 //! perfvm's profile library: one model behind every view of a recorded profile.
 //!
-//! * [`Record`] is the file `perfvm record` writes: the raw samples, stored once, with what
-//!   resolving them needs (docs/RECORD.md); a `perfvm-record-1` file is converted on load.
+//! * [`Record`] is the file `perfvm record` writes: the raw samples of one or more events,
+//!   stored once, with what resolving them needs (docs/RECORD.md); `perfvm-record-2` and
+//!   `perfvm-record-1` files are converted on load.
 //! * [`Resolver`] is the one resolver: an address to its function and source line from the
 //!   guest ELF; a return address is looked up at the byte before it ([`Site`]).
 //! * [`Profile`] is the one aggregation: every address resolved once, the samples merged
@@ -51,5 +52,5 @@ mod views;
 
 pub use keys::{Key, DEFAULT_KEYS};
 pub use profile::{Profile, UNKNOWN};
-pub use record::{LoadError, Mode, Notifications, Record, Sample, FORMAT};
+pub use record::{LoadError, Mode, Notifications, Record, Sample, SampledEvent, FORMAT};
 pub use resolve::{Resolver, Site};

@@ -213,12 +213,14 @@ fn int(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// The pprof message of a record's profile.
+/// The pprof message of the profile of a record of one event ([`Record::of_event`] takes
+/// one of several).
 pub fn profile(record: &Record, p: &Profile) -> PprofProfile {
     let mut s = Strings::default();
     s.of("");
     let samples = ValueType { r#type: s.of("samples"), unit: s.of("count") };
-    let events = ValueType { r#type: s.of(&record.event), unit: s.of("count") };
+    let event = record.event();
+    let events = ValueType { r#type: s.of(&event.name), unit: s.of("count") };
     let (low, high) = p.frames.iter().fold((u64::MAX, 0), |(lo, hi), f| (lo.min(f.addr), hi.max(f.addr)));
     let has_lines = p.frames.iter().any(|f| f.location.is_some());
     let mapping = Mapping {
@@ -274,7 +276,7 @@ pub fn profile(record: &Record, p: &Profile) -> PprofProfile {
         "perfvm record of '{}': {} mode, period {}, backend {}",
         record.command_line(),
         record.mode.name(),
-        record.period,
+        event.period,
         record.backend
     ))];
     PprofProfile {
@@ -287,7 +289,7 @@ pub fn profile(record: &Record, p: &Profile) -> PprofProfile {
         function,
         time_nanos: 0,
         duration_nanos: int(record.workload_ns.unwrap_or(record.wall_ns)),
-        period: int(record.period),
+        period: int(event.period),
         comment,
         string_table: s.table,
     }

@@ -65,7 +65,8 @@ impl Stack {
 /// A record's samples, resolved and merged.
 #[derive(Debug, Clone, Default)]
 pub struct Profile {
-    /// The sampled event.
+    /// The sampled event (of a record of several: their names, comma-separated, as perf
+    /// names a group; views of one event take [`Record::of_event`]).
     pub event: String,
     /// The shared object every address belongs to: the guest.
     pub dso: String,
@@ -93,8 +94,8 @@ struct Tables {
 impl Profile {
     /// Resolve every address of `record` once and merge its samples into stacks.
     pub fn build(record: &Record, resolver: &Resolver) -> Profile {
-        let mut p =
-            Profile { event: record.event.clone(), dso: record.dso(), elf: record.elf.clone(), ..Default::default() };
+        let event = record.events.iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(",");
+        let mut p = Profile { event, dso: record.dso(), elf: record.elf.clone(), ..Default::default() };
         let mut t = Tables::default();
         for s in &record.samples {
             let mut frames: Vec<usize> =

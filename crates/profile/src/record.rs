@@ -1,7 +1,7 @@
 //! The record file `perfvm record` writes (docs/RECORD.md): the raw samples, once, with what
-//! resolving them needs (the guest ELF, the event and its period, task names) and what the
-//! run lost on the way (dropped samples, lost and throttled notifications, a cut-short run).
-//! Everything a view shows is derived from it ([`crate::Profile`]).
+//! resolving them needs (the guest ELF, the events, each with its period, task names) and
+//! what the run lost on the way (dropped samples, lost and throttled notifications, a
+//! cut-short run). Everything a view shows is derived from it ([`crate::Profile`]).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -9,9 +9,12 @@ use std::path::Path;
 use thiserror::Error;
 
 /// Format tag of the record files this crate writes.
-pub const FORMAT: &str = "perfvm-record-2";
+pub const FORMAT: &str = "perfvm-record-3";
 
-/// The previous format, read by converting it ([`crate::legacy`]).
+/// The previous format, of one event, read by converting it ([`crate::legacy`]).
+pub const FORMAT_V2: &str = "perfvm-record-2";
+
+/// The first format, read by converting it ([`crate::legacy`]).
 pub const FORMAT_V1: &str = "perfvm-record-1";
 
 /// Who took the samples.
@@ -52,9 +55,47 @@ pub struct Notifications {
     pub throttled: u64,
 }
 
+/// One event the samples were taken of (perf's `perf_event_attr` of a record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampledEvent {
+    /// Its name with its modifier (`cycles`, `instructions:k`).
+    pub name: String,
+    /// Its EVENTSEL\[15:0\] encoding.
+    pub raw_event: u16,
+    /// The programmed sampling period in event units (1 for the reference).
+    pub period: u64,
+    /// What it counted over the workload while on a counter, as the agent reports it.
+    #[serde(default)]
+    pub count: Option<u64>,
+    /// Guest TSC ticks counting was on (0 where unknown).
+    #[serde(default)]
+    pub time_enabled: u64,
+    /// Of them, the ticks the event was on a counter: less than `time_enabled` when it was
+    /// multiplexed (0 where unknown).
+    #[serde(default)]
+    pub time_running: u64,
+}
+
+impl SampledEvent {
+    /// An event sampled every `period`, with no count yet.
+    pub fn new(name: impl Into<String>, raw_event: u16, period: u64) -> Self {
+        SampledEvent { name: name.into(), raw_event, period, count: None, time_enabled: 0, time_running: 0 }
+    }
+
+    /// The share of the workload it was on a counter, when it was multiplexed (None when it
+    /// ran all the time or the agent sent no times).
+    pub fn running_share(&self) -> Option<f64> {
+        (self.time_running > 0 && self.time_running < self.time_enabled)
+            .then(|| self.time_running as f64 / self.time_enabled as f64)
+    }
+}
+
 /// One sample.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sample {
+    /// Its event: an index in [`Record::events`].
+    #[serde(default)]
+    pub event: usize,
     /// Host ns since the VM was built (agent samples: the guest TSC placed through the
     /// agent's START mark; 0 where unknown).
     #[serde(default)]
@@ -85,12 +126,9 @@ pub struct Record {
     pub elf: String,
     /// The workload's arguments.
     pub args: Vec<String>,
-    /// The sampled event's name.
-    pub event: String,
-    /// Its EVENTSEL\[15:0\] encoding.
-    pub raw_event: u16,
-    /// The programmed sampling period in event units (1 for the reference).
-    pub period: u64,
+    /// The sampled events, in `-e` order (at least one; more than the counters were
+    /// multiplexed).
+    pub events: Vec<SampledEvent>,
     /// What counted.
     pub backend: String,
     /// The host-event policy.
@@ -115,9 +153,6 @@ pub struct Record {
     /// The perf backend's overflow notifications.
     #[serde(default)]
     pub notifications: Notifications,
-    /// What the sampled event counted over the workload, as the agent reports it.
-    #[serde(default)]
-    pub event_count: Option<u64>,
     /// The run was cut short (SIGINT, SIGTERM, `--timeout`): the samples until then.
     #[serde(default)]
     pub partial: bool,
@@ -153,12 +188,22 @@ pub enum LoadError {
         why: String,
     },
     /// A record format this perfvm does not read.
-    #[error("{path}: record format '{format}' is not supported (this perfvm reads {FORMAT} and converts {FORMAT_V1})")]
+    #[error(
+        "{path}: record format '{format}' is not supported (this perfvm reads {FORMAT} and converts {FORMAT_V2} and {FORMAT_V1})"
+    )]
     Version {
         /// The file.
         path: String,
         /// Its format tag.
         format: String,
+    },
+    /// A file whose samples name events it does not have.
+    #[error("{path}: not a perfvm record file: {why}")]
+    Inconsistent {
+        /// The file.
+        path: String,
+        /// What does not add up.
+        why: String,
     },
     /// A `perfvm-record-1` file from before its samples were kept.
     #[error(
@@ -195,14 +240,70 @@ impl Record {
     pub fn from_json(text: &str, path: &str) -> Result<Record, LoadError> {
         let malformed = |e: serde_json::Error| LoadError::Malformed { path: path.to_owned(), why: e.to_string() };
         let tag: Tag = serde_json::from_str(text).map_err(malformed)?;
-        match tag.format.as_str() {
-            FORMAT => serde_json::from_str(text).map_err(malformed),
+        let record: Record = match tag.format.as_str() {
+            FORMAT => serde_json::from_str(text).map_err(malformed)?,
+            FORMAT_V2 => {
+                let old: serde_json::Value = serde_json::from_str(text).map_err(malformed)?;
+                serde_json::from_value(crate::legacy::convert_v2(old)).map_err(malformed)?
+            }
             FORMAT_V1 => {
                 let old: crate::legacy::RecordV1 = serde_json::from_str(text).map_err(malformed)?;
-                old.convert().ok_or_else(|| LoadError::Unconvertible { path: path.to_owned() })
+                old.convert().ok_or_else(|| LoadError::Unconvertible { path: path.to_owned() })?
             }
-            _ => Err(LoadError::Version { path: path.to_owned(), format: tag.format }),
+            _ => return Err(LoadError::Version { path: path.to_owned(), format: tag.format }),
+        };
+        record.check().map_err(|why| LoadError::Inconsistent { path: path.to_owned(), why })?;
+        Ok(record)
+    }
+
+    /// Every sample names one of the events, and there is one.
+    fn check(&self) -> Result<(), String> {
+        if self.events.is_empty() {
+            return Err("no events".into());
         }
+        match self.samples.iter().position(|s| s.event >= self.events.len()) {
+            Some(i) => Err(format!("sample {i} names event {} of {}", self.samples[i].event, self.events.len())),
+            None => Ok(()),
+        }
+    }
+
+    /// The first event: the only one of a record of one event ([`Record::of_event`]).
+    pub fn event(&self) -> &SampledEvent {
+        &self.events[0]
+    }
+
+    /// The record of event `index` alone: its samples, and the rest as it is.
+    pub fn of_event(&self, index: usize) -> Record {
+        Record {
+            format: self.format.clone(),
+            guest: self.guest.clone(),
+            elf: self.elf.clone(),
+            args: self.args.clone(),
+            events: vec![self.events[index].clone()],
+            backend: self.backend.clone(),
+            policy: self.policy.clone(),
+            mode: self.mode,
+            callgraph: self.callgraph,
+            unwinding: self.unwinding.clone(),
+            samples: self.samples_of(index).map(|s| Sample { event: 0, ..s.clone() }).collect(),
+            tasks: self.tasks.clone(),
+            samples_dropped: self.samples_dropped,
+            notifications: self.notifications,
+            partial: self.partial,
+            workload_ns: self.workload_ns,
+            wall_ns: self.wall_ns,
+            exits: self.exits,
+        }
+    }
+
+    /// The samples of event `index`.
+    pub fn samples_of(&self, index: usize) -> impl Iterator<Item = &Sample> {
+        self.samples.iter().filter(move |s| s.event == index)
+    }
+
+    /// The index of the event named `name` (with its modifier, as `-e` gave it).
+    pub fn event_index(&self, name: &str) -> Option<usize> {
+        self.events.iter().position(|e| e.name == name)
     }
 
     /// The file's text.
@@ -243,19 +344,24 @@ impl Record {
         std::iter::once(self.guest.as_str()).chain(self.args.iter().map(String::as_str)).collect::<Vec<_>>().join(" ")
     }
 
-    /// Why far fewer samples were captured than the event's count and the period predict
-    /// (under half), if they were.
-    pub fn shortfall(&self) -> Option<String> {
-        let due = self.event_count? / self.period.max(1);
-        let samples = self.sample_count();
-        if self.mode != Mode::Sampled || due < 10 || samples * 2 >= due {
-            return None;
+    /// Why far fewer samples of an event were captured than its count and period predict
+    /// (under half): a line for each event where it was so.
+    pub fn shortfalls(&self) -> Vec<String> {
+        if self.mode != Mode::Sampled {
+            return Vec::new();
         }
         let n = self.notifications;
-        Some(format!(
-            "captured {samples} samples where the event's count and period predict about {due}: {} overflow notifications lost, {} periods throttled",
-            n.lost, n.throttled
-        ))
+        let shortfall = |(i, e): (usize, &SampledEvent)| {
+            let due = e.count? / e.period.max(1);
+            let samples = self.samples_of(i).count() as u64;
+            (due >= 10 && samples * 2 < due).then(|| {
+                format!(
+                    "captured {samples} {} samples where its count and period predict about {due}: {} overflow notifications lost, {} periods throttled",
+                    e.name, n.lost, n.throttled
+                )
+            })
+        };
+        self.events.iter().enumerate().filter_map(shortfall).collect()
     }
 
     /// VM exits of the workload per sample taken (None without samples, or not sampled by
@@ -290,15 +396,51 @@ mod tests {
         let e = Record::from_json(r#"{"format": "perfvm-record-9"}"#, "old.json").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "old.json: record format 'perfvm-record-9' is not supported (this perfvm reads perfvm-record-2 and converts perfvm-record-1)"
+            "old.json: record format 'perfvm-record-9' is not supported (this perfvm reads perfvm-record-3 and converts perfvm-record-2 and perfvm-record-1)"
         );
-        for junk in ["[1, 2]", "{\"x\": 1}", "", "{\"format\": \"perfvm-record-2\", \"samples\": 3}"] {
+        for junk in [
+            "[1, 2]",
+            "{\"x\": 1}",
+            "",
+            "{\"format\": \"perfvm-record-2\", \"samples\": 3}",
+            "{\"format\": \"perfvm-record-3\"}",
+        ] {
             let e = Record::from_json(junk, "j.json").unwrap_err();
             assert!(e.is_bad_input() && e.to_string().starts_with("j.json: not a perfvm record file"), "{e}");
             assert!(!e.to_string().contains('\n'), "{e}");
         }
         let e = Record::load(Path::new("/nonexistent/x.json")).unwrap_err();
         assert!(!e.is_bad_input() && e.to_string().starts_with("cannot read /nonexistent/x.json: "), "{e}");
+    }
+
+    #[test]
+    fn samples_name_events_the_file_has() {
+        let mut file = testdata::record(&[(0, 0, 0, 0x110, &[])]);
+        file.samples[0].event = 1;
+        let e = Record::from_json(&file.to_json(), "two.json").unwrap_err();
+        assert_eq!(e.to_string(), "two.json: not a perfvm record file: sample 0 names event 1 of 1");
+        file.events.clear();
+        let e = Record::from_json(&file.to_json(), "none.json").unwrap_err();
+        assert_eq!(e.to_string(), "none.json: not a perfvm record file: no events");
+    }
+
+    #[test]
+    fn a_record_of_one_event_keeps_its_samples_and_counts_them_alone() {
+        let mut file = testdata::record(&[(1, 0, 0, 0x110, &[]), (2, 0, 0, 0x120, &[]), (3, 0, 0, 0x130, &[])]);
+        file.events.push(SampledEvent { count: Some(100_000), ..SampledEvent::new("instructions", 0xc0, 5000) });
+        (file.samples[1].event, file.samples[1].period) = (1, 5000);
+        let again = Record::from_json(&file.to_json(), "x.json").unwrap();
+        assert_eq!(again, file, "the events and each sample's event are kept");
+        let instructions = file.of_event(file.event_index("instructions").unwrap());
+        assert_eq!(instructions.events, [file.events[1].clone()]);
+        assert_eq!(instructions.samples.iter().map(|s| (s.event, s.ip)).collect::<Vec<_>>(), [(0, 0x120)]);
+        assert_eq!((instructions.sample_count(), instructions.event_total()), (1, 5000));
+        assert_eq!(file.of_event(0).samples.len(), 2);
+        // 100,000 instructions at a period of 5,000 predict 20 samples; 1 came.
+        assert_eq!(
+            file.shortfalls(),
+            ["captured 1 instructions samples where its count and period predict about 20: 0 overflow notifications lost, 0 periods throttled"]
+        );
     }
 
     #[test]

@@ -29,16 +29,17 @@ pub fn render(record: &Record, p: &Profile, options: Options) -> String {
 /// One sample; `frames` are its stack's, outermost first.
 fn sample(out: &mut String, record: &Record, p: &Profile, s: &Sample, frames: &[usize], options: Options) {
     let comm = p.command(s.task);
+    let event = &record.events[s.event].name;
     let time = format!("{:5}.{:06}", s.time_ns / 1_000_000_000, s.time_ns % 1_000_000_000 / 1000);
     if options.callchain && frames.len() > 1 {
         // perf leaves the command unpadded when frames follow.
-        let _ = writeln!(out, "{comm} {:7} [{:03}] {time}: {:10} {}:", s.task, s.vcpu, s.period, record.event);
+        let _ = writeln!(out, "{comm} {:7} [{:03}] {time}: {:10} {event}:", s.task, s.vcpu, s.period);
         for &f in frames.iter().rev() {
             frame(out, p, f, options, "\t");
         }
         out.push('\n');
     } else {
-        let _ = write!(out, "{comm:>16} {:7} [{:03}] {time}: {:10} {}: ", s.task, s.vcpu, s.period, record.event);
+        let _ = write!(out, "{comm:>16} {:7} [{:03}] {time}: {:10} {event}: ", s.task, s.vcpu, s.period);
         frame(out, p, frames[frames.len() - 1], options, " ");
     }
 }

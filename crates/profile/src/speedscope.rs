@@ -18,7 +18,8 @@ struct Sampled {
     weights: Vec<u64>,
 }
 
-/// The speedscope document of a record (`input` names it), from its profile: the samples in
+/// The speedscope document of a record of one event (`input` names it; [`Record::of_event`]
+/// takes one of several), from its profile: the samples in
 /// the order taken, each weighted by its period; frames are the profile's functions, with
 /// the file and line where each is defined when the DWARF was read.
 pub fn export(record: &Record, p: &Profile, input: &str) -> Value {
@@ -62,7 +63,7 @@ pub fn export(record: &Record, p: &Profile, input: &str) -> Value {
         .map(|(command, s)| {
             json!({
                 "type": "sampled",
-                "name": format!("{command}: {}", record.event),
+                "name": format!("{command}: {}", record.event().name),
                 "unit": "none",
                 "startValue": 0,
                 "endValue": s.weights.iter().sum::<u64>(),
@@ -73,7 +74,7 @@ pub fn export(record: &Record, p: &Profile, input: &str) -> Value {
         .collect();
     json!({
         "$schema": SCHEMA,
-        "name": format!("perfvm record of {} ({} samples of {}, {input})", record.guest, record.sample_count(), record.event),
+        "name": format!("perfvm record of {} ({} samples of {}, {input})", record.guest, record.sample_count(), record.event().name),
         "exporter": format!("perfvm {}", env!("CARGO_PKG_VERSION")),
         "activeProfileIndex": 0,
         "shared": { "frames": frames },

@@ -1,6 +1,6 @@
 //! Synthetic records, and the real ftest guest where it is built, for unit tests.
 
-use crate::record::{Mode, Notifications, Record, Sample, FORMAT};
+use crate::record::{Mode, Notifications, Record, Sample, SampledEvent, FORMAT};
 use crate::resolve::Resolver;
 use std::path::PathBuf;
 
@@ -29,6 +29,7 @@ pub fn record(samples: &[SampleSpec]) -> Record {
     let samples: Vec<Sample> = samples
         .iter()
         .map(|&(time_ns, vcpu, task, ip, chain)| Sample {
+            event: 0,
             time_ns,
             vcpu,
             task,
@@ -42,9 +43,7 @@ pub fn record(samples: &[SampleSpec]) -> Record {
         guest: "ftest".into(),
         elf: "/nonexistent/ftest.elf".into(),
         args: vec![],
-        event: "cycles".into(),
-        raw_event: 0x3c,
-        period: 1000,
+        events: vec![SampledEvent::new("cycles", 0x3c, 1000)],
         backend: "test".into(),
         policy: "test".into(),
         mode: Mode::Sampled,
@@ -54,7 +53,6 @@ pub fn record(samples: &[SampleSpec]) -> Record {
         tasks: Default::default(),
         samples_dropped: 0,
         notifications: Notifications::default(),
-        event_count: None,
         partial: false,
         workload_ns: None,
         wall_ns: 1,

@@ -30,7 +30,15 @@ fn record() -> Record {
     for &(task, ip, chain, period, n) in specs {
         for _ in 0..n {
             let time_ns = file.samples.len() as u64 * 1000;
-            file.samples.push(crate::Sample { time_ns, vcpu: 0, task, ip, period, callchain: chain.to_vec() });
+            file.samples.push(crate::Sample {
+                event: 0,
+                time_ns,
+                vcpu: 0,
+                task,
+                ip,
+                period,
+                callchain: chain.to_vec(),
+            });
         }
     }
     file.tasks = [(1, "worker".to_owned())].into();

@@ -69,14 +69,6 @@ pub fn skip_test(test: &str, reason: &str) {
     }
 }
 
-/// The TSC frequency KVM gives guests (KVM_GET_TSC_KHZ of a throwaway vCPU), in kHz.
-pub fn guest_tsc_khz() -> Result<u64, KvmError> {
-    let kvm = open_kvm()?;
-    let vm = kvm.create_vm().map_err(|e| KvmError::Open(kvm_path(), e.into()))?;
-    let vcpu = vm.create_vcpu(0).map_err(|e| KvmError::Open(kvm_path(), e.into()))?;
-    vcpu.get_tsc_khz().map(u64::from).map_err(|e| KvmError::Open(kvm_path(), e.into()))
-}
-
 /// A VM with `size` bytes of RAM at address 0 in one slot and one vCPU, for the probes
 /// that measure what this host does (native support, an exit's cost).
 #[derive(Debug)]

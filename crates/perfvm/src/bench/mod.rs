@@ -301,7 +301,7 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
             value["native_failures"] = failed;
         }
         if !args.json {
-            println!("{text}");
+            crate::output::emit(&(text + "\n"))?;
         }
         if let (Some(dir), Some(chart)) = (&args.plot, charts::chart_for(suite, &value)) {
             let path = chart.write(std::path::Path::new(dir), suite).map_err(Failure::failed)?;
@@ -310,7 +310,7 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
         results.insert(suite.clone(), value);
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&Value::Object(results)).expect("JSON"));
+        crate::output::emit(&(serde_json::to_string_pretty(&Value::Object(results)).expect("JSON") + "\n"))?;
     }
     Ok(0)
 }
@@ -338,7 +338,7 @@ pub fn count_cycles(per_task: bool, workload: &str) -> String {
 
 /// The agent's orders to sample cycles `hz` times per second around `workload`.
 pub fn sample_cycles(hz: u64, workload: &str) -> String {
-    let order = Order::Record { event: events::by_raw(0x003c), period: SamplePeriod::Hz(hz), callchain: false };
+    let order = Order::Record { events: vec![events::by_raw(0x003c)], period: SamplePeriod::Hz(hz), callchain: false };
     order.cmdline(pmu::Vendor::Intel, &[workload.to_owned()], "")
 }
 

@@ -58,7 +58,7 @@ fn profile_args(
     b.attempt(mode, &what, || {
         let mode = if reference { Mode::Reference } else { Mode::Sampled };
         let event = events::parse(event).map_err(Failure::failed)?;
-        let capture = record(cfg, "ftest", &args, event, period, mode, None, Instant::now())?;
+        let capture = record(cfg, "ftest", &args, &[event], period, mode, None, Instant::now())?;
         match capture.code {
             0 if capture.record.samples.is_empty() => Err(Failure::failed("no samples")),
             0 => Ok(capture),

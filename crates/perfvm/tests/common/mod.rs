@@ -51,6 +51,18 @@ pub fn perfvm(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_perfvm")).args(args).output().expect("running perfvm")
 }
 
+/// Run the perfvm binary with its stdout read by no one: a reader that stopped early (`| head`).
+pub fn perfvm_to_a_closed_reader(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_perfvm"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running perfvm");
+    drop(child.stdout.take());
+    child.wait_with_output().expect("waiting for perfvm")
+}
+
 /// Wait until process `pid` has run `cpu` of CPU time (user + system), or `wall` has
 /// passed: on a busy host a child gets its CPU late, so a signal sent after a fixed sleep
 /// may find it still booting.

@@ -63,7 +63,7 @@ pub fn record_file(data: &[u8]) {
     let (resolver, _) = profile::Resolver::from_elf(&[], "fuzz.elf", false);
     let built = profile::Profile::build(&record, &resolver);
     let _ = built.folded();
-    let _ = (record.sample_count(), record.shortfall(), record.exits_per_sample());
+    let _ = (record.sample_count(), record.shortfalls(), record.exits_per_sample());
 }
 
 /// A `--pmu-filter` file, as TOML and as JSON.

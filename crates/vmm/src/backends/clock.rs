@@ -9,7 +9,7 @@
 //! VMM, and its overflows arrive as a signal to the vCPU thread.
 
 use super::perf::accounting::{Armed, HostEvent};
-use super::perf::period::{clock_counts, lands, MIN_CLOCK_PERIOD_NS, NEVER};
+use super::perf::period::{clock_counts, clock_supports, lands, MIN_CLOCK_PERIOD_NS, NEVER};
 use super::perf::{EventBudget, NotificationStats, PerfMode};
 use super::perf_sys::*;
 use super::{host_tsc, Stopwatch};
@@ -217,7 +217,7 @@ impl ClockSource {
 
 impl CountSource for ClockSource {
     fn supports(&self, event: ArchEvent) -> bool {
-        matches!(event, ArchEvent::CoreCycles | ArchEvent::RefCycles)
+        clock_supports(event)
     }
 
     fn open(&mut self, pmc: PmcIdx, config: &HostEventConfig) -> Result<(), BackendError> {

@@ -20,7 +20,8 @@ pub(crate) mod accounting;
 mod mode;
 pub(crate) mod period;
 pub use accounting::{EventBudget, NotificationStats};
-pub use mode::PerfMode;
+pub use mode::{PerfMode, HARDWARE, SOFTWARE_CLOCK};
+pub use period::clock_supports;
 
 #[derive(Debug)]
 struct PerfCounter {

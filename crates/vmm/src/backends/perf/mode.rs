@@ -3,6 +3,11 @@
 use crate::backends::perf_sys::*;
 use serde::Serialize;
 
+/// How [`PerfMode::Hardware`] counts.
+pub const HARDWARE: &str = "hardware events (host PMU, guest mode only)";
+/// How [`PerfMode::SoftwareClock`] counts, whatever its rate.
+pub const SOFTWARE_CLOCK: &str = "software task-clock (no host PMU)";
+
 /// What the host can count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]
@@ -17,26 +22,31 @@ pub enum PerfMode {
 }
 
 impl PerfMode {
-    /// Hardware if the host can open a hardware instructions event, else software clock.
+    /// Hardware if the host has a PMU ([`PerfMode::host_pmu`]), else software clock.
     pub fn detect(tsc_khz: u64) -> PerfMode {
+        match Self::host_pmu() {
+            true => PerfMode::Hardware,
+            false => PerfMode::SoftwareClock { tsc_khz: tsc_khz.max(1) },
+        }
+    }
+
+    /// Whether the host can open a hardware instructions event that counts guest mode.
+    pub fn host_pmu() -> bool {
         let probe = PerfEventAttr {
             type_: PERF_TYPE_HARDWARE,
             config: PERF_COUNT_HW_INSTRUCTIONS,
             flags: FLAG_DISABLED | FLAG_EXCLUDE_HOST,
             ..Default::default()
         };
-        match PerfEvent::open(&probe) {
-            Ok(_) => PerfMode::Hardware,
-            Err(_) => PerfMode::SoftwareClock { tsc_khz: tsc_khz.max(1) },
-        }
+        PerfEvent::open(&probe).is_ok()
     }
 
     /// What counts in this mode, for `--stats`.
     pub fn describe(&self) -> String {
         match self {
-            PerfMode::Hardware => "hardware events (host PMU, guest mode only)".into(),
+            PerfMode::Hardware => HARDWARE.into(),
             PerfMode::SoftwareClock { tsc_khz } => {
-                format!("software task-clock (no host PMU): cycles = vCPU thread time x {tsc_khz} kHz TSC")
+                format!("{SOFTWARE_CLOCK}: cycles = vCPU thread time x {tsc_khz} kHz TSC")
             }
         }
     }

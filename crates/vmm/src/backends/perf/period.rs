@@ -35,16 +35,17 @@ impl PerfMode {
     }
 }
 
+/// The events a software clock counts at all: core and reference cycles.
+pub fn clock_supports(event: ArchEvent) -> bool {
+    matches!(event, ArchEvent::CoreCycles | ArchEvent::RefCycles)
+}
+
 /// Whether a software clock counts what `config` asks: core or reference cycles in the
 /// guest kernel. A clock cannot tell privilege levels apart, and perfvm guests run at CPL0,
 /// so a counter without OS counts nothing (no event) rather than wrong time; nor can it
 /// filter edge/inv/cmask.
 pub(crate) fn clock_counts(config: &HostEventConfig) -> bool {
-    matches!(config.event, ArchEvent::CoreCycles | ArchEvent::RefCycles)
-        && config.os
-        && !config.edge
-        && !config.inv
-        && config.cmask == 0
+    clock_supports(config.event) && config.os && !config.edge && !config.inv && config.cmask == 0
 }
 
 /// Whether a timer next due at `due` fires close enough to `wanted`, an overflow `distance`
