@@ -55,14 +55,8 @@ static inline int agent_pv_answered(uint32_t n)
 	return *(volatile uint32_t *)&agent_pv_page.v1.batch_done == n;
 }
 
-/*
- * Exitless read of a stopped counter: c = &agent_pv_page.counters[slot], slot 0-7 for
- * PMC0-7, 8-10 for FIXED_CTR0-2. The VMM republishes after every PMU MSR write and every
- * doorbell, so the value published while the counter does not count (flags neither
- * RUNNING nor NEEDS_EXIT) is exactly what RDMSR would return. Returns 0 with *v set; -1 if the counter is published
- * running or readable only with an exit: read it with RDMSR. Only in mode AGENT_PV_READS.
- */
-static inline int agent_pv_read_stopped(const struct pv_counter *c, uint64_t *v)
+/* A consistent (base, flags) pair of one counter under its seqlock: *v = base; returns flags. */
+static inline uint32_t agent_pv_snapshot(const struct pv_counter *c, uint64_t *v)
 {
 	/* seq and flags side by side: one 64-bit load (memory accesses are what costs here). */
 	const volatile agent_pv_u64 *seq_flags = (const volatile agent_pv_u64 *)&c->seq;
@@ -74,7 +68,19 @@ static inline int agent_pv_read_stopped(const struct pv_counter *c, uint64_t *v)
 		barrier();
 	} while ((sf & 1) || (uint32_t)sf != c->seq);
 	*v = base;
-	return (sf >> 32) & (PV_C_RUNNING | PV_C_NEEDS_EXIT) ? -1 : 0;
+	return (uint32_t)(sf >> 32);
+}
+
+/*
+ * Exitless read of a stopped counter: c = &agent_pv_page.counters[slot], slot 0-7 for
+ * PMC0-7, 8-10 for FIXED_CTR0-2. The VMM republishes after every PMU MSR write and every
+ * doorbell, so the value published while the counter does not count (flags neither
+ * RUNNING nor NEEDS_EXIT) is exactly what RDMSR would return. Returns 0 with *v set; -1 if the counter is published
+ * running or readable only with an exit: read it with RDMSR. Only in mode AGENT_PV_READS.
+ */
+static inline int agent_pv_read_stopped(const struct pv_counter *c, uint64_t *v)
+{
+	return agent_pv_snapshot(c, v) & (PV_C_RUNNING | PV_C_NEEDS_EXIT) ? -1 : 0;
 }
 
 /*
@@ -84,16 +90,7 @@ static inline int agent_pv_read_stopped(const struct pv_counter *c, uint64_t *v)
  */
 static inline int agent_pv_read_published(const struct pv_counter *c, uint64_t *v)
 {
-	const volatile agent_pv_u64 *seq_flags = (const volatile agent_pv_u64 *)&c->seq;
-	uint64_t sf, base;
-	do {
-		sf = *seq_flags;
-		barrier();
-		base = c->base;
-		barrier();
-	} while ((sf & 1) || (uint32_t)sf != c->seq);
-	*v = base;
-	return (sf >> 32) & PV_C_NEEDS_EXIT ? -1 : 0;
+	return agent_pv_snapshot(c, v) & PV_C_NEEDS_EXIT ? -1 : 0;
 }
 
 #endif

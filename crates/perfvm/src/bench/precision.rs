@@ -22,23 +22,30 @@ use vmm::native::NativeMode;
 use vmm::vm::BackendKind;
 use vmm::VmConfig;
 
+/// ftest's VM in `mode` with this backend and policy.
+fn ftest_config(mode: NativeMode, (backend, policy): (BackendKind, Policy)) -> VmConfig {
+    in_mode(&config("ftest", "", pmu(backend, policy)), mode)
+}
+
 /// ftest's profile in `mode`; None where a native run failed (see `Bench::attempt`).
 fn profile(
     b: &Bench,
     mode: NativeMode,
-    (backend, policy): (BackendKind, Policy),
+    setup: (BackendKind, Policy),
     event: &str,
     period: SamplePeriod,
     reference: bool,
 ) -> Result<Option<Capture>, Failure> {
-    let cfg = in_mode(&config("ftest", "", pmu(backend, policy)), mode);
-    let args = work(&cfg, mode, backend);
-    profile_args(b, mode, (backend, policy), event, period, reference, args)
+    let cfg = ftest_config(mode, setup);
+    let args = work(&cfg, mode, setup.0);
+    profile_args(b, cfg, mode, setup, event, period, reference, args)
 }
 
-/// `profile` of ftest with arguments `args`.
+/// `profile` of ftest in `cfg` with arguments `args`.
+#[allow(clippy::too_many_arguments)]
 fn profile_args(
     b: &Bench,
+    cfg: VmConfig,
     mode: NativeMode,
     (backend, policy): (BackendKind, Policy),
     event: &str,
@@ -46,7 +53,6 @@ fn profile_args(
     reference: bool,
     args: Vec<String>,
 ) -> Result<Option<Capture>, Failure> {
-    let cfg = in_mode(&config("ftest", "", pmu(backend, policy)), mode);
     let policy_name = if matches!(policy, Policy::Legacy) { "legacy" } else { "reuse" };
     let backend_name = if backend == BackendKind::Exact { "exact" } else { "perf" };
     let how = match period {
@@ -259,7 +265,7 @@ fn host_vs_native(b: &Bench, mode: NativeMode, hz: u64) -> Result<(String, Value
     let (mut pair_tvds, mut guest_samples) = (Vec::new(), 0u64);
     for rep in 0..b.reps.max(1) {
         let args = vec![units.to_string()];
-        let Some(f) = profile_args(b, mode, perf, "cycles", SamplePeriod::Hz(hz), false, args)? else { break };
+        let Some(f) = profile_args(b, ftest_config(mode, perf), mode, perf, "cycles", SamplePeriod::Hz(hz), false, args)? else { break };
         let h = host_run(rep)?;
         // The guest's shares are of cycles (each sample weighs its period), as perf's are.
         let g: BTreeMap<String, u64> = f.profile.self_weights().into_iter().map(|(k, w)| (k.to_owned(), w)).collect();
