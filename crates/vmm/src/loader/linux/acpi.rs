@@ -4,7 +4,7 @@
 //! timer, PIC mode) and one CPU. `boot_params.acpi_rsdp_addr` points Linux at the RSDP, so
 //! it needs no scan. The tables live in the legacy BIOS area, outside the e820 RAM.
 
-use crate::devices::SERIAL_IRQ;
+use crate::devices::{SERIAL_IRQ, SERIAL_PORTS};
 use crate::layout::{ACPI_TABLES_ADDR, IOAPIC_BASE, LAPIC_BASE};
 use acpi_tables::{aml, Aml};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -58,6 +58,7 @@ fn madt(cpus: u8) -> Vec<u8> {
 /// fails (only the polled printk console works), and user space prints nothing. Named here,
 /// the UART gets its interrupt through the I/O APIC (as Cloud Hypervisor describes it).
 fn dsdt_body() -> Vec<u8> {
+    let (base, last) = (*SERIAL_PORTS.start(), *SERIAL_PORTS.end());
     let mut body = Vec::new();
     aml::Device::new(
         "_SB_.COM1".into(),
@@ -69,7 +70,7 @@ fn dsdt_body() -> Vec<u8> {
                 &aml::ResourceTemplate::new(vec![
                     // Consumer, edge-triggered, active high, exclusive.
                     &aml::Interrupt::new(true, true, false, false, SERIAL_IRQ),
-                    &aml::IO::new(0x3f8, 0x3f8, 0, 8),
+                    &aml::IO::new(base, base, 0, (last - base + 1) as u8),
                 ]),
             ),
         ],
@@ -161,6 +162,8 @@ mod tests {
         let com1 = &dsdt[36..];
         assert_eq!(&com1[..2], &[0x5b, 0x82], "a Device");
         assert!(com1.windows(4).any(|w| w == b"COM1") && com1.windows(4).any(|w| w == b"_CRS"));
+        // The I/O port descriptor: 16-bit decode, 0x3f8..0x3f8, alignment 0, 8 ports.
+        assert!(com1.windows(8).any(|w| w == [0x47, 0x01, 0xf8, 0x03, 0xf8, 0x03, 0x00, 0x08]), "{com1:x?}");
         let madt = at(&all, base, u64::from_le_bytes(xsdt[44..52].try_into().unwrap()));
         assert_eq!((&madt[..4], sum(madt)), (&b"APIC"[..], 0));
         assert_eq!(madt.len(), 44 + 2 * 8 + 12 + 6, "2 LAPICs, the I/O APIC, LINT1 NMI");
