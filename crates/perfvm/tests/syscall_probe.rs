@@ -51,3 +51,30 @@ fn a_user_syscall_enters_the_kernel_with_the_repair() {
         assert!(stderr(&o).contains("completed for the host's emulator: syscall 3"), "{}", stderr(&o));
     }
 }
+
+/// The exact backend steps the whole probe, user mode included (run natively by this host,
+/// where no step traps), with the repair's breakpoint kept. User mode runs `mov; syscall`,
+/// then twice `jmp; mov; syscall` after SYSRETQ: 8 instructions, 5 of them branches
+/// (SYSCALL is a far branch). The kernel runs 71 instructions to its IRETQ (2 branches:
+/// LRETQ, IRETQ), the entry twice 18 (JNE, JAE, SYSRETQ) and then 14 to its OUT (JNE, JAE):
+/// 121 instructions, 10 branches (counted from `objdump -d`).
+#[test]
+fn the_exact_backend_steps_through_repaired_syscalls() {
+    require_kvm!();
+    let image = probe();
+    let o = Command::new(env!("CARGO_BIN_EXE_perfvm"))
+        .args(["stat", "-a", "--backend", "exact", "-e", "instructions:u,branches:u,instructions:k,branches:k", "--json"])
+        .args([image.as_str(), "--timeout", "60"])
+        .env("PERFVM_SYSCALL_REPAIR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 7, "{}", stderr(&o));
+    let counts: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let value = |event: &str| {
+        counts["counts"].as_array().unwrap().iter().find(|c| c["event"] == event).unwrap()["value"].as_u64().unwrap()
+    };
+    assert_eq!(value("instructions:u"), 8);
+    assert_eq!(value("branches:u"), 5);
+    assert_eq!(value("instructions:k"), 121);
+    assert_eq!(value("branches:k"), 10);
+}

@@ -6,8 +6,9 @@
 //! and the return RIP on the 16-byte-aligned stack, clear TF, NT and RF (and IF for an
 //! interrupt gate) and jump to the handler. While single-stepping, the host takes no trap
 //! after `IRETQ` (the next instruction runs in the same step), so the exact backend runs
-//! `IRETQ` here too. Only what kernels at CPL0 use: same privilege, no IST stack; anything
-//! else is left to the host.
+//! `IRETQ` here too, and `SYSRETQ`; the returns to user mode are `user_return`'s. `INT n`
+//! only as kernels at CPL0 use it: same privilege, no IST stack; anything else is left to
+//! the host.
 
 use crate::linear::{LinearMemory, VcpuLinear};
 use crate::native::VifFlag;
@@ -15,6 +16,8 @@ use kvm_bindings::{kvm_regs, kvm_sregs};
 use kvm_ioctls::VcpuFd;
 use vm_memory::GuestMemoryMmap;
 
+/// IA32_KERNEL_GS_BASE, which SWAPGS trades with GS.base.
+const MSR_KERNEL_GS_BASE: u32 = 0xc000_0102;
 const RFLAGS_TF: u64 = 1 << 8;
 const RFLAGS_IF: u64 = 1 << 9;
 const RFLAGS_NT: u64 = 1 << 14;
@@ -142,13 +145,20 @@ pub enum Run {
     },
     /// `IRETQ`.
     Iret,
+    /// `SYSRETQ` (`user_return`).
+    Sysret,
+    /// `SWAPGS`, `len` bytes long: GS.base and IA32_KERNEL_GS_BASE trade places.
+    Swapgs {
+        /// Length of the instruction, bytes.
+        len: u64,
+    },
 }
 
-/// Run `what` at `vcpu`'s RIP; returns the new RIP, or None if it is left to the host
-/// (the vCPU is unchanged).
-pub fn run_on(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome, what: Run) -> Option<u64> {
+/// Run `what` at `vcpu`'s RIP; returns where it leaves the vCPU, or None if it is left to
+/// the host (the vCPU is unchanged).
+pub fn run_on(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome, what: Run) -> Option<Landing> {
     let mut regs = vcpu.get_regs().ok()?;
-    let sregs = vcpu.get_sregs().ok()?;
+    let mut sregs = vcpu.get_sregs().ok()?;
     let linear = &mut VcpuLinear::new(vcpu, mem);
     let (mut rflags, mut vif);
     let flag: &mut dyn InterruptFlag = match home {
@@ -163,8 +173,29 @@ pub fn run_on(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome, what: Run) -
     };
     match what {
         Run::Int { vector, len } => deliver(&mut regs, &sregs, linear, flag, vector, len)?,
+        Run::Sysret if kernel_long_mode(&sregs) => {
+            let star = crate::syscall_entry::msr(vcpu, crate::syscall_entry::MSR_STAR).ok()?;
+            crate::user_return::sysretq(&mut regs, &mut sregs, star);
+            vcpu.set_sregs(&sregs).ok()?;
+        }
+        Run::Swapgs { len } if kernel_long_mode(&sregs) => {
+            let kernel_gs = crate::syscall_entry::msr(vcpu, MSR_KERNEL_GS_BASE).ok()?;
+            crate::syscall_entry::set_msr(vcpu, MSR_KERNEL_GS_BASE, sregs.gs.base).ok()?;
+            sregs.gs.base = kernel_gs;
+            vcpu.set_sregs(&sregs).ok()?;
+            regs.rip += len;
+        }
+        Run::Sysret | Run::Swapgs { .. } => return None,
         Run::Iret => {
-            iret(&mut regs, &sregs, linear, flag)?;
+            if iret(&mut regs, &sregs, linear, flag).is_none() {
+                if !kernel_long_mode(&sregs) {
+                    return None;
+                }
+                crate::user_return::iret(&mut regs, &mut sregs, linear)?;
+                let on = regs.rflags & RFLAGS_IF != 0;
+                flag.set(&mut regs, on);
+                vcpu.set_sregs(&sregs).ok()?;
+            }
             // IRET ends NMI blocking (SDM 6.7.1): the frame may be an NMI handler's.
             let mut events = vcpu.get_vcpu_events().ok()?;
             if events.nmi.masked != 0 {
@@ -175,7 +206,16 @@ pub fn run_on(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome, what: Run) -
         }
     }
     vcpu.set_regs(&regs).ok()?;
-    Some(regs.rip)
+    Some(Landing { rip: regs.rip, user: crate::user_return::is_user(u64::from(sregs.cs.selector)) })
+}
+
+/// Where an instruction the VMM ran left the vCPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Landing {
+    /// The next instruction.
+    pub rip: u64,
+    /// It runs in user mode.
+    pub user: bool,
 }
 
 #[cfg(test)]

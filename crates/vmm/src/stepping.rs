@@ -20,8 +20,8 @@
 
 use crate::backends::decode::MAX_INSN_LEN;
 use crate::backends::retire::StepCpu;
-use crate::softint::FlagHome;
-use kvm_bindings::{kvm_guest_debug, KVM_GUESTDBG_BLOCKIRQ, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP};
+use crate::softint::{FlagHome, Run};
+use crate::guest_debug::GuestDebug;
 use kvm_ioctls::VcpuFd;
 use std::collections::HashMap;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -45,24 +45,15 @@ pub enum Owed {
 }
 
 /// What the next entry does about single-stepping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Debug {
     /// Not stepping.
+    #[default]
     Off,
     /// Stepping, interrupts held back.
     Blocked,
     /// Stepping, interrupts may enter (the event window).
     Window,
-}
-
-impl Debug {
-    fn control(self) -> u32 {
-        match self {
-            Debug::Off => 0,
-            Debug::Blocked => KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP | KVM_GUESTDBG_BLOCKIRQ,
-            Debug::Window => KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP,
-        }
-    }
 }
 
 /// Pure state machine of stepping and event windows (unit-tested); `Stepper` applies it.
@@ -107,21 +98,26 @@ impl StepState {
     }
 }
 
-/// Applies `StepState` to a vCPU: guest debug flags and, in native mode, the VIF (a native
-/// vCPU would take the #DB itself).
+/// Applies `StepState` to a vCPU: its guest debug (`GuestDebug`, which keeps any breakpoint)
+/// and, in native mode, the VIF (a native vCPU would take the #DB itself).
 #[derive(Debug, Default)]
 pub struct Stepper {
     /// What the stepping should be.
     state: StepState,
-    /// In KVM: the mode last set.
-    applied: Option<Debug>,
 }
 
 impl Stepper {
     /// Bring the vCPU to the mode the next entry needs. Returns true when stepping started.
-    pub fn apply(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, vif: Option<u64>, owed: Owed) -> bool {
+    pub fn apply(
+        &mut self,
+        vcpu: &VcpuFd,
+        debug: &mut GuestDebug,
+        mem: &GuestMemoryMmap,
+        vif: Option<u64>,
+        owed: Owed,
+    ) -> bool {
         let next = self.state.next(owed != Owed::Nothing, vif.is_none());
-        let current = self.applied.unwrap_or(Debug::Off);
+        let current = debug.step();
         if let (Debug::Window, false, Some(gpa)) = (next, current == Debug::Window, vif) {
             sync_interrupt_flag(vcpu, owed == Owed::Interrupt && crate::native::vif_interrupts_on(mem, gpa));
         }
@@ -134,15 +130,13 @@ impl Stepper {
                 return false;
             }
         }
-        let dbg = kvm_guest_debug { control: next.control(), ..Default::default() };
-        if vcpu.set_guest_debug(&dbg).is_err() {
+        if debug.set_step(vcpu, next).is_err() {
             return false;
         }
         if let (Debug::Off, Some(gpa)) = (next, vif) {
             // Without its VIF the vCPU stays emulated: correct, only slow.
             let _ = crate::native::register_vif(vcpu, gpa);
         }
-        self.applied = Some(next);
         self.state.debug = next;
         current == Debug::Off
     }
@@ -197,6 +191,10 @@ pub struct VcpuStep<'a> {
 }
 
 impl VcpuStep<'_> {
+    fn run(&mut self, what: Run) -> Option<crate::softint::Landing> {
+        crate::softint::run_on(self.vcpu, self.mem, self.home, what)
+    }
+
     fn translate(&mut self, page: u64) -> Option<u64> {
         // The registers KVM synced out at this exit (a stepping backend enables them).
         let key = (self.vcpu.sync_regs().sregs.cr3, page);
@@ -252,11 +250,19 @@ impl StepCpu for VcpuStep<'_> {
     }
 
     fn soft_int(&mut self, vector: u8, len: u64) -> Option<u64> {
-        crate::softint::run_on(self.vcpu, self.mem, self.home, crate::softint::Run::Int { vector, len })
+        self.run(Run::Int { vector, len }).map(|l| l.rip)
     }
 
-    fn iret(&mut self) -> Option<u64> {
-        crate::softint::run_on(self.vcpu, self.mem, self.home, crate::softint::Run::Iret)
+    fn iret(&mut self) -> Option<(u64, bool)> {
+        self.run(Run::Iret).map(|l| (l.rip, l.user))
+    }
+
+    fn sysretq(&mut self) -> Option<u64> {
+        self.run(Run::Sysret).map(|l| l.rip)
+    }
+
+    fn swapgs(&mut self, len: u64) -> Option<u64> {
+        self.run(Run::Swapgs { len }).map(|l| l.rip)
     }
 }
 

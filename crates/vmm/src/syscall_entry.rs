@@ -17,8 +17,10 @@
 //! per system call and two per page fault, each small beside the thousands of emulated
 //! instructions that handle it.
 //!
-//! The exact backend's single-stepping sets guest debug too (stepping.rs): whoever combines
-//! both must keep this breakpoint in the control word and DR0/DR7.
+//! The exact backend single-steps through guest debug too: `GuestDebug` composes both. While
+//! stepping, a completed SYSCALL is a retired instruction (the step goes on at LSTAR), and a
+//! fault stopped at the breakpoint retires nothing yet (the step after the handler's first
+//! instruction counts the faulting one in its place, as for any fault: `backends::retire`).
 //!
 //! On by default for Linux guests on a host whose native mode the probe finds (kvm_pvm);
 //! PERFVM_SYSCALL_REPAIR=0 or 1 overrides that. Resuming from the breakpoint with RFLAGS.RF
@@ -29,10 +31,8 @@
 //! (docs/LINUX.md, boots 9-11) init's system calls go through it to `reboot -f`.
 
 use crate::linear::{LinearMemory, VcpuLinear};
-use kvm_bindings::{
-    kvm_guest_debug, kvm_msr_entry, kvm_segment, Msrs, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP,
-    KVM_GUESTDBG_USE_HW_BP,
-};
+use crate::guest_debug::GuestDebug;
+use kvm_bindings::{kvm_msr_entry, kvm_segment, Msrs};
 use kvm_ioctls::VcpuFd;
 use vm_memory::GuestMemoryMmap;
 
@@ -42,8 +42,6 @@ pub const MSR_STAR: u32 = 0xc000_0081;
 pub const MSR_LSTAR: u32 = 0xc000_0082;
 /// IA32_FMASK: RFLAGS bits SYSCALL clears.
 pub const MSR_FMASK: u32 = 0xc000_0084;
-/// DR7: L0, breakpoint 0 on execution (R/W0 = 00, LEN0 = 00).
-const DR7_L0_EXEC: u64 = 1;
 /// #PF.
 const VECTOR_PF: u64 = 14;
 
@@ -58,22 +56,27 @@ pub enum SyscallEntryError {
     NoGate,
 }
 
-fn msr(vcpu: &VcpuFd, index: u32) -> Result<u64, kvm_ioctls::Error> {
+/// The guest's MSR `index`, as KVM holds it.
+pub(crate) fn msr(vcpu: &VcpuFd, index: u32) -> Result<u64, kvm_ioctls::Error> {
     let mut msrs = Msrs::from_entries(&[kvm_msr_entry { index, ..Default::default() }]).expect("one MSR");
     vcpu.get_msrs(&mut msrs)?;
     Ok(msrs.as_slice()[0].data)
 }
 
-/// Write LSTAR as the guest asked (the MSR filter kept the write from KVM).
-pub fn set_lstar(vcpu: &VcpuFd, entry: u64) -> Result<(), kvm_ioctls::Error> {
-    let msrs =
-        Msrs::from_entries(&[kvm_msr_entry { index: MSR_LSTAR, data: entry, ..Default::default() }]).expect("one MSR");
+/// Write the guest's MSR `index` in KVM.
+pub(crate) fn set_msr(vcpu: &VcpuFd, index: u32, data: u64) -> Result<(), kvm_ioctls::Error> {
+    let msrs = Msrs::from_entries(&[kvm_msr_entry { index, data, ..Default::default() }]).expect("one MSR");
     vcpu.set_msrs(&msrs).map(|_| ())
 }
 
-/// The guest wrote LSTAR = `entry`: make the write and put the breakpoint on the #PF
-/// handler of the IDT now loaded. Returns the handler's address.
-pub fn lstar_written(vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<u64, SyscallEntryError> {
+/// Write LSTAR as the guest asked (the MSR filter kept the write from KVM).
+pub fn set_lstar(vcpu: &VcpuFd, entry: u64) -> Result<(), kvm_ioctls::Error> {
+    set_msr(vcpu, MSR_LSTAR, entry)
+}
+
+/// The guest wrote LSTAR = `entry`: make the write and return the address of the #PF
+/// handler in the IDT now loaded.
+fn pf_handler_after_lstar(vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<u64, SyscallEntryError> {
     set_lstar(vcpu, entry)?;
     let sregs = vcpu.get_sregs()?;
     let mut gate = [0u8; 16];
@@ -84,24 +87,7 @@ pub fn lstar_written(vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result
     let handler = u64::from(u16::from_le_bytes([gate[0], gate[1]]))
         | u64::from(u16::from_le_bytes([gate[6], gate[7]])) << 16
         | u64::from(u32::from_le_bytes([gate[8], gate[9], gate[10], gate[11]])) << 32;
-    arm(vcpu, handler)?;
     Ok(handler)
-}
-
-/// Put the execution breakpoint on `handler`.
-pub fn arm(vcpu: &VcpuFd, handler: u64) -> Result<(), kvm_ioctls::Error> {
-    let mut dbg = kvm_guest_debug { control: KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_USE_HW_BP, ..Default::default() };
-    dbg.arch.debugreg[0] = handler;
-    dbg.arch.debugreg[7] = DR7_L0_EXEC;
-    vcpu.set_guest_debug(&dbg)
-}
-
-/// Step over the breakpoint: one single-step with it off (this host's emulator takes the
-/// breakpoint again whatever RFLAGS.RF says, measured: 212,405 debug exits in 30 s on one
-/// instruction). The single-step's exit re-arms it (`arm`).
-fn step_over(vcpu: &VcpuFd) -> Result<(), kvm_ioctls::Error> {
-    let dbg = kvm_guest_debug { control: KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP, ..Default::default() };
-    vcpu.set_guest_debug(&dbg)
 }
 
 /// The kernel segments SYSCALL loads, from STAR's bits 47:32.
@@ -131,19 +117,10 @@ pub fn is_broken_syscall(frame: &FaultFrame, cr2: u64, entry: u64) -> bool {
     frame.rip == entry && cr2 == entry && frame.cs & 3 == 3
 }
 
-/// What the #PF handler's breakpoint found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AtFault {
-    /// The host's broken SYSCALL, now entered as a CPU would.
-    Syscall,
-    /// Another fault: it goes on, stepping over the breakpoint (re-armed at the next
-    /// debug exit).
-    SteppingOver,
-}
-
-/// At the breakpoint on the #PF handler: finish a broken SYSCALL into `entry`, or let the
-/// fault go on.
-pub fn at_fault(vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<AtFault, kvm_ioctls::Error> {
+/// At the breakpoint on the #PF handler: finish a broken SYSCALL into `entry` (true), or
+/// leave a fault to go on (false). The registers KVM synced out at this exit are brought up
+/// to date, for the exact backend's step that follows.
+fn at_fault(vcpu: &mut VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<bool, kvm_ioctls::Error> {
     let mut regs = vcpu.get_regs()?;
     let mut sregs = vcpu.get_sregs()?;
     let mut raw = [0u8; 48];
@@ -151,28 +128,25 @@ pub fn at_fault(vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<AtFa
         let word = |i: usize| u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().expect("8 bytes"));
         FaultFrame { rip: word(1), cs: word(2), rflags: word(3), rsp: word(4) }
     });
-    match frame {
-        Some(frame) if is_broken_syscall(&frame, sregs.cr2, entry) => {
-            let (star, fmask) = (msr(vcpu, MSR_STAR)?, msr(vcpu, MSR_FMASK)?);
-            (sregs.cs, sregs.ss) = kernel_segments(star);
-            regs.rip = entry;
-            regs.rsp = frame.rsp;
-            regs.rflags = (frame.rflags & !fmask) | 2;
-            vcpu.set_sregs(&sregs)?;
-            vcpu.set_regs(&regs)?;
-            Ok(AtFault::Syscall)
-        }
-        _ => {
-            step_over(vcpu)?;
-            Ok(AtFault::SteppingOver)
-        }
-    }
+    let Some(frame) = frame.filter(|f| is_broken_syscall(f, sregs.cr2, entry)) else {
+        return Ok(false);
+    };
+    let (star, fmask) = (msr(vcpu, MSR_STAR)?, msr(vcpu, MSR_FMASK)?);
+    (sregs.cs, sregs.ss) = kernel_segments(star);
+    regs.rip = entry;
+    regs.rsp = frame.rsp;
+    regs.rflags = (frame.rflags & !fmask) | 2;
+    vcpu.set_sregs(&sregs)?;
+    vcpu.set_regs(&regs)?;
+    let synced = vcpu.sync_regs_mut();
+    (synced.regs, synced.sregs) = (regs, sregs);
+    Ok(true)
 }
 
 /// A debug exit the repair's breakpoint failed to handle (the run ends).
 #[derive(Debug, thiserror::Error)]
 pub enum BreakpointError {
-    /// Reading the fault or entering the SYSCALL failed.
+    /// Setting the breakpoint, reading the fault or entering the SYSCALL failed.
     #[error("at the #PF breakpoint: {0}")]
     AtFault(kvm_ioctls::Error),
     /// The breakpoint could not be put back after stepping over a fault.
@@ -183,12 +157,13 @@ pub enum BreakpointError {
 /// What a debug exit was to the repair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DebugExit {
-    /// Not the repair's: a single-step of the exact backend.
-    NotOurs,
-    /// The repair completed a SYSCALL.
+    /// A single-step: the exact backend's, or the step over the breakpoint (then re-armed),
+    /// during which the exact backend may be stepping too.
+    Step,
+    /// The repair completed a SYSCALL: the guest is at LSTAR, in the kernel.
     Syscall,
-    /// The repair's own: a fault let through, or the step over it.
-    Handled,
+    /// A fault stopped at the breakpoint: it goes on, stepping over the breakpoint.
+    Fault,
 }
 
 /// One vCPU's repair: its SYSCALL entry and the breakpoint on the #PF handler, once the
@@ -197,35 +172,44 @@ pub enum DebugExit {
 pub struct SyscallRepair {
     entry: u64,
     breakpoint: Option<u64>,
-    /// Single-stepping over the breakpoint: re-arm it at the next debug exit.
-    stepping_over: bool,
 }
 
 impl SyscallRepair {
-    /// The guest wrote LSTAR = `entry` (see `lstar_written`).
-    pub fn lstar_written(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<(), SyscallEntryError> {
-        let handler = lstar_written(vcpu, mem, entry)?;
+    /// The guest wrote LSTAR = `entry`: make the write and put the breakpoint on the #PF
+    /// handler of the IDT now loaded.
+    pub fn lstar_written(
+        &mut self,
+        vcpu: &VcpuFd,
+        debug: &mut GuestDebug,
+        mem: &GuestMemoryMmap,
+        entry: u64,
+    ) -> Result<(), SyscallEntryError> {
+        let handler = pf_handler_after_lstar(vcpu, mem, entry)?;
+        debug.set_breakpoint(vcpu, handler)?;
         (self.entry, self.breakpoint) = (entry, Some(handler));
         Ok(())
     }
 
     /// A debug exit at `pc`.
-    pub fn debug_exit(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64) -> Result<DebugExit, BreakpointError> {
-        if self.stepping_over {
-            self.stepping_over = false;
-            arm(vcpu, self.breakpoint.unwrap_or(0)).map_err(BreakpointError::Rearm)?;
-            return Ok(DebugExit::Handled);
+    pub fn debug_exit(
+        &mut self,
+        vcpu: &mut VcpuFd,
+        debug: &mut GuestDebug,
+        mem: &GuestMemoryMmap,
+        pc: u64,
+    ) -> Result<DebugExit, BreakpointError> {
+        if debug.stepping_over() {
+            debug.rearm(vcpu).map_err(BreakpointError::Rearm)?;
+            return Ok(DebugExit::Step);
         }
         if self.breakpoint != Some(pc) {
-            return Ok(DebugExit::NotOurs);
+            return Ok(DebugExit::Step);
         }
-        match at_fault(vcpu, mem, self.entry).map_err(BreakpointError::AtFault)? {
-            AtFault::Syscall => Ok(DebugExit::Syscall),
-            AtFault::SteppingOver => {
-                self.stepping_over = true;
-                Ok(DebugExit::Handled)
-            }
+        if at_fault(vcpu, mem, self.entry).map_err(BreakpointError::AtFault)? {
+            return Ok(DebugExit::Syscall);
         }
+        debug.step_over(vcpu).map_err(BreakpointError::AtFault)?;
+        Ok(DebugExit::Fault)
     }
 }
 

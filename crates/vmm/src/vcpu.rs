@@ -7,6 +7,7 @@ use crate::kick;
 use crate::requests::RequestOrder;
 use crate::softint::FlagHome;
 use crate::stats::VcpuStats;
+use crate::guest_debug::GuestDebug;
 use crate::syscall_entry::{DebugExit, SyscallRepair};
 use crate::vpmu::{NmiSource, Owed, VcpuPmu};
 use kvm_ioctls::{VcpuExit, VcpuFd, VmFd};
@@ -81,6 +82,8 @@ pub struct Vcpu {
     nmi_due: Option<u64>,
     /// A Linux guest's user-mode SYSCALL, completed by the VMM (`syscall_entry`).
     syscall_repair: SyscallRepair,
+    /// KVM guest debug, which the exact backend's stepping and the repair share.
+    guest_debug: GuestDebug,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -108,6 +111,7 @@ impl Vcpu {
             nmi_request: Arc::new(AtomicBool::new(false)),
             nmi_due: None,
             syscall_repair: SyscallRepair::default(),
+            guest_debug: GuestDebug::default(),
         }
     }
 
@@ -254,23 +258,27 @@ impl Vcpu {
                 None
             }
             Next::Lstar(entry) => {
-                if let Err(e) = self.syscall_repair.lstar_written(&self.fd, &self.common.mem, entry) {
+                let (fd, debug, mem) = (&self.fd, &mut self.guest_debug, &self.common.mem);
+                if let Err(e) = self.syscall_repair.lstar_written(fd, debug, mem, entry) {
                     eprintln!("perfvm: vCPU {}: SYSCALL from user mode left to the host: {e}", self.index);
                 }
                 None
             }
-            Next::Step(pc) => match self.syscall_repair.debug_exit(&self.fd, &self.common.mem, pc) {
-                Ok(DebugExit::NotOurs) => {
-                    self.stepped(pc);
-                    None
+            Next::Step(pc) => {
+                let (fd, debug, mem) = (&mut self.fd, &mut self.guest_debug, &self.common.mem);
+                match self.syscall_repair.debug_exit(fd, debug, mem, pc) {
+                    Ok(DebugExit::Step) => self.stepped(pc),
+                    Ok(DebugExit::Syscall) => {
+                        *self.stats.completed.entry("syscall").or_default() += 1;
+                        // The SYSCALL retired; stepping goes on at its entry.
+                        let entry = self.fd.sync_regs().regs.rip;
+                        self.stepped(entry);
+                    }
+                    Ok(DebugExit::Fault) => {}
+                    Err(e) => return Some(self.failed(e.to_string())),
                 }
-                Ok(DebugExit::Syscall) => {
-                    *self.stats.completed.entry("syscall").or_default() += 1;
-                    None
-                }
-                Ok(DebugExit::Handled) => None,
-                Err(e) => Some(self.failed(e.to_string())),
-            },
+                None
+            }
             Next::TripleFault => Some(VmEnd::TripleFault { vcpu: self.index, rip: self.rip() }),
             Next::InternalError => self.complete_or_stop(),
             Next::Reset => Some(reset_end(&self.common.mem)),
@@ -322,7 +330,7 @@ impl Vcpu {
     /// Single-stepping for the coming entry, once every event for it is injected.
     fn step_control(&mut self, external_nmi: bool) {
         if let Some(pmu) = &mut self.pmu {
-            pmu.before_entry(&self.fd, &self.common.mem, external_nmi);
+            pmu.before_entry(&self.fd, &mut self.guest_debug, &self.common.mem, external_nmi);
         }
     }
 

@@ -13,8 +13,12 @@ pub enum InsnClass {
     Iret,
     /// SYSCALL, SYSENTER, SYSRET, SYSEXIT: a branch that changes privilege level by design.
     SysCall,
+    /// `SYSRETQ` (`REX.W 0F 07`), a SYSCALL-class branch the VMM runs while stepping.
+    SysRetq,
     /// `0F 33`.
     Rdpmc,
+    /// `SWAPGS` (`0F 01 F8`): no step trap follows it on this host, so the VMM runs it.
+    Swapgs,
     /// LFENCE, MFENCE, SFENCE (`0F AE` /5, /6, /7 with a register operand).
     Fence,
     /// A REP/REPNE-prefixed string instruction (MOVS, CMPS, STOS, LODS, SCAS, INS, OUTS).
@@ -26,13 +30,16 @@ pub enum InsnClass {
 impl InsnClass {
     /// Whether the instruction counts as a branch instruction retired.
     pub fn is_branch(self) -> bool {
-        matches!(self, InsnClass::Branch | InsnClass::SoftInt(_) | InsnClass::Iret | InsnClass::SysCall)
+        matches!(
+            self,
+            InsnClass::Branch | InsnClass::SoftInt(_) | InsnClass::Iret | InsnClass::SysCall | InsnClass::SysRetq
+        )
     }
 
     /// Whether the instruction moves between user and kernel mode when it retires (the
     /// calls into the kernel and the returns from it), rather than by faulting.
     pub fn changes_privilege(self) -> bool {
-        matches!(self, InsnClass::SoftInt(_) | InsnClass::Iret | InsnClass::SysCall)
+        matches!(self, InsnClass::SoftInt(_) | InsnClass::Iret | InsnClass::SysCall | InsnClass::SysRetq)
     }
 }
 
@@ -83,8 +90,10 @@ pub fn decode(bytes: &[u8], long_mode: bool) -> Insn {
         0x6c..=0x6f | 0xa4..=0xa7 | 0xaa..=0xaf if rep => InsnClass::RepString,
         0x0f => match (bytes.get(i + 1), bytes.get(i + 2)) {
             (Some(0x80..=0x8f), _) => InsnClass::Branch,
+            (Some(0x07), _) if rex_w => return insn(InsnClass::SysRetq, 2),
             (Some(0x05 | 0x07 | 0x34 | 0x35), _) => InsnClass::SysCall,
             (Some(0x33), _) => return insn(InsnClass::Rdpmc, 2),
+            (Some(0x01), Some(0xf8)) => return insn(InsnClass::Swapgs, 3),
             (Some(0xae), Some(0xe8..=0xff)) if !other_prefix => return insn(InsnClass::Fence, 3),
             _ => InsnClass::Other,
         },
@@ -152,12 +161,15 @@ mod tests {
 
     #[test]
     fn system_calls_and_returns_change_privilege() {
-        for bytes in [&[0x0f, 0x05][..], &[0x0f, 0x34], &[0x48, 0x0f, 0x07], &[0x0f, 0x35]] {
+        for bytes in [&[0x0f, 0x05][..], &[0x0f, 0x34], &[0x0f, 0x07], &[0x0f, 0x35]] {
             let class = classify(bytes, true);
             assert_eq!(class, SysCall, "{bytes:02x?}");
             assert!(class.is_branch() && class.changes_privilege());
         }
         assert!(SoftInt(0x80).changes_privilege() && Iret.changes_privilege());
+        assert_eq!(decode(&[0x48, 0x0f, 0x07], true), Insn { class: SysRetq, len: 3 }, "the VMM runs SYSRETQ");
+        assert!(SysRetq.is_branch() && SysRetq.changes_privilege());
+        assert_eq!(decode(&[0x0f, 0x01, 0xf8], true), Insn { class: Swapgs, len: 3 });
         assert!(!Branch.changes_privilege() && !Other.changes_privilege());
     }
 

@@ -3,12 +3,16 @@
 //!
 //! * a REP string instruction may exit once per batch of iterations with RIP unchanged: it
 //!   retires once, when RIP moves on;
-//! * no trap follows LFENCE/MFENCE/SFENCE, so the VMM retires them itself (RIP past them);
+//! * no trap follows LFENCE/MFENCE/SFENCE, so the VMM retires them itself (RIP past them),
+//!   nor SWAPGS, which the VMM runs;
 //! * an instruction that exits to the VMM for a write (OUT, an MMIO store) has already
 //!   advanced RIP at that exit and takes no trap afterwards: it retires at the exit;
 //! * INT n is rejected by the host's emulator: the VMM delivers it (`softint`), so the
 //!   handler is stepped too; no trap follows IRETQ, so the VMM runs it too; RDPMC #GPs
 //!   inside KVM: the VMM emulates it;
+//! * user mode runs natively on this host, where no step traps: the VMM runs IRETQ and
+//!   SYSRETQ to user mode itself and the vCPU enters user mode one instruction at a time
+//!   (`user_return`);
 //! * an exception the host delivers while stepping traps after the handler's first
 //!   instruction: the faulting instruction is counted in its place (the total is right;
 //!   the class is the faulting one's, the privilege level the handler's).
@@ -38,8 +42,12 @@ pub trait StepCpu {
     fn rdpmc(&mut self, len: u64, read: &mut dyn FnMut(u32) -> Option<u64>) -> Option<u64>;
     /// Deliver INT `vector` (`len` bytes at RIP); the handler's RIP.
     fn soft_int(&mut self, vector: u8, len: u64) -> Option<u64>;
-    /// IRETQ at RIP; the return RIP.
-    fn iret(&mut self) -> Option<u64>;
+    /// IRETQ at RIP; the return RIP and whether it is in user mode.
+    fn iret(&mut self) -> Option<(u64, bool)>;
+    /// SYSRETQ at RIP; the return RIP (in user mode).
+    fn sysretq(&mut self) -> Option<u64>;
+    /// SWAPGS (`len` bytes) at RIP; the new RIP.
+    fn swapgs(&mut self, len: u64) -> Option<u64>;
 }
 
 /// Where retired instructions go, and what RDPMC reads.
@@ -80,23 +88,29 @@ impl Retirement {
     /// Stepping goes on (after a step or a write exit) at `pc`.
     fn start(&mut self, cpu: &mut impl StepCpu, counting: &mut impl Counting, pc: u64) {
         let mut pc = pc;
-        // The VMM runs only instructions that keep the privilege level: one look per entry.
+        // One look per entry; the returns to user mode the VMM runs say where they land.
         self.user = cpu.user_mode();
         loop {
             self.rip = pc;
             self.insn = decode(&cpu.code(pc), self.long_mode);
+            let user = self.user;
             let ran = match self.insn.class {
                 InsnClass::Rdpmc => cpu.rdpmc(self.insn.len, &mut |ecx| counting.rdpmc(ecx)),
                 InsnClass::Fence => cpu.skip(self.insn.len),
+                InsnClass::Swapgs => cpu.swapgs(self.insn.len),
                 InsnClass::SoftInt(vector) => cpu.soft_int(vector, self.insn.len),
-                InsnClass::Iret => cpu.iret(),
+                InsnClass::Iret => cpu.iret().map(|(rip, to_user)| {
+                    self.user = to_user;
+                    rip
+                }),
+                InsnClass::SysRetq => cpu.sysretq().inspect(|_| self.user = true),
                 _ => None,
             };
             if ran.is_none() && self.insn.class == InsnClass::Rdpmc {
                 self.accounted = Some(pc); // it faults: it does not retire
             }
             let Some(next) = ran else { return };
-            counting.retire(pc, self.insn.class, self.user);
+            counting.retire(pc, self.insn.class, user);
             pc = next;
         }
     }
@@ -135,6 +149,11 @@ impl Retirement {
         }
         self.accounted = Some(self.rip);
         Some(self.rip)
+    }
+
+    /// Whether the instruction the next step retires begins in user mode.
+    pub fn in_user_mode(&self) -> bool {
+        self.user
     }
 
     /// An exit for a write (OUT, MMIO store): if RIP moved, the instruction retired.
@@ -192,7 +211,15 @@ mod tests {
             self.rip = self.handler;
             Some(self.rip)
         }
-        fn iret(&mut self) -> Option<u64> {
+        fn iret(&mut self) -> Option<(u64, bool)> {
+            self.rip = self.stack.pop()?;
+            Some((self.rip, self.user))
+        }
+        fn swapgs(&mut self, len: u64) -> Option<u64> {
+            self.skip(len)
+        }
+        fn sysretq(&mut self) -> Option<u64> {
+            self.user = true;
             self.rip = self.stack.pop()?;
             Some(self.rip)
         }

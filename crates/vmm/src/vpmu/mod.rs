@@ -16,6 +16,7 @@ pub use crate::backends::Backend;
 use crate::backends::VmmSource;
 use crate::pmi::{self, PmiOutcome};
 use crate::pv::PvStats;
+use crate::guest_debug::GuestDebug;
 use crate::rdpmc_traps::RdpmcTraps;
 pub use crate::stepping::Owed;
 use crate::throttle::Throttle;
@@ -239,8 +240,8 @@ impl VcpuPmu {
 
     /// Last step before an entry: single-step as the exact backend needs, with an event window
     /// when an NMI was injected or a PMI raised for this entry (see `stepping`).
-    pub fn before_entry(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, nmi_injected: bool) {
-        self.steps.before_entry(&mut self.pmu, self.account.stats_mut(), vcpu, mem, nmi_injected);
+    pub fn before_entry(&mut self, vcpu: &VcpuFd, debug: &mut GuestDebug, mem: &GuestMemoryMmap, nmi_injected: bool) {
+        self.steps.before_entry(&mut self.pmu, self.account.stats_mut(), vcpu, debug, mem, nmi_injected);
     }
 
     /// The guest offers a PV page at `gpa` (0: unregister).

@@ -4,6 +4,7 @@
 use crate::backends::decode::InsnClass;
 use crate::backends::retire::{Counting, Retirement};
 use crate::backends::{Backend, VmmSource};
+use crate::guest_debug::GuestDebug;
 use crate::rdpmc_traps::RdpmcTraps;
 use crate::softint::FlagHome;
 use crate::stepping::{CodePages, Owed, Stepper, VcpuStep};
@@ -116,6 +117,7 @@ impl StepControl {
         pmu: &mut Pmu<Backend>,
         stats: &mut VpmuStats,
         vcpu: &VcpuFd,
+        debug: &mut GuestDebug,
         mem: &GuestMemoryMmap,
         nmi_injected: bool,
     ) {
@@ -131,12 +133,15 @@ impl StepControl {
         }
         self.nmi_waiting |= owed == Owed::Nmi && self.stepper.is_on();
         let wrmsr_completing = std::mem::take(&mut self.wrmsr_completing);
-        if self.stepper.apply(vcpu, mem, self.vif, owed) {
+        if self.stepper.apply(vcpu, debug, mem, self.vif, owed) {
             self.code_pages.clear();
             if let Ok(regs) = vcpu.get_regs() {
                 let (retirement, mut cpu, mut counting) = self.parts(pmu, stats, vcpu, mem);
                 retirement.begin(&mut cpu, &mut counting, regs.rip, wrmsr_completing);
             }
+        }
+        if self.stepper.is_on() && self.retirement.in_user_mode() {
+            crate::user_return::one_instruction(vcpu);
         }
     }
 

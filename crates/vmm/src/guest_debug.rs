@@ -1,0 +1,138 @@
+//! The one owner of a vCPU's KVM guest-debug word. Two users set it: the exact backend's
+//! single-stepping (`stepping`) and the SYSCALL repair's execution breakpoint on the #PF
+//! handler (`syscall_entry`). `KVM_SET_GUEST_DEBUG` replaces the whole word, so each user
+//! says only what it wants and the word written is always both wishes composed: stepping a
+//! Linux guest keeps the breakpoint, and stepping over the breakpoint keeps BLOCKIRQ.
+
+use crate::stepping::Debug;
+use kvm_bindings::{
+    kvm_guest_debug, KVM_GUESTDBG_BLOCKIRQ, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP, KVM_GUESTDBG_USE_HW_BP,
+};
+use kvm_ioctls::VcpuFd;
+
+/// DR7: L0, breakpoint 0 on execution (R/W0 = 00, LEN0 = 00).
+const DR7_L0_EXEC: u64 = 1;
+
+/// What the users of guest debug want, and what KVM was last given.
+#[derive(Debug, Default)]
+pub struct GuestDebug {
+    /// The exact backend's stepping.
+    step: Debug,
+    /// The execution breakpoint (DR0), when one is set.
+    breakpoint: Option<u64>,
+    /// The breakpoint is off for one single-step (stepping over it: this host's emulator
+    /// takes an execution breakpoint again whatever RFLAGS.RF says).
+    stepping_over: bool,
+    /// The word KVM holds (None: never set, i.e. off).
+    applied: Option<(u32, u64)>,
+}
+
+impl GuestDebug {
+    /// The stepping KVM was last given.
+    pub fn step(&self) -> Debug {
+        self.step
+    }
+
+    /// Whether the breakpoint is off for the single-step now running.
+    pub fn stepping_over(&self) -> bool {
+        self.stepping_over
+    }
+
+    /// Single-step as `step` says, keeping the breakpoint.
+    pub fn set_step(&mut self, vcpu: &VcpuFd, step: Debug) -> Result<(), kvm_ioctls::Error> {
+        self.update(vcpu, |d| d.step = step)
+    }
+
+    /// Put the execution breakpoint on `address`.
+    pub fn set_breakpoint(&mut self, vcpu: &VcpuFd, address: u64) -> Result<(), kvm_ioctls::Error> {
+        self.update(vcpu, |d| (d.breakpoint, d.stepping_over) = (Some(address), false))
+    }
+
+    /// Step over the breakpoint: off for one single-step (`rearm` at its exit).
+    pub fn step_over(&mut self, vcpu: &VcpuFd) -> Result<(), kvm_ioctls::Error> {
+        self.update(vcpu, |d| d.stepping_over = true)
+    }
+
+    /// The step over the breakpoint is done: it is back.
+    pub fn rearm(&mut self, vcpu: &VcpuFd) -> Result<(), kvm_ioctls::Error> {
+        self.update(vcpu, |d| d.stepping_over = false)
+    }
+
+    /// Change the wishes; write the word if it changed. On failure the wishes stay as
+    /// they were.
+    fn update(&mut self, vcpu: &VcpuFd, change: impl FnOnce(&mut Self)) -> Result<(), kvm_ioctls::Error> {
+        let before = (self.step, self.breakpoint, self.stepping_over);
+        change(self);
+        let word = self.word();
+        let key = (word.control, word.arch.debugreg[0]);
+        if self.applied.unwrap_or((0, 0)) == key {
+            return Ok(());
+        }
+        if let Err(e) = vcpu.set_guest_debug(&word) {
+            (self.step, self.breakpoint, self.stepping_over) = before;
+            return Err(e);
+        }
+        self.applied = Some(key);
+        Ok(())
+    }
+
+    /// The guest-debug word for the wishes now held.
+    fn word(&self) -> kvm_guest_debug {
+        let mut dbg = kvm_guest_debug::default();
+        let single_step = self.step != Debug::Off || self.stepping_over;
+        if single_step {
+            dbg.control |= KVM_GUESTDBG_SINGLESTEP;
+        }
+        if self.step == Debug::Blocked {
+            dbg.control |= KVM_GUESTDBG_BLOCKIRQ;
+        }
+        if let (Some(address), false) = (self.breakpoint, self.stepping_over) {
+            dbg.control |= KVM_GUESTDBG_USE_HW_BP;
+            dbg.arch.debugreg[0] = address;
+            dbg.arch.debugreg[7] = DR7_L0_EXEC;
+        }
+        if dbg.control != 0 {
+            dbg.control |= KVM_GUESTDBG_ENABLE;
+        }
+        dbg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn word(step: Debug, breakpoint: Option<u64>, stepping_over: bool) -> kvm_guest_debug {
+        GuestDebug { step, breakpoint, stepping_over, applied: None }.word()
+    }
+
+    #[test]
+    fn nothing_wanted_is_off() {
+        assert_eq!(word(Debug::Off, None, false).control, 0);
+    }
+
+    #[test]
+    fn stepping_keeps_the_breakpoint() {
+        let w = word(Debug::Blocked, Some(0xffff_ffff_8100_0000), false);
+        let all = KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP | KVM_GUESTDBG_BLOCKIRQ | KVM_GUESTDBG_USE_HW_BP;
+        assert_eq!(w.control, all);
+        assert_eq!((w.arch.debugreg[0], w.arch.debugreg[7]), (0xffff_ffff_8100_0000, DR7_L0_EXEC));
+        let window = word(Debug::Window, Some(0x1000), false);
+        assert_eq!(window.control, all & !KVM_GUESTDBG_BLOCKIRQ, "the event window lets interrupts in");
+    }
+
+    #[test]
+    fn stepping_over_the_breakpoint_single_steps_without_it() {
+        let alone = word(Debug::Off, Some(0x1000), true);
+        assert_eq!(alone.control, KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP);
+        assert_eq!(alone.arch.debugreg[7], 0);
+        let blocked = word(Debug::Blocked, Some(0x1000), true);
+        assert_eq!(blocked.control, KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP | KVM_GUESTDBG_BLOCKIRQ);
+    }
+
+    #[test]
+    fn the_breakpoint_alone() {
+        let w = word(Debug::Off, Some(0x1000), false);
+        assert_eq!(w.control, KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_USE_HW_BP);
+    }
+}
