@@ -137,7 +137,7 @@ static void check_exitless_reads(void)
 		report(1, "the backend needs an exit to read (PV_C_NEEDS_EXIT): read with RDMSR");
 	} else {
 		/* The RDMSR comes a few instructions (and one exit) later than the PV read. */
-		uint64_t bound = since / 1000000 * err_ppm + 200000;
+		uint64_t bound = since * err_ppm / 1000000 + 200000; /* no truncation of since */
 		int64_t diff = (int64_t)(msr - pv);
 		report(pv > 0 && diff >= -(int64_t)bound && diff <= (int64_t)bound,
 		       "PV read %llu vs RDMSR %llu (diff %lld, bound %llu)", (unsigned long long)pv,
