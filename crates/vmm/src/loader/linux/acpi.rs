@@ -4,7 +4,7 @@
 //! timer, PIC mode) and one CPU. `boot_params.acpi_rsdp_addr` points Linux at the RSDP, so
 //! it needs no scan. The tables live in the legacy BIOS area, outside the e820 RAM.
 
-use crate::devices::{SERIAL_IRQ, SERIAL_PORTS};
+use crate::devices::{RTC_INDEX_PORT, SERIAL_IRQ, SERIAL_PORTS};
 use crate::layout::{ACPI_TABLES_ADDR, IOAPIC_BASE, LAPIC_BASE};
 use acpi_tables::{aml, Aml};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -57,6 +57,9 @@ fn madt(cpus: u8) -> Vec<u8> {
 /// driver's built-in "port 0x3f8, IRQ 4" cannot request its interrupt, every tty write then
 /// fails (only the polled printk console works), and user space prints nothing. Named here,
 /// the UART gets its interrupt through the I/O APIC (as Cloud Hypervisor describes it).
+/// And the CMOS RTC (PNP0B00, ports 0x70-0x71, no alarm interrupt): on a hardware-reduced
+/// machine Linux's rtc_cmos finds the clock only through ACPI, and sets the system time from
+/// it at boot.
 fn dsdt_body() -> Vec<u8> {
     let (base, last) = (*SERIAL_PORTS.start(), *SERIAL_PORTS.end());
     let mut body = Vec::new();
@@ -72,6 +75,17 @@ fn dsdt_body() -> Vec<u8> {
                     &aml::Interrupt::new(true, true, false, false, SERIAL_IRQ),
                     &aml::IO::new(base, base, 0, (last - base + 1) as u8),
                 ]),
+            ),
+        ],
+    )
+    .to_aml_bytes(&mut body);
+    aml::Device::new(
+        "_SB_.RTC_".into(),
+        vec![
+            &aml::Name::new("_HID".into(), &aml::EISAName::new("PNP0B00")),
+            &aml::Name::new(
+                "_CRS".into(),
+                &aml::ResourceTemplate::new(vec![&aml::IO::new(RTC_INDEX_PORT, RTC_INDEX_PORT, 0, 2)]),
             ),
         ],
     )
@@ -164,6 +178,9 @@ mod tests {
         assert!(com1.windows(4).any(|w| w == b"COM1") && com1.windows(4).any(|w| w == b"_CRS"));
         // The I/O port descriptor: 16-bit decode, 0x3f8..0x3f8, alignment 0, 8 ports.
         assert!(com1.windows(8).any(|w| w == [0x47, 0x01, 0xf8, 0x03, 0xf8, 0x03, 0x00, 0x08]), "{com1:x?}");
+        // The RTC: its device and 2 ports at 0x70.
+        assert!(com1.windows(4).any(|w| w == b"RTC_"));
+        assert!(com1.windows(8).any(|w| w == [0x47, 0x01, 0x70, 0x00, 0x70, 0x00, 0x00, 0x02]), "{com1:x?}");
         let madt = at(&all, base, u64::from_le_bytes(xsdt[44..52].try_into().unwrap()));
         assert_eq!((&madt[..4], sum(madt)), (&b"APIC"[..], 0));
         assert_eq!(madt.len(), 44 + 2 * 8 + 12 + 6, "2 LAPICs, the I/O APIC, LINT1 NMI");
