@@ -27,8 +27,14 @@ fn assets() -> (String, String) {
     (kernel.display().to_string(), initrd.display().to_string())
 }
 
-/// Ignored: the boot is ~35 minutes of emulation on this host (docs/LINUX.md, boots 9-11),
-/// beyond CI's time limit. Run it with `--ignored`: it passed its checks by hand in boot 11.
+/// The count of a `perf stat` row (`   200062      instructions:u`) in `stat`, if there is one.
+fn stat_count(stat: &str, event: &str) -> Option<u64> {
+    stat.lines().find(|l| l.split_whitespace().nth(1) == Some(event))?.split_whitespace().next()?.parse().ok()
+}
+
+/// Ignored: the boot is ~20-35 minutes of emulation on this host (docs/LINUX.md, boots
+/// 9-12), beyond CI's time limit. Run it with `--ignored`: it passed its checks by hand in
+/// boot 11.
 #[test]
 #[ignore = "a stock kernel's boot is ~35 minutes of emulation on this host (docs/LINUX.md)"]
 fn stock_kernel_boots_to_init_runs_commands_and_reboots() {
@@ -48,8 +54,7 @@ fn stock_kernel_boots_to_init_runs_commands_and_reboots() {
     assert!(out.contains("Intel PMU driver"), "Linux's perf driver took the vPMU: {context}");
     // The perf backend: cycles counted, instructions not offered without a host PMU.
     let stat = out.split("Performance counter stats for '/bin/loop 1000'").nth(1).unwrap_or_default();
-    let cycles = stat.lines().find(|l| l.trim_end().ends_with("cycles")).unwrap_or_default();
-    assert!(cycles.split_whitespace().next().is_some_and(|n| n.parse::<u64>().is_ok_and(|n| n > 0)), "{context}");
+    assert!(stat_count(stat, "cycles").is_some_and(|n| n > 0), "{context}");
     assert!(stat.contains("<not supported>      instructions:u"), "{context}");
     assert!(out.contains("perfvm-init: exit 5: 0"), "perf stat: {context}");
     assert!(out.contains("perfvm-init: done"), "{context}");
@@ -57,4 +62,28 @@ fn stock_kernel_boots_to_init_runs_commands_and_reboots() {
     assert_eq!(code(&o), 0, "reboot -f ends the run with exit 0: {context}");
     assert!(err.contains("kernel command line: console=ttyS0 "), "--stats prints the whole line: {err}");
     assert!(err.contains(cmdline), "the user's text at its end: {err}");
+}
+
+/// The exact backend: Linux's own perf counts the kit's loop exactly, user mode apart from
+/// the kernel. `/bin/loop N` with d digits retires 2N + 8d + 14 user instructions and
+/// N + 2d + 3 user branches (its final SYSCALL is one: guest/linux/README.md). Ignored for
+/// the boot's length, as above; boot 12 (docs/LINUX.md) passed these checks by hand.
+#[test]
+#[ignore = "a stock kernel's boot is ~20-35 minutes of emulation on this host (docs/LINUX.md)"]
+fn linux_perf_counts_user_instructions_exactly_on_the_exact_backend() {
+    require_kvm!();
+    let (kernel, initrd) = assets();
+    let cmdline = r#"nmi_watchdog=0 -- "perf stat -e instructions:u,branches:u,instructions:k /bin/loop 100000" "perf stat -e instructions:u,branches:u /bin/loop 7""#;
+    let args = ["run", &kernel, "--initrd", &initrd, "--backend", "exact", "--timeout", "3600", "--cmdline", cmdline];
+    let o = perfvm(&args);
+    let out = stdout(&o);
+    let context = format!("stdout tail: {}\nstderr: {}", &out[out.len().saturating_sub(3000)..], stderr(&o));
+    let stat = |n: &str| out.split(&format!("Performance counter stats for '/bin/loop {n}'")).nth(1).unwrap_or_default();
+    assert_eq!(stat_count(stat("100000"), "instructions:u"), Some(2 * 100_000 + 8 * 6 + 14), "{context}");
+    assert_eq!(stat_count(stat("100000"), "branches:u"), Some(100_000 + 2 * 6 + 3), "{context}");
+    assert!(stat_count(stat("100000"), "instructions:k").is_some_and(|n| n > 0), "exec and exit run in the kernel: {context}");
+    assert_eq!(stat_count(stat("7"), "instructions:u"), Some(2 * 7 + 8 + 14), "{context}");
+    assert_eq!(stat_count(stat("7"), "branches:u"), Some(7 + 2 + 3), "{context}");
+    assert!(out.contains("Intel PMU driver"), "{context}");
+    assert_eq!(code(&o), 0, "reboot -f: {context}");
 }
