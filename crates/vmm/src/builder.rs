@@ -152,7 +152,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     boot::write_boot_data(&mem, image.protocol, &params).map_err(memory("writing boot data"))?;
     let vm = Arc::new(vm);
     let kernel_cmdline = match &image.linux {
-        Some(boot) => Some(write_linux_boot(&mem, boot, mem_size, config, &cpuid)?),
+        Some(boot) => Some(write_linux_boot(&mem, boot, mem_size, config, &cpuid, tsc_khz)?),
         None => None,
     };
 
@@ -228,12 +228,17 @@ fn write_linux_boot(
     mem_size: u64,
     config: &VmConfig,
     host_cpuid: &CpuId,
+    tsc_khz: u64,
 ) -> Result<String, VmError> {
-    use crate::loader::linux::{acpi, mptable, params};
+    use crate::loader::linux::{acpi, mptable, params, TSC_SCALE};
     let mut host = crate::identity::hardware_leaves();
     host.extend_from_slice(host_cpuid.as_slice());
     let clearcpuid = crate::identity::linux_clearcpuid(&host);
-    let cmdline = params::compose_cmdline(clearcpuid.as_deref(), &config.cmdline);
+    // The Intel identity tells the (dilated) TSC rate in CPUID 0x15/0x16; Linux reads those
+    // only on Intel, so the AMD identity says it on the command line.
+    let amd_tsc = (config.cpu_vendor == crate::identity::CpuVendor::Amd && tsc_khz > 0)
+        .then(|| params::tsc_early_khz(tsc_khz.saturating_mul(TSC_SCALE)));
+    let cmdline = params::compose_cmdline(&[clearcpuid, amd_tsc], &config.cmdline);
     let rsdp = acpi::write(mem, config.vcpus as u8).map_err(memory("writing the ACPI tables"))?;
     params::write(mem, boot, mem_size, &cmdline, rsdp).map_err(|e| VmError::Config(e.to_string()))?;
     mptable::write(mem, config.vcpus as u8).map_err(memory("writing the MP table"))?;

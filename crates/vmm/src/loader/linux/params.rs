@@ -24,15 +24,23 @@ pub const DEFAULT_CMDLINE: &str = concat!(
     "random.trust_cpu=on audit=0 pci=off init_on_alloc=0 nosoftlockup"
 );
 
-/// The kernel command line: perfvm's defaults, the host's `clearcpuid=` (features this host
-/// shows the guest whatever its CPUID says, `identity::linux_clearcpuid`), then the user's
-/// text.
-pub fn compose_cmdline(clearcpuid: Option<&str>, user: &str) -> String {
-    [Some(DEFAULT_CMDLINE), clearcpuid, Some(user.trim()).filter(|t| !t.is_empty())]
-        .into_iter()
-        .flatten()
+/// The kernel command line: perfvm's defaults, then the machine's own words (the host's
+/// `clearcpuid=`, features this host shows the guest whatever its CPUID says,
+/// `identity::linux_clearcpuid`; the TSC rate, `tsc_early_khz`), then the user's text.
+pub fn compose_cmdline(machine: &[Option<String>], user: &str) -> String {
+    let machine = machine.iter().flatten().map(String::as_str);
+    std::iter::once(DEFAULT_CMDLINE)
+        .chain(machine)
+        .chain(Some(user.trim()).filter(|t| !t.is_empty()))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The TSC's rate as the guest is to take it, without calibrating (which fails under this
+/// host's emulator: "tsc: Unable to calibrate against PIT", and with no HPET or PM timer
+/// Linux marks the TSC unstable and hangs in its early boot).
+pub fn tsc_early_khz(khz: u64) -> String {
+    format!("tsc_early_khz={}", khz.min(u64::from(u32::MAX)))
 }
 
 /// Why the boot parameters could not be written.
@@ -138,9 +146,12 @@ mod tests {
 
     #[test]
     fn the_users_text_follows_the_defaults() {
-        assert_eq!(compose_cmdline(None, ""), DEFAULT_CMDLINE);
-        assert_eq!(compose_cmdline(Some("clearcpuid=cx16"), ""), format!("{DEFAULT_CMDLINE} clearcpuid=cx16"));
-        let line = compose_cmdline(Some("clearcpuid=cx16"), " nmi_watchdog=0 -- \"echo hi\" ");
+        assert_eq!(compose_cmdline(&[None], ""), DEFAULT_CMDLINE);
+        let clear = Some("clearcpuid=cx16".to_owned());
+        assert_eq!(compose_cmdline(&[clear.clone()], ""), format!("{DEFAULT_CMDLINE} clearcpuid=cx16"));
+        let tsc = Some(tsc_early_khz(2_500_000 * 128));
+        assert_eq!(compose_cmdline(&[None, tsc], ""), format!("{DEFAULT_CMDLINE} tsc_early_khz=320000000"));
+        let line = compose_cmdline(&[clear], " nmi_watchdog=0 -- \"echo hi\" ");
         assert!(line.starts_with("console=ttyS0 "), "{line}");
         assert!(line.ends_with(" clearcpuid=cx16 nmi_watchdog=0 -- \"echo hi\""), "{line}");
         assert!(DEFAULT_CMDLINE.len() < LINUX_CMDLINE_MAX / 2, "room for the user's text");
