@@ -140,7 +140,10 @@ impl StepControl {
                 retirement.begin(&mut cpu, &mut counting, regs.rip, wrmsr_completing);
             }
         }
-        if self.stepper.is_on() && self.retirement.in_user_mode() {
+        // In user mode one instruction per entry, under an interrupt shadow; but an event
+        // owed now enters without it, and its delivery leaves user mode before any user
+        // instruction runs natively.
+        if self.stepper.is_on() && self.retirement.in_user_mode() && owed == Owed::Nothing {
             crate::user_return::one_instruction(vcpu);
         }
     }
