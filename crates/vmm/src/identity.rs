@@ -66,6 +66,10 @@ impl CpuVendor {
 const LEAF7_EDX_SPECULATION: u32 = 1 << 26 | 1 << 27 | 1 << 28 | 1 << 29 | 1 << 31;
 /// CPUID.0x80000008:EBX: AMD's IBPB, IBRS, STIBP, SSBD, VIRT_SSBD.
 const LEAF_8000_0008_EBX_SPECULATION: u32 = 1 << 12 | 1 << 14 | 1 << 15 | 1 << 24 | 1 << 25;
+/// CPUID.0x80000008:EBX bit 2, XSAVEERPTR: FXSAVE always saves the x87 error pointers (Zen 2
+/// and later). Without it Linux works around the leak of older AMD CPUs with `fnclex; emms;
+/// fildl` before each return to user mode, and this host's emulator stops on `fildl`.
+const LEAF_8000_0008_EBX_XSAVEERPTR: u32 = 1 << 2;
 /// CPUID.0x80000001:ECX: AMD core, northbridge and L2 performance counter extensions,
 /// and the performance timestamp counter.
 const LEAF_8000_0001_ECX_AMD_PMU: u32 = 1 << 23 | 1 << 24 | 1 << 27 | 1 << 28;
@@ -160,7 +164,12 @@ pub fn apply(entries: &mut [kvm_cpuid_entry2], vendor: CpuVendor) {
                 e.ecx &= !(LEAF_8000_0001_ECX_AMD_PMU | LEAF_8000_0001_ECX_HIDDEN);
                 e.edx &= !LEAF_8000_0001_EDX_HIDDEN;
             }
-            0x8000_0008 => e.ebx &= !LEAF_8000_0008_EBX_SPECULATION,
+            0x8000_0008 => {
+                e.ebx &= !LEAF_8000_0008_EBX_SPECULATION;
+                if vendor == CpuVendor::Amd {
+                    e.ebx |= LEAF_8000_0008_EBX_XSAVEERPTR;
+                }
+            }
             0x8000_0022 => [e.eax, e.ebx, e.ecx, e.edx] = [0; 4],
             _ => {}
         }
@@ -373,5 +382,9 @@ mod tests {
         assert_eq!((sig >> 8 & 0xf) + (sig >> 20 & 0xff), 0x19, "family 0x19");
         assert_eq!((sig >> 4 & 0xf) | (sig >> 12 & 0xf0), 0x11, "model 0x11");
         assert_eq!(CpuVendor::Amd.pmu_vendor(), pmu::Vendor::Amd);
+        let mut intel_host = amd_host();
+        intel_host[5].ebx = 0;
+        apply(&mut intel_host, CpuVendor::Amd);
+        assert_ne!(intel_host[5].ebx & LEAF_8000_0008_EBX_XSAVEERPTR, 0, "a Zen 4 saves the x87 error pointers");
     }
 }
