@@ -17,7 +17,7 @@ pub use debug_exit::DebugExit;
 pub use fw_cfg::FwCfg;
 pub use i8042::{I8042, I8042_COMMAND_PORT, I8042_DATA_PORT};
 pub use rtc::{Rtc, RTC_DATA_PORT, RTC_INDEX_PORT};
-pub use serial::{Console, SerialIrq, SerialPort, POWER_OFF_LINE, SERIAL_IRQ};
+pub use serial::{Console, SerialIrq, SerialPort, POWER_OFF_LINES, SERIAL_IRQ};
 pub use shutdown::ShutdownPort;
 
 use std::collections::BTreeMap;
@@ -206,11 +206,13 @@ mod tests {
         bus.read(RTC_DATA_PORT, &mut status);
         assert_eq!(status[0] & 0x80, 0, "RTC not updating");
         bus.serial.console().watch_power_off();
-        let mut last = DeviceAction::Continue;
-        for b in b"[   12.5] reboot: Power down\n" {
-            last = bus.write(0x3f8, &[*b]);
+        for line in [&b"[   12.5] reboot: Power down\n"[..], b"[   53.4] reboot: System halted\n"] {
+            let mut last = DeviceAction::Continue;
+            for b in line {
+                last = bus.write(0x3f8, &[*b]);
+            }
+            assert_eq!(last, DeviceAction::PowerOff, "{}", String::from_utf8_lossy(line));
         }
-        assert_eq!(last, DeviceAction::PowerOff);
     }
 
     #[test]

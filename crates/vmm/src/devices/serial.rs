@@ -30,9 +30,11 @@ impl Trigger for SerialIrq {
     }
 }
 
-/// The line Linux prints (at KERN_EMERG) as it powers off; with no ACPI it cannot power the
-/// machine off, so the VMM ends the run there (`Console::watch_power_off`).
-pub const POWER_OFF_LINE: &[u8] = b"reboot: Power down";
+/// The lines Linux prints (at KERN_EMERG) as it powers off or halts. The machine has no ACPI
+/// power-off register, so Linux turns `poweroff -f` into a halt ("System halted") and waits
+/// forever with interrupts off; the VMM ends the run at either line
+/// (`Console::watch_power_off`).
+pub const POWER_OFF_LINES: [&[u8]; 2] = [b"reboot: Power down", b"reboot: System halted"];
 /// Longest console line kept for that match.
 const WATCH_LINE_MAX: usize = 256;
 
@@ -48,9 +50,9 @@ struct ConsoleInner {
     captured: Vec<u8>,
     dropped: u64,
     first_byte: Option<Instant>,
-    /// Watch for `POWER_OFF_LINE`: the current line, when watching.
+    /// Watch for `POWER_OFF_LINES`: the current line, when watching.
     line: Option<Vec<u8>>,
-    /// `POWER_OFF_LINE` was printed.
+    /// `POWER_OFF_LINES` was printed.
     powered_off: bool,
 }
 
@@ -95,7 +97,7 @@ impl Console {
         self.inner.lock().unwrap().first_byte
     }
 
-    /// Watch the output for Linux's power-off line (`POWER_OFF_LINE`).
+    /// Watch the output for Linux's power-off line (`POWER_OFF_LINES`).
     pub fn watch_power_off(&self) {
         self.inner.lock().unwrap().line.get_or_insert_with(Vec::new);
     }
@@ -111,7 +113,7 @@ impl ConsoleInner {
         let Some(line) = &mut self.line else { return };
         for &b in buf {
             if b == b'\n' {
-                self.powered_off |= line.windows(POWER_OFF_LINE.len()).any(|w| w == POWER_OFF_LINE);
+                self.powered_off |= POWER_OFF_LINES.iter().any(|end| line.windows(end.len()).any(|w| w == *end));
                 line.clear();
             } else if line.len() < WATCH_LINE_MAX {
                 line.push(b);
