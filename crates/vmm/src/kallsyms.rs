@@ -86,9 +86,11 @@ pub fn recover(data: &[u8], rodata: Range<usize>, text: u64) -> Option<Vec<Kerne
     let tokens = find_token_table(ro)?;
     let (base_at, count) = find_relative_base(ro, text, &tokens)?;
     let names_at = base_at + 16;
-    let offsets_at = base_at.checked_sub(4 * count as usize)?;
-    let offsets: Vec<i32> =
-        ro[offsets_at..base_at].chunks_exact(4).map(|w| i32::from_le_bytes(w.try_into().expect("4 bytes"))).collect();
+    let offsets_at = base_at.checked_sub(offsets_table_len(count))?;
+    let offsets: Vec<i32> = ro[offsets_at..offsets_at + 4 * count as usize]
+        .chunks_exact(4)
+        .map(|w| i32::from_le_bytes(w.try_into().expect("4 bytes")))
+        .collect();
     // x86-64 keeps per-CPU symbols absolute (CONFIG_KALLSYMS_ABSOLUTE_PERCPU): their offsets
     // are >= 0 and the rest -1 - (addr - base); otherwise every offset is unsigned.
     let absolute_percpu = offsets.iter().any(|&o| o < 0);
@@ -108,6 +110,13 @@ pub fn recover(data: &[u8], rodata: Range<usize>, text: u64) -> Option<Vec<Kerne
     }
     symbols.sort_by_key(|s| s.addr);
     Some(symbols)
+}
+
+/// Bytes from `kallsyms_offsets` to `kallsyms_relative_base`: both are 8-aligned, so an odd
+/// symbol count leaves 4 bytes of padding after the offsets (Debian's 6.1.192 has 87,347
+/// symbols: read without it, every name went to the next symbol's address).
+fn offsets_table_len(count: u32) -> usize {
+    (4 * count as usize).next_multiple_of(8)
 }
 
 /// The decompression table of kallsyms_names.
@@ -193,7 +202,7 @@ fn find_relative_base(ro: &[u8], text: u64, tokens: &Tokens) -> Option<(usize, u
             continue;
         }
         let count = u32::from_le_bytes(ro.get(at + 8..at + 12)?.try_into().ok()?);
-        if count == 0 || count > MAX_SYMBOLS || (4 * count as usize) > at {
+        if count == 0 || count > MAX_SYMBOLS || offsets_table_len(count) > at {
             continue;
         }
         if names_fit(ro, at + 16, count, tokens) {
@@ -298,6 +307,14 @@ mod tests {
     }
 
     #[test]
+    fn an_odd_count_pads_the_offsets() {
+        let ro = rodata(&[("Tstartup_64", TEXT), ("tnative_read_pmc", TEXT + 0x736f0), ("tnative_read_msr", TEXT + 0x737c0)]);
+        let symbols = recover(&ro, 0..ro.len(), TEXT).expect("tables found");
+        let got: Vec<(u64, &str)> = symbols.iter().map(|s| (s.addr, s.name.as_str())).collect();
+        assert_eq!(got, vec![(TEXT, "startup_64"), (TEXT + 0x736f0, "native_read_pmc"), (TEXT + 0x737c0, "native_read_msr")]);
+    }
+
+    #[test]
     fn anything_else_is_none() {
         assert_eq!(recover(&[0u8; 4096], 0..4096, TEXT), None);
         let ro = rodata(&[("Tstartup_64", TEXT)]);
@@ -322,5 +339,6 @@ mod tests {
         assert!(symbols.len() > 10_000, "{}", symbols.len());
         assert!(symbols.iter().any(|s| s.name == "x86_perf_event_update" && s.is_text()));
         assert!(symbols.iter().any(|s| s.name == "startup_64" && s.addr == text.sh_addr));
+        assert!(symbols.iter().any(|s| s.name == "_text" && s.addr == text.sh_addr), "names at their own addresses");
     }
 }
