@@ -114,8 +114,12 @@ fn record_multiplexes_events_beyond_the_counters_and_keeps_their_samples_apart()
             assert!(taken >= 20, "{mode}: {} has {taken} samples", names[i]);
             // Each period carries over its turns: the samples stand for most of what the
             // event counted while on the counter (the clock's lost notifications aside).
+            // ref-cycles count the TSC while the vCPU thread's clock brings the overflows
+            // (DESIGN.md), so on a busy host they stand for the thread's share of it only.
             let sampled: u64 = samples.iter().filter(|s| s["event"] == i).map(|s| s["period"].as_u64().unwrap()).sum();
-            assert!(sampled * 2 > e["count"].as_u64().unwrap(), "{mode}: {e}: samples stand for {sampled}");
+            let count = e["count"].as_u64().unwrap();
+            let held = if names[i] == "cycles" { sampled * 2 > count } else { sampled > 0 && sampled <= count };
+            assert!(held, "{mode}: {e}: samples stand for {sampled}");
         }
         assert!(samples.iter().all(|s| s["event"] == 0 || s["event"] == 1), "{mode}: every sample is attributed");
         let report = stdout(&perfvm(&["report", "-i", out]));
