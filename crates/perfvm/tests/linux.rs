@@ -78,10 +78,14 @@ fn linux_perf_counts_user_instructions_exactly_on_the_exact_backend() {
     let o = perfvm(&args);
     let out = stdout(&o);
     let context = format!("stdout tail: {}\nstderr: {}", &out[out.len().saturating_sub(3000)..], stderr(&o));
-    let stat = |n: &str| out.split(&format!("Performance counter stats for '/bin/loop {n}'")).nth(1).unwrap_or_default();
+    let stat =
+        |n: &str| out.split(&format!("Performance counter stats for '/bin/loop {n}'")).nth(1).unwrap_or_default();
     assert_eq!(stat_count(stat("100000"), "instructions:u"), Some(2 * 100_000 + 8 * 6 + 14), "{context}");
     assert_eq!(stat_count(stat("100000"), "branches:u"), Some(100_000 + 2 * 6 + 3), "{context}");
-    assert!(stat_count(stat("100000"), "instructions:k").is_some_and(|n| n > 0), "exec and exit run in the kernel: {context}");
+    assert!(
+        stat_count(stat("100000"), "instructions:k").is_some_and(|n| n > 0),
+        "exec and exit run in the kernel: {context}"
+    );
     assert_eq!(stat_count(stat("7"), "instructions:u"), Some(2 * 7 + 8 + 14), "{context}");
     assert_eq!(stat_count(stat("7"), "branches:u"), Some(7 + 2 + 3), "{context}");
     assert!(out.contains("Intel PMU driver"), "{context}");

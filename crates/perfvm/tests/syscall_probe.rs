@@ -63,7 +63,15 @@ fn the_exact_backend_steps_through_repaired_syscalls() {
     require_kvm!();
     let image = probe();
     let o = Command::new(env!("CARGO_BIN_EXE_perfvm"))
-        .args(["stat", "-a", "--backend", "exact", "-e", "instructions:u,branches:u,instructions:k,branches:k", "--json"])
+        .args([
+            "stat",
+            "-a",
+            "--backend",
+            "exact",
+            "-e",
+            "instructions:u,branches:u,instructions:k,branches:k",
+            "--json",
+        ])
         .args([image.as_str(), "--timeout", "60"])
         .env("PERFVM_SYSCALL_REPAIR", "1")
         .output()

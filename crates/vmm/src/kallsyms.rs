@@ -308,10 +308,17 @@ mod tests {
 
     #[test]
     fn an_odd_count_pads_the_offsets() {
-        let ro = rodata(&[("Tstartup_64", TEXT), ("tnative_read_pmc", TEXT + 0x736f0), ("tnative_read_msr", TEXT + 0x737c0)]);
+        let ro = rodata(&[
+            ("Tstartup_64", TEXT),
+            ("tnative_read_pmc", TEXT + 0x736f0),
+            ("tnative_read_msr", TEXT + 0x737c0),
+        ]);
         let symbols = recover(&ro, 0..ro.len(), TEXT).expect("tables found");
         let got: Vec<(u64, &str)> = symbols.iter().map(|s| (s.addr, s.name.as_str())).collect();
-        assert_eq!(got, vec![(TEXT, "startup_64"), (TEXT + 0x736f0, "native_read_pmc"), (TEXT + 0x737c0, "native_read_msr")]);
+        assert_eq!(
+            got,
+            vec![(TEXT, "startup_64"), (TEXT + 0x736f0, "native_read_pmc"), (TEXT + 0x737c0, "native_read_msr")]
+        );
     }
 
     #[test]

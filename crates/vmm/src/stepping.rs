@@ -20,8 +20,8 @@
 
 use crate::backends::decode::MAX_INSN_LEN;
 use crate::backends::retire::StepCpu;
-use crate::softint::{FlagHome, Run};
 use crate::guest_debug::GuestDebug;
+use crate::softint::{FlagHome, Run};
 use kvm_ioctls::VcpuFd;
 use std::collections::HashMap;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};

@@ -30,8 +30,8 @@
 //! Linux does (kernel CS 0x10, SWAPGS, SYSRETQ; tests/syscall_probe.rs). On Debian's kernel
 //! (docs/LINUX.md, boots 9-11) init's system calls go through it to `reboot -f`.
 
-use crate::linear::{LinearMemory, VcpuLinear};
 use crate::guest_debug::GuestDebug;
+use crate::linear::{LinearMemory, VcpuLinear};
 use kvm_bindings::{kvm_msr_entry, kvm_segment, Msrs};
 use kvm_ioctls::VcpuFd;
 use vm_memory::GuestMemoryMmap;

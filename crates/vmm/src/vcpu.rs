@@ -3,11 +3,11 @@
 use crate::devices::PioBus;
 use crate::dispatch::{dispatch, reset_end, Next};
 use crate::exit::VmEnd;
+use crate::guest_debug::GuestDebug;
 use crate::kick;
 use crate::requests::RequestOrder;
 use crate::softint::FlagHome;
 use crate::stats::VcpuStats;
-use crate::guest_debug::GuestDebug;
 use crate::syscall_entry::{DebugExit, SyscallRepair};
 use crate::vpmu::{NmiSource, Owed, VcpuPmu};
 use kvm_ioctls::{VcpuExit, VcpuFd, VmFd};

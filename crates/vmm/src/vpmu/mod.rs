@@ -14,9 +14,9 @@ mod step_control;
 
 pub use crate::backends::Backend;
 use crate::backends::VmmSource;
+use crate::guest_debug::GuestDebug;
 use crate::pmi::{self, PmiOutcome};
 use crate::pv::PvStats;
-use crate::guest_debug::GuestDebug;
 use crate::rdpmc_traps::RdpmcTraps;
 pub use crate::stepping::Owed;
 use crate::throttle::Throttle;
