@@ -148,7 +148,7 @@ mod tests {
     fn the_users_text_follows_the_defaults() {
         assert_eq!(compose_cmdline(&[None], ""), DEFAULT_CMDLINE);
         let clear = Some("clearcpuid=cx16".to_owned());
-        assert_eq!(compose_cmdline(&[clear.clone()], ""), format!("{DEFAULT_CMDLINE} clearcpuid=cx16"));
+        assert_eq!(compose_cmdline(std::slice::from_ref(&clear), ""), format!("{DEFAULT_CMDLINE} clearcpuid=cx16"));
         let tsc = Some(tsc_early_khz(2_500_000 * 128));
         assert_eq!(compose_cmdline(&[None, tsc], ""), format!("{DEFAULT_CMDLINE} tsc_early_khz=320000000"));
         let line = compose_cmdline(&[clear], " nmi_watchdog=0 -- \"echo hi\" ");
