@@ -43,12 +43,7 @@ fn is_host_tsc(before: u64, guest: u64, after: u64) -> bool {
 
 /// KVM_GET_MSRS of IA32_TSC (0 if it fails).
 fn through_kvm(vcpu: &VcpuFd) -> u64 {
-    let entry = kvm_bindings::kvm_msr_entry { index: MSR_IA32_TSC, ..Default::default() };
-    let mut msrs = kvm_bindings::Msrs::from_entries(&[entry]).expect("one MSR");
-    match vcpu.get_msrs(&mut msrs) {
-        Ok(1) => msrs.as_slice()[0].data,
-        _ => 0,
-    }
+    crate::vcpu_msr::read(vcpu, MSR_IA32_TSC).unwrap_or(0)
 }
 
 #[cfg(test)]

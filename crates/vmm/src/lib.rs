@@ -45,6 +45,7 @@ pub mod transition;
 pub mod unwind;
 pub mod user_return;
 pub mod vcpu;
+pub mod vcpu_msr;
 pub mod vm;
 pub mod vmm_counts;
 pub mod vpmu;

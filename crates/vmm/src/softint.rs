@@ -174,13 +174,13 @@ pub fn run_on(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome, what: Run) -
     match what {
         Run::Int { vector, len } => deliver(&mut regs, &sregs, linear, flag, vector, len)?,
         Run::Sysret if kernel_long_mode(&sregs) => {
-            let star = crate::syscall_entry::msr(vcpu, crate::syscall_entry::MSR_STAR).ok()?;
+            let star = crate::vcpu_msr::read(vcpu, crate::syscall_entry::MSR_STAR).ok()?;
             crate::user_return::sysretq(&mut regs, &mut sregs, star);
             vcpu.set_sregs(&sregs).ok()?;
         }
         Run::Swapgs { len } if kernel_long_mode(&sregs) => {
-            let kernel_gs = crate::syscall_entry::msr(vcpu, MSR_KERNEL_GS_BASE).ok()?;
-            crate::syscall_entry::set_msr(vcpu, MSR_KERNEL_GS_BASE, sregs.gs.base).ok()?;
+            let kernel_gs = crate::vcpu_msr::read(vcpu, MSR_KERNEL_GS_BASE).ok()?;
+            crate::vcpu_msr::write(vcpu, MSR_KERNEL_GS_BASE, sregs.gs.base).ok()?;
             sregs.gs.base = kernel_gs;
             vcpu.set_sregs(&sregs).ok()?;
             regs.rip += len;

@@ -32,7 +32,8 @@
 
 use crate::guest_debug::GuestDebug;
 use crate::linear::{LinearMemory, VcpuLinear};
-use kvm_bindings::{kvm_msr_entry, kvm_segment, Msrs};
+use crate::vcpu_msr;
+use kvm_bindings::kvm_segment;
 use kvm_ioctls::VcpuFd;
 use vm_memory::GuestMemoryMmap;
 
@@ -56,22 +57,9 @@ pub enum SyscallEntryError {
     NoGate,
 }
 
-/// The guest's MSR `index`, as KVM holds it.
-pub(crate) fn msr(vcpu: &VcpuFd, index: u32) -> Result<u64, kvm_ioctls::Error> {
-    let mut msrs = Msrs::from_entries(&[kvm_msr_entry { index, ..Default::default() }]).expect("one MSR");
-    vcpu.get_msrs(&mut msrs)?;
-    Ok(msrs.as_slice()[0].data)
-}
-
-/// Write the guest's MSR `index` in KVM.
-pub(crate) fn set_msr(vcpu: &VcpuFd, index: u32, data: u64) -> Result<(), kvm_ioctls::Error> {
-    let msrs = Msrs::from_entries(&[kvm_msr_entry { index, data, ..Default::default() }]).expect("one MSR");
-    vcpu.set_msrs(&msrs).map(|_| ())
-}
-
 /// Write LSTAR as the guest asked (the MSR filter kept the write from KVM).
 pub fn set_lstar(vcpu: &VcpuFd, entry: u64) -> Result<(), kvm_ioctls::Error> {
-    set_msr(vcpu, MSR_LSTAR, entry)
+    crate::vcpu_msr::write(vcpu, MSR_LSTAR, entry)
 }
 
 /// The guest wrote LSTAR = `entry`: make the write and return the address of the #PF
@@ -131,7 +119,7 @@ fn at_fault(vcpu: &mut VcpuFd, mem: &GuestMemoryMmap, entry: u64) -> Result<bool
     let Some(frame) = frame.filter(|f| is_broken_syscall(f, sregs.cr2, entry)) else {
         return Ok(false);
     };
-    let (star, fmask) = (msr(vcpu, MSR_STAR)?, msr(vcpu, MSR_FMASK)?);
+    let (star, fmask) = (vcpu_msr::read(vcpu, MSR_STAR)?, vcpu_msr::read(vcpu, MSR_FMASK)?);
     (sregs.cs, sregs.ss) = kernel_segments(star);
     regs.rip = entry;
     regs.rsp = frame.rsp;
