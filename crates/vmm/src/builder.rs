@@ -230,14 +230,14 @@ fn write_linux_boot(
     host_cpuid: &CpuId,
     tsc_khz: u64,
 ) -> Result<String, VmError> {
-    use crate::loader::linux::{acpi, mptable, params, TSC_SCALE};
+    use crate::loader::linux::{acpi, mptable, params, tsc_scale};
     let mut host = crate::identity::hardware_leaves();
     host.extend_from_slice(host_cpuid.as_slice());
     let clearcpuid = crate::identity::linux_clearcpuid(&host);
     // The Intel identity tells the (dilated) TSC rate in CPUID 0x15/0x16; Linux reads those
     // only on Intel, so the AMD identity says it on the command line.
     let amd_tsc = (config.cpu_vendor == crate::identity::CpuVendor::Amd && tsc_khz > 0)
-        .then(|| params::tsc_early_khz(tsc_khz.saturating_mul(TSC_SCALE)));
+        .then(|| params::tsc_early_khz(tsc_khz.saturating_mul(tsc_scale(tsc_khz))));
     let cmdline = params::compose_cmdline(&[clearcpuid, amd_tsc], &config.cmdline);
     let rsdp = acpi::write(mem, config.vcpus as u8).map_err(memory("writing the ACPI tables"))?;
     params::write(mem, boot, mem_size, &cmdline, rsdp).map_err(|e| VmError::Config(e.to_string()))?;
@@ -360,7 +360,7 @@ fn setup_vcpu(
     tsc_khz: u64,
 ) -> Result<CpuId, VmError> {
     let mut cpuid = crate::cpuid::for_vcpu(supported, index, pmu, vendor);
-    let scale = if image.protocol == BootProtocol::Linux64 { crate::loader::linux::TSC_SCALE } else { 1 };
+    let scale = if image.protocol == BootProtocol::Linux64 { crate::loader::linux::tsc_scale(tsc_khz) } else { 1 };
     crate::cpuid::add_tsc_leaves(&mut cpuid, vendor, tsc_khz, scale);
     fd.set_cpuid2(&cpuid).map_err(ioctl("KVM_SET_CPUID2"))?;
     let mut sregs = fd.get_sregs().map_err(ioctl("KVM_GET_SREGS"))?;

@@ -69,7 +69,7 @@ pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>, vendor: cr
 /// knows the TSC frequency (X86_FEATURE_TSC_KNOWN_FREQ) instead of calibrating it against
 /// the PIT, which takes long and reads wrong under this host's emulator. The crystal runs
 /// at the TSC's rate and the TSC is said to be `scale` times the crystal (1: the truth;
-/// Linux guests get a dilated clock, `loader::linux::TSC_SCALE`). AMD has no such leaves
+/// Linux guests get a dilated clock, `loader::linux::tsc_scale`). AMD has no such leaves
 /// (Linux reads them only on Intel).
 pub fn add_tsc_leaves(cpuid: &mut CpuId, vendor: crate::identity::CpuVendor, tsc_khz: u64, scale: u64) {
     let claimed_khz = tsc_khz.saturating_mul(scale);
