@@ -201,7 +201,7 @@ pub enum ScriptFormat {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Suites to run (default: all).
+    /// Suites to run (default: all but `linux`, which runs only when named).
     pub suites: Vec<String>,
     /// Smaller guests, and 2 repetitions unless --reps is given.
     #[arg(long)]

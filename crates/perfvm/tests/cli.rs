@@ -55,6 +55,21 @@ fn bench_reps_must_be_positive_and_quick_leaves_them_alone() {
 }
 
 #[test]
+fn bench_suites_are_checked_and_linux_needs_its_assets() {
+    let o = perfvm(&["bench", "nosuch"]);
+    assert_usage_error(&o, "unknown bench suite 'nosuch' (available: rate, pmu-ops,");
+    assert!(stderr(&o).contains(", scaling, linux)"), "the named-only suite is listed: {}", stderr(&o));
+    let empty = std::env::temp_dir().join(format!("perfvm-no-linux-{}", std::process::id()));
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
+        .args(["bench", "linux"])
+        .env("PERFVM_LINUX_DIR", &empty)
+        .output()
+        .expect("perfvm runs");
+    assert_usage_error(&o, &format!("bench linux: no kernel and initramfs in {}", empty.display()));
+    assert!(stderr(&o).contains("guest/linux/fetch-and-build.sh"), "{}", stderr(&o));
+}
+
+#[test]
 fn ctrl_c_stops_the_bench_with_130_and_one_line() {
     require_kvm!();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))

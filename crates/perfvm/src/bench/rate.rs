@@ -60,7 +60,7 @@ fn host_lock_rate(n: u64) -> f64 {
 
 /// Instructions per second of the guest's loop `what` (`loop` or `lock`), from its
 /// `rate: <what>` line.
-fn guest_rate(report: &RunReport, what: &str) -> Option<f64> {
+pub(super) fn guest_rate(report: &RunReport, what: &str) -> Option<f64> {
     let get = |key| console_value(report, &format!("rate: {what} "), key);
     let tsc = TscRate::from_khz(get("tsc_khz")? as u64)?;
     Some(get("instructions")? / tsc.seconds(get("tsc")?))
