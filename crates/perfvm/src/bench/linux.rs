@@ -8,6 +8,7 @@ use super::rate::guest_rate;
 use super::{config, Bench};
 use crate::Failure;
 use profile::measure::{fmt, per_second};
+use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -44,16 +45,33 @@ fn repository() -> PathBuf {
     guests.ancestors().nth(2).map(PathBuf::from).unwrap_or(guests)
 }
 
-/// Instructions per second of the emulated rate loop, vPMU off.
-fn emulation_rate(b: &Bench) -> Result<f64, Failure> {
-    let cfg = config("rate", &RATE_ITERATIONS.to_string(), None);
-    let report = b.run(&cfg, NativeMode::Off)?.ok_or_else(|| Failure::failed("the rate guest did not run"))?;
-    guest_rate(&report, "loop").ok_or_else(|| Failure::failed("the rate guest printed no rate"))
+/// What one run emulated: KVM's `insn_emulation` and the vCPU threads' CPU time, all vCPUs.
+struct Emulated {
+    instructions: u64,
+    cpu_seconds: f64,
 }
 
-/// KVM's `insn_emulation`, all vCPUs.
-fn instructions_emulated(report: &RunReport) -> u64 {
-    report.stats.vcpus.iter().filter_map(|v| v.kvm.get("insn_emulation")).sum()
+impl Emulated {
+    fn of(report: &RunReport) -> Self {
+        let instructions = report.stats.vcpus.iter().filter_map(|v| v.kvm.get("insn_emulation")).sum();
+        let cpu_ns: u64 = report.vcpu_counts.iter().map(|c| c.thread_ns).sum();
+        Emulated { instructions, cpu_seconds: cpu_ns as f64 / 1e9 }
+    }
+
+    /// Instructions per second of vCPU thread time: what the emulator gives a CPU, whatever
+    /// else shares the host.
+    fn per_cpu_second(&self) -> f64 {
+        self.instructions as f64 / self.cpu_seconds
+    }
+}
+
+/// The emulated rate loop (vPMU off): its instructions per second of wall time (its
+/// TSC-timed loop) and per second of vCPU thread time (the whole run).
+fn emulation_rate(b: &Bench) -> Result<(f64, f64), Failure> {
+    let cfg = config("rate", &RATE_ITERATIONS.to_string(), None);
+    let report = b.run(&cfg, NativeMode::Off)?.ok_or_else(|| Failure::failed("the rate guest did not run"))?;
+    let wall = guest_rate(&report, "loop").ok_or_else(|| Failure::failed("the rate guest printed no rate"))?;
+    Ok((wall, Emulated::of(&report).per_cpu_second()))
 }
 
 pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
@@ -66,33 +84,44 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
     let before = emulation_rate(b)?;
     let start = Instant::now();
     let report = b.run(&boot, NativeMode::Off)?.ok_or_else(|| Failure::failed("the Linux guest did not run"))?;
-    let seconds = start.elapsed().as_secs_f64();
+    let wall = start.elapsed().as_secs_f64();
     let after = emulation_rate(b)?;
-    let instructions = instructions_emulated(&report);
-    let rate = (before + after) / 2.0;
-    let floor = instructions as f64 / rate;
+    let boot = Emulated::of(&report);
+    let n = boot.instructions as f64;
+    let floor_wall = n / ((before.0 + after.0) / 2.0);
+    let floor_cpu = n / ((before.1 + after.1) / 2.0);
+    let mut table =
+        Table::new(&[Column::left("", 24), Column::right("wall time", 14), Column::right("vCPU thread time", 18)]);
+    let row = |what: &'static str, wall: String, cpu: String| {
+        vec![Cell::label("what", what), Cell::text(wall), Cell::text(cpu)]
+    };
+    let secs = |s: f64| format!("{} s", fmt(s));
+    table.push(row("boot", secs(wall), secs(boot.cpu_seconds)));
+    table.push(row("emulation rate, before", per_second(before.0), per_second(before.1)));
+    table.push(row("emulation rate, after", per_second(after.0), per_second(after.1)));
+    table.push(row("floor", secs(floor_wall), secs(floor_cpu)));
+    table.push(row(
+        "boot / floor",
+        format!("{}x", fmt(wall / floor_wall)),
+        format!("{}x", fmt(boot.cpu_seconds / floor_cpu)),
+    ));
     let text = format!(
-        "linux — Debian's stock kernel booted to /init and powered off (perf backend), one run, against its floor\n\n\
-         boot to /init and power-off   {} s wall\n\
-         instructions KVM emulated     {}\n\
-         emulation rate (rate guest)   {} instr/s before the boot, {} after\n\
-         floor = instructions / rate   {} s\n\
-         boot / floor                  {}x\n",
-        fmt(seconds),
-        fmt(instructions as f64),
-        per_second(before),
-        per_second(after),
-        fmt(floor),
-        fmt(seconds / floor),
+        "linux — Debian's stock kernel booted to /init and powered off (perf backend), one run, against its floor:\n\
+         the {} instructions KVM emulated for it at the rate guest's emulated rate (instructions/s), before and after\n\n{}",
+        fmt(n),
+        table.text()
     );
     let value = json!({
         "cmdline": CMDLINE,
-        "boot_seconds": seconds,
-        "instructions_emulated": instructions,
-        "rate_before": before,
-        "rate_after": after,
-        "floor_seconds": floor,
-        "boot_over_floor": seconds / floor,
+        "instructions_emulated": boot.instructions,
+        "boot_seconds": wall,
+        "boot_cpu_seconds": boot.cpu_seconds,
+        "rate_before": {"wall": before.0, "cpu": before.1},
+        "rate_after": {"wall": after.0, "cpu": after.1},
+        "floor_seconds": floor_wall,
+        "floor_cpu_seconds": floor_cpu,
+        "boot_over_floor": wall / floor_wall,
+        "boot_over_floor_cpu": boot.cpu_seconds / floor_cpu,
     });
     Ok((text, value))
 }
