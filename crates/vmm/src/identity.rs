@@ -222,6 +222,39 @@ const LINUX_HIDDEN: [(&str, u32, u32, usize, u32); 39] = [
     ("monitor", 1, 0, 2, 3),
 ];
 
+/// The speculation controls whose MSRs #GP here (`UNADVERTISED_MSRS`): (name, leaf, subleaf,
+/// register, bit) of SPEC_CTRL, STIBP, SSBD and AMD's IBRS/STIBP/SSBD. From any of them Linux
+/// sets its own "MSR SPEC_CTRL is implemented" flag before `clearcpuid=` applies, and reads
+/// and writes IA32_SPEC_CTRL by that flag alone: clearing the flag is what keeps it away.
+const LINUX_SPECULATION: [(&str, u32, u32, usize, u32); 7] = [
+    ("spec_ctrl", 7, 0, 3, 26),
+    ("intel_stibp", 7, 0, 3, 27),
+    ("spec_ctrl_ssbd", 7, 0, 3, 31),
+    ("amd_ibrs", 0x8000_0008, 0, 1, 14),
+    ("amd_stibp", 0x8000_0008, 0, 1, 15),
+    ("amd_ssbd", 0x8000_0008, 0, 1, 24),
+    ("virt_ssbd", 0x8000_0008, 0, 1, 25),
+];
+
+/// Linux's X86_FEATURE_MSR_SPEC_CTRL (7*32+16 since 4.18), a flag of its own with no name.
+const LINUX_MSR_SPEC_CTRL: u32 = 7 * 32 + 16;
+
+/// Linux's number for a CPUID bit: its capability word (arch/x86/include/asm/cpufeatures.h,
+/// the hardware-defined words, stable across versions) times 32 plus the bit.
+fn linux_feature_number(leaf: u32, reg: usize, bit: u32) -> Option<u32> {
+    let word = match (leaf, reg) {
+        (1, 3) => 0,
+        (0x8000_0001, 3) => 1,
+        (1, 2) => 4,
+        (0x8000_0001, 2) => 6,
+        (7, 1) => 9,
+        (7, 2) => 16,
+        (7, 3) => 18,
+        _ => return None,
+    };
+    Some(word * 32 + bit)
+}
+
 /// Linux keeps at most this many characters of `clearcpuid=`'s value (its buffer is 128).
 const CLEARCPUID_MAX: usize = 127;
 
@@ -244,23 +277,28 @@ pub fn hardware_leaves() -> Vec<kvm_cpuid_entry2> {
 /// 1, 7, 0xD and 0x80000001 from the hardware whatever KVM_SET_CPUID2 says (measured), so
 /// the features [`apply`] hides come back; Linux is told to ignore the ones `host` has (the
 /// builder passes [`hardware_leaves`] and KVM's supported CPUID). Only those, most
-/// important first, within what Linux reads.
+/// important first, then Linux's SPEC_CTRL flag where the host has a speculation control,
+/// within what Linux reads; by number, which Linux takes (and prints by name where the flag
+/// has one) and which fits three times as many as names do.
 pub fn linux_clearcpuid(host: &[kvm_cpuid_entry2]) -> Option<String> {
     let has = |leaf: u32, sub: u32, reg: usize, bit: u32| {
         host.iter()
             .filter(|e| e.function == leaf && (e.index == sub || leaf != 7))
             .any(|e| [e.eax, e.ebx, e.ecx, e.edx][reg] & 1 << bit != 0)
     };
+    let speculation = LINUX_SPECULATION.iter().any(|f| has(f.1, f.2, f.3, f.4));
+    let numbers = LINUX_HIDDEN
+        .iter()
+        .filter(|f| has(f.1, f.2, f.3, f.4))
+        .filter_map(|&(_, leaf, _, reg, bit)| linux_feature_number(leaf, reg, bit))
+        .chain(speculation.then_some(LINUX_MSR_SPEC_CTRL));
     let mut value = String::new();
-    for &(name, ..) in LINUX_HIDDEN.iter().filter(|f| has(f.1, f.2, f.3, f.4)) {
-        let extra = name.len() + usize::from(!value.is_empty());
-        if value.len() + extra > CLEARCPUID_MAX {
+    for number in numbers {
+        let item = if value.is_empty() { number.to_string() } else { format!(",{number}") };
+        if value.len() + item.len() > CLEARCPUID_MAX {
             break;
         }
-        if !value.is_empty() {
-            value.push(',');
-        }
-        value.push_str(name);
+        value.push_str(&item);
     }
     (!value.is_empty()).then(|| format!("clearcpuid={value}"))
 }
@@ -330,10 +368,16 @@ mod tests {
             leaf(0x8000_0001, [0, 0, 1, 0x2010_0800]),
         ];
         let line = linux_clearcpuid(&host).unwrap();
-        assert!(line.starts_with("clearcpuid=xsave,popcnt,smap,fsgsbase,rdrand,rdseed,smep,umip,erms,"), "{line}");
-        assert!(!line.contains("cx16"), "this host shows no CX16: {line}");
-        assert!(!line.contains("pcid") && !line.contains("rdtscp"), "absent features are not named: {line}");
+        // xsave (4*32+26), popcnt (4*32+23), smap (9*32+20), fsgsbase (9*32+0), rdrand
+        // (4*32+30), rdseed (9*32+18), smep (9*32+7), umip (16*32+2), erms (9*32+9).
+        assert!(line.starts_with("clearcpuid=154,151,308,288,158,306,295,514,297,"), "{line}");
+        let numbers: Vec<u32> = line["clearcpuid=".len()..].split(',').map(|n| n.parse().unwrap()).collect();
+        assert!(!numbers.contains(&(4 * 32 + 13)), "this host shows no CX16: {line}");
+        assert!(!numbers.contains(&(4 * 32 + 17)) && !numbers.contains(&(32 + 27)), "no PCID, RDTSCP: {line}");
+        assert_eq!(numbers.last(), Some(&LINUX_MSR_SPEC_CTRL), "SPEC_CTRL, and all before it fit: {line}");
         assert!(line.len() - "clearcpuid=".len() <= CLEARCPUID_MAX, "{line}");
+        let without_speculation = vec![leaf(1, [0, 0, 1 << 26, 0])];
+        assert_eq!(linux_clearcpuid(&without_speculation).as_deref(), Some("clearcpuid=154"));
         assert_eq!(linux_clearcpuid(&[leaf(1, [0; 4])]), None);
     }
 
