@@ -178,10 +178,7 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
     let runs = if b.quick { 3 } else { b.reps.max(5) };
     let sweep = sampling_overhead::measure(b, mode, runs, |hz| {
         let f = profile(b, mode, perf, "cycles", SamplePeriod::Hz(hz), false)?;
-        Ok(f.map(|f| {
-            let ns = f.record.workload_ns.unwrap_or(f.record.wall_ns) as f64;
-            (ns, f.record.sample_count() as f64, f.stats)
-        }))
+        Ok(f.map(|f| (f.thread_ns as f64, f.record.sample_count() as f64, f.stats)))
     })?;
     let mut summary = host_vs_native.as_ref().map_or(String::new(), |(text, _)| text.clone());
     summary.push_str(&format!(
@@ -194,7 +191,7 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
     if let (Some(agent), Some(vmm)) = (agent, vmm) {
         let s = sweep.plain_ns / 1e9;
         summary.push_str(&format!(
-            "{}: sampling overhead at the default rate (-F {default_freq}): ftest {s:.3} s counting; agent {:+.2}%, record -a -g {:+.2}%; floor (one {} µs exit per sample) {:.2}% and {:.2}%: {:.2}x and {:.2}x the floor ({} runs each)\n",
+            "{}: sampling overhead at the default rate (-F {default_freq}), in vCPU CPU time: ftest {s:.3} s counting; agent {:+.2}%, record -a -g {:+.2}%; floor (one {} µs exit per sample) {:.2}% and {:.2}%: {:.2}x and {:.2}x the floor ({} runs each)\n",
             mode_name(mode),
             agent.overhead,
             vmm.overhead,
@@ -349,8 +346,8 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
     let sweep = sampling_overhead::table(b, &sweeps);
     text.push_str(&format!(
         "\nsampling overhead against its floor (one exit per sample at an OUT's roundtrip, portio, measured in this run):\n\
-         ftest's time beyond its counting run. A sample's µs: the signal's exit (the rate loop's cost per sample under -a,\n\
-         less the VMM's), the VMM's handling, the guest's refill (ftest's under -a less the loop's), the agent's PMI (the rest)\n\n{}",
+         the vCPU threads' CPU time beyond ftest's counting run, over its workload's. A sample's µs: the signal's exit (what a guest reading the TSC loses per\n\
+         sample under -a, less the VMM's), the VMM's handling, the guest's refill (ftest's under -a less the loop's), the agent's PMI (the rest)\n\n{}",
         sweep.text()
     ));
     Ok((text, json!({"rows": table.json(), "by_mode": by_mode, "sampling_overhead": sweep.json()})))

@@ -1,8 +1,8 @@
 //! Part of suite `precision`: what sampling costs against its floor, at rates from -F 100 to
 //! -F 5000. The floor is one exit per sample at the exit roundtrip measured in the same run
 //! (portio's OUT, seen from the guest). Each sample's cost is split into the exit its signal
-//! causes (the `rate` loop, which has no working set to refill, sampled by the VMM: its cost
-//! per sample less the VMM's handling), the VMM's handling of it (the sample's exit, the
+//! causes (`rate N gaps`, a guest reading the TSC in a loop, sampled by the VMM: the time it
+//! lost per sample, less the VMM's handling), the VMM's handling of it (the sample's exit, the
 //! unwind, and for the agent the PMI's delivery), the guest's refill of what the exit
 //! flushed (ftest's cost per sample under the VMM's sampling less the `rate` loop's), and for
 //! the agent its PMI in the guest (the NMI's entry and the handler: its cost less the VMM's
@@ -54,9 +54,17 @@ fn vmm_ns(stats: &VmStats) -> f64 {
     (intr + pmu) as f64
 }
 
-/// The workload's time in a run of ftest under the agent.
-fn workload_ns(report: &RunReport) -> f64 {
-    report.agent.workload_ns().unwrap_or(report.stats.wall_ns) as f64
+/// CPU time of a run's vCPU threads: what sampling adds to it is its cost, whatever else
+/// the host runs (wall time on a loaded host is mostly waiting for a CPU).
+pub fn thread_ns(report: &RunReport) -> f64 {
+    report.vcpu_counts.iter().map(|c| c.thread_ns).sum::<u64>() as f64
+}
+
+/// The CPU time of the counting run's workload: the cycles the agent counted (the vCPU
+/// thread's task-clock at the TSC's rate).
+fn workload_cpu_ns(report: &RunReport) -> Option<f64> {
+    let cycles = report.agent.counts.first()?.value;
+    Some(TscRate::from_khz(report.tsc_khz)?.seconds(cycles as f64) * 1e9)
 }
 
 /// ftest counting cycles with the agent (the baseline), in `mode`, perf backend.
@@ -67,22 +75,23 @@ fn ftest(mode: NativeMode) -> VmConfig {
     cfg
 }
 
-/// The `rate` guest's loop: iterations for ~0.6 s natively, ~2 s emulated.
-fn rate_loop(mode: NativeMode, quick: bool) -> VmConfig {
+/// The `rate` guest reading the TSC in a loop (`rate N gaps`): ~0.5 s natively, ~2 s emulated.
+fn gaps_loop(mode: NativeMode, quick: bool) -> VmConfig {
     let mut cfg = config("rate", "", None);
     let n: u64 = match (runs_natively(&cfg, mode), quick) {
-        (true, false) => 2_000_000_000,
-        (true, true) => 500_000_000,
-        (false, false) => 1_000_000,
-        (false, true) => 300_000,
+        (true, false) => 50_000_000,
+        (true, true) => 20_000_000,
+        (false, false) => 300_000,
+        (false, true) => 100_000,
     };
-    cfg.cmdline = n.to_string();
+    cfg.cmdline = format!("{n} gaps");
     cfg
 }
 
-/// The loop's time in ns, from its `rate: loop` line.
-fn loop_ns(report: &RunReport) -> Option<f64> {
-    let get = |key| console_value(report, "rate: loop ", key);
+/// The time the gaps loop lost to steps of the TSC between 1 µs and 1 ms (exits and the
+/// host's interrupts, not its preemptions), ns, from its `rate: gaps` line.
+fn gaps_ns(report: &RunReport) -> Option<f64> {
+    let get = |key| console_value(report, "rate: gaps ", key);
     Some(TscRate::from_khz(get("tsc_khz")? as u64)?.seconds(get("tsc")?) * 1e9)
 }
 
@@ -104,12 +113,14 @@ fn vmm_samples(report: &RunReport) -> f64 {
 /// One mode's measurements, per repetition.
 #[derive(Default)]
 struct Runs {
+    /// The counting run's vCPU CPU time, and its workload's.
     plain: Vec<f64>,
+    workload: Vec<f64>,
     loop_plain: Vec<f64>,
     roundtrip: Vec<f64>,
     /// [rate][sampler] per repetition.
     sampled: Vec<[Vec<Sampled>; 2]>,
-    /// [rate] the `rate` loop sampled by the VMM, per repetition.
+    /// [rate] the gaps loop sampled by the VMM (its lost time), per repetition.
     loop_sampled: Vec<Vec<Sampled>>,
 }
 
@@ -127,7 +138,7 @@ pub struct Row {
     per_sample: f64,
     /// The exit roundtrip of an OUT (the floor's).
     exit: f64,
-    /// A signal's exit, VMM aside (the `rate` loop's cost per sample).
+    /// A signal's exit, VMM aside: the time the gaps loop lost per sample.
     signal_exit: f64,
     vmm: f64,
     refill: f64,
@@ -147,7 +158,7 @@ impl Row {
     }
 
     fn cells(&self) -> Vec<Cell> {
-        let us = |key, v: f64| Cell::new(key, v, fmt(v / 1000.0));
+        let us = |key, v: f64| Cell::new(key, v, if v.is_finite() { format!("{:.1}", v / 1000.0) } else { "n/a".into() });
         vec![
             Cell::label("hz", format!("-F {}", self.hz)),
             Cell::label("sampler", if self.agent() { "agent" } else { "-a -g" }),
@@ -169,6 +180,7 @@ impl Row {
 pub struct Sweep {
     pub rows: Vec<Row>,
     pub runs: usize,
+    /// The counting run's workload, CPU ns.
     pub plain_ns: f64,
     pub roundtrip_ns: f64,
 }
@@ -182,7 +194,7 @@ impl Sweep {
 
 /// Measure the sweep in `mode`: `runs` repetitions, each measuring the baselines, the exit
 /// roundtrip and every rate once. `agent_profile` records ftest with the agent at a rate
-/// (precision's `record`): its workload's ns, its samples and the run's statistics.
+/// (precision's `record`): its vCPU threads' CPU ns, its samples and the run's statistics.
 pub fn measure(
     b: &Bench,
     mode: NativeMode,
@@ -190,7 +202,7 @@ pub fn measure(
     mut agent_profile: impl FnMut(u64) -> Result<Option<(f64, f64, VmStats)>, Failure>,
 ) -> Result<Sweep, Failure> {
     let rates = rates(b.quick);
-    let (cfg, loop_cfg) = (ftest(mode), rate_loop(mode, b.quick));
+    let (cfg, loop_cfg) = (ftest(mode), gaps_loop(mode, b.quick));
     let mut r = Runs {
         sampled: rates.iter().map(|_| Default::default()).collect(),
         loop_sampled: rates.iter().map(|_| Vec::new()).collect(),
@@ -202,16 +214,17 @@ pub fn measure(
         else {
             break;
         };
-        r.plain.push(workload_ns(&plain));
-        r.loop_plain.extend(loop_ns(&lp));
+        r.plain.push(thread_ns(&plain));
+        r.workload.extend(workload_cpu_ns(&plain));
+        r.loop_plain.extend(gaps_ns(&lp));
         r.roundtrip.extend(super::transitions::portio_ns(&io));
         for (i, &hz) in rates.iter().enumerate() {
             let Some((ns, samples, stats)) = agent_profile(hz)? else { break 'reps };
             r.sampled[i][0].push(Sampled { ns, samples, vmm_ns: vmm_ns(&stats) });
             let Some(v) = b.run(&vmm_sampled(&cfg, hz), mode)? else { break 'reps };
-            r.sampled[i][1].push(Sampled { ns: workload_ns(&v), samples: vmm_samples(&v), vmm_ns: vmm_ns(&v.stats) });
+            r.sampled[i][1].push(Sampled { ns: thread_ns(&v), samples: vmm_samples(&v), vmm_ns: vmm_ns(&v.stats) });
             let Some(l) = b.run(&vmm_sampled(&loop_cfg, hz), mode)? else { break 'reps };
-            if let Some(ns) = loop_ns(&l) {
+            if let Some(ns) = gaps_ns(&l) {
                 r.loop_sampled[i].push(Sampled { ns, samples: vmm_samples(&l), vmm_ns: vmm_ns(&l.stats) });
             }
         }
@@ -224,10 +237,12 @@ fn summarize(rates: &[u64], r: &Runs) -> Sweep {
     let median = |v: Vec<f64>| Summary::of(&v).median;
     let (plain, loop_plain, exit) =
         (median(r.plain.clone()), median(r.loop_plain.clone()), median(r.roundtrip.clone()));
+    let workload = median(r.workload.clone());
     let vmm_per_sample = |runs: &[Sampled]| median(runs.iter().map(|s| s.vmm_ns / s.samples).collect());
     let mut rows = Vec::new();
     for (i, &hz) in rates.iter().enumerate() {
-        // The loop has nothing to refill: the signal's exit and the VMM's handling.
+        // The loop has nothing to refill and sees every exit as a step of the TSC: what it
+        // lost per sample is the signal's exit and the VMM's handling.
         let loop_cost = median(per_sample(&r.loop_sampled[i], loop_plain));
         let signal_exit = loop_cost - vmm_per_sample(&r.loop_sampled[i]);
         // ftest sampled by the VMM: the same plus the refill (its unwind may cost the VMM
@@ -248,8 +263,8 @@ fn summarize(rates: &[u64], r: &Runs) -> Sweep {
                 hz,
                 sampler,
                 samples,
-                overhead: 100.0 * (median(s.iter().map(|s| s.ns).collect()) / plain - 1.0),
-                floor: 100.0 * samples.median * exit / plain,
+                overhead: 100.0 * (median(s.iter().map(|s| s.ns).collect()) - plain) / workload,
+                floor: 100.0 * samples.median * exit / workload,
                 per_sample,
                 exit,
                 signal_exit,
@@ -259,7 +274,7 @@ fn summarize(rates: &[u64], r: &Runs) -> Sweep {
             });
         }
     }
-    Sweep { rows, runs: r.plain.len(), plain_ns: plain, roundtrip_ns: exit }
+    Sweep { rows, runs: r.plain.len(), plain_ns: workload, roundtrip_ns: exit }
 }
 
 /// Each run's cost per sample: its time beyond `plain_ns` over its samples.
@@ -305,14 +320,16 @@ mod tests {
 
     #[test]
     fn each_samples_cost_is_split_into_the_exit_vmm_refill_and_pmi() {
-        // Baselines: ftest 1 s, the loop 1 s; an OUT's exit costs 20 us. Per sample at 1 kHz:
+        // Baselines: ftest's run 1.2 s of vCPU time, its workload 1 s, the loop's run 1 s; an
+        // OUT's exit costs 20 us. Per sample at 1 kHz:
         // the loop loses 30 us (26 the signal's exit, 4 the VMM), ftest under -a 50 us (5
         // the VMM, so 19 to refill), under the agent 70 us (10 the VMM: 15 for its PMI).
         let r = Runs {
-            plain: vec![1e9],
+            plain: vec![1.2e9],
+            workload: vec![1e9],
             loop_plain: vec![1e9],
             roundtrip: vec![20e3],
-            sampled: vec![[vec![run(1.07e9, 1000.0, 10e6)], vec![run(1.05e9, 1000.0, 5e6)]]],
+            sampled: vec![[vec![run(1.27e9, 1000.0, 10e6)], vec![run(1.25e9, 1000.0, 5e6)]]],
             loop_sampled: vec![vec![run(1.03e9, 1000.0, 4e6)]],
         };
         let s = summarize(&[1000], &r);
