@@ -158,7 +158,8 @@ impl Row {
     }
 
     fn cells(&self) -> Vec<Cell> {
-        let us = |key, v: f64| Cell::new(key, v, if v.is_finite() { format!("{:.1}", v / 1000.0) } else { "n/a".into() });
+        let us =
+            |key, v: f64| Cell::new(key, v, if v.is_finite() { format!("{:.1}", v / 1000.0) } else { "n/a".into() });
         vec![
             Cell::label("hz", format!("-F {}", self.hz)),
             Cell::label("sampler", if self.agent() { "agent" } else { "-a -g" }),
