@@ -4,7 +4,7 @@
 //! causes (`rate N gaps`, a guest reading the TSC in a loop, sampled by the VMM: the time it
 //! lost per sample, less the VMM's handling), the VMM's handling of it (the sample's exit, the
 //! unwind, and for the agent the PMI's delivery), the guest's refill of what the exit
-//! flushed (ftest's cost per sample under the VMM's sampling less the `rate` loop's), and for
+//! flushed (ftest's cost per sample under the VMM's sampling less the gaps loop's), and for
 //! the agent its PMI in the guest (the NMI's entry and the handler: its cost less the VMM's
 //! sampling's, less the difference of the VMM's handling).
 
@@ -38,7 +38,8 @@ enum Sampler {
     Vmm,
 }
 
-/// One run's cost of sampling: its workload's time and samples, and the VMM's time on them.
+/// One sampled run: its vCPU threads' CPU time (the gaps loop: the time it lost), its
+/// samples, and the VMM's time on them.
 #[derive(Debug, Clone, Copy)]
 struct Sampled {
     ns: f64,
@@ -56,7 +57,7 @@ fn vmm_ns(stats: &VmStats) -> f64 {
 
 /// CPU time of a run's vCPU threads: what sampling adds to it is its cost, whatever else
 /// the host runs (wall time on a loaded host is mostly waiting for a CPU).
-pub fn thread_ns(report: &RunReport) -> f64 {
+fn thread_ns(report: &RunReport) -> f64 {
     report.vcpu_counts.iter().map(|c| c.thread_ns).sum::<u64>() as f64
 }
 
