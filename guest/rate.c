@@ -7,6 +7,10 @@
  * `rate N lock` then also times N locked read-modify-writes (lock xadd on an aligned word,
  * 3 instructions per iteration), the loop the bench runs on a host thread beside it,
  *   rate: lock instructions=<3N> tsc=<ticks> tsc_khz=<kHz>
+ * `rate N gaps` then also reads the TSC N times in a row: any step between two reads over
+ * 1 us is time the guest lost to something outside it (an exit, the host's interrupts); the
+ * steps under 1 ms (a host preemption is longer) are summed, and their median taken,
+ *   rate: gaps n=<count> tsc=<sum of steps> median_tsc=<median step> tsc_khz=<kHz>
  * The bench's host column runs the identical loop (crates/perfvm/src/bench/rate.rs).
  * Interrupts stay off: nothing but the loop runs. */
 #include "kit.h"
@@ -39,6 +43,33 @@ static uint64_t locked_loop(uint64_t n)
 	return rdtsc() - t0;
 }
 
+/* Steps of the TSC between 1 us and 1 ms, in 1 us buckets. */
+#define GAP_BUCKETS 1000
+static uint32_t gap_hist[GAP_BUCKETS];
+
+static void gaps(uint64_t n)
+{
+	uint64_t us = tsc_khz ? tsc_khz / 1000 : 2500, count = 0, sum = 0, prev = rdtsc();
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t t = rdtsc(), d = t - prev;
+		prev = t;
+		if (d > us && d < GAP_BUCKETS * us) {
+			gap_hist[d / us]++;
+			count++;
+			sum += d;
+		}
+	}
+	uint64_t seen = 0, median = 0;
+	for (int b = 0; b < GAP_BUCKETS && count; b++) {
+		seen += gap_hist[b];
+		if (2 * seen >= count) {
+			median = b * us + us / 2;
+			break;
+		}
+	}
+	printf("rate: gaps n=%lu tsc=%lu median_tsc=%lu tsc_khz=%lu\n", count, sum, median, tsc_khz);
+}
+
 int main(int argc, char **argv)
 {
 	uint64_t n = argc > 1 ? strtoul(argv[1], 0, 0) : 1000000;
@@ -53,6 +84,8 @@ int main(int argc, char **argv)
 		uint64_t t = locked_loop(iterations);
 		printf("rate: lock instructions=%lu tsc=%lu tsc_khz=%lu\n", 3 * iterations, t, tsc_khz);
 	}
+	if (has_arg(argc, argv, "gaps"))
+		gaps(iterations);
 	if (has_arg(argc, argv, "msr")) {
 		uint64_t m = rdmsr_median();
 		printf("rate: rdmsr median_tsc=%lu ns=%lu\n", m, tsc_khz ? m * 1000000 / tsc_khz : 0);

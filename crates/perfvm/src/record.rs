@@ -30,6 +30,8 @@ pub struct Capture {
     pub stats: vmm::stats::VmStats,
     /// The guest's perf agent said something (a mark, a message).
     pub agent_seen: bool,
+    /// CPU time of the vCPU threads over the run, ns.
+    pub thread_ns: u64,
 }
 
 /// Period from `-c` / `-F`: frequency means samples per second of guest cycles. The exact
@@ -230,7 +232,8 @@ pub fn record(
     warn_all(warnings);
     let profile = Profile::build(&record.of_event(0), &resolver);
     let agent_seen = report.agent.messages > 0 || !report.agent.marks.is_empty();
-    Ok(Capture { record, profile, code, stats: report.stats, agent_seen })
+    let thread_ns = report.vcpu_counts.iter().map(|c| c.thread_ns).sum();
+    Ok(Capture { record, profile, code, stats: report.stats, agent_seen, thread_ns })
 }
 
 /// Guest TSC (at `tsc`) -> host ns since the VM was built, through the agent's START mark

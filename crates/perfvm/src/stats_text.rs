@@ -86,7 +86,7 @@ fn pmu_report(r: &PmuReport) -> String {
         r.backend, r.backend_detail, r.policy, r.gp_counters, r.fixed_counters,
         r.cpuid_0xa[0], r.cpuid_0xa[1], r.cpuid_0xa[2], r.cpuid_0xa[3]
     );
-    let rows: [(&str, u64); 14] = [
+    let rows: [(&str, u64); 15] = [
         ("counter events opened", m.events_created),
         ("counter events reused", m.events_reused),
         ("lazily released", m.events_lazily_released),
@@ -98,6 +98,7 @@ fn pmu_report(r: &PmuReport) -> String {
         ("overflows", m.overflows),
         ("PMIs delivered", r.vmm.pmis_delivered),
         ("PMIs masked", r.vmm.pmis_masked),
+        ("PMI NMIs in entry", r.vmm.nmis_in_events),
         ("PMI ioctls failed", r.vmm.pmi_ioctl_failures),
         ("backend syscalls", r.host_syscalls),
         ("failed perf ioctls", r.host_ioctl_failures),
@@ -119,7 +120,7 @@ fn pmu_report(r: &PmuReport) -> String {
     }
     if pv.auto_reloads + pv.unmasked_pmis > 0 {
         out.push_str(&format!(
-            "  {:<22} {} reloads at the wrap, {} PMIs as one KVM_NMI\n",
+            "  {:<22} {} reloads at the wrap, {} PMIs as one NMI (no LVTPC ioctls)\n",
             "PV sampling", pv.auto_reloads, pv.unmasked_pmis
         ));
     }

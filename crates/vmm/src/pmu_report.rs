@@ -120,6 +120,7 @@ impl PmuReport {
         t.msr_exits += v.msr_exits;
         t.pmis_delivered += v.pmis_delivered;
         t.pmis_masked += v.pmis_masked;
+        t.nmis_in_events += v.nmis_in_events;
         t.pmi_ioctl_failures += v.pmi_ioctl_failures;
         t.handle_ns += v.handle_ns;
         t.steps += v.steps;

@@ -84,6 +84,9 @@ pub struct Vcpu {
     syscall_repair: SyscallRepair,
     /// KVM guest debug, which the exact backend's stepping and the repair share.
     guest_debug: GuestDebug,
+    /// The vCPU's events KVM synced out at the last exit are current: it was a signal's
+    /// (nothing dispatched, no event ioctl since), and KVM copies them out (a vPMU).
+    events_current: bool,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -112,6 +115,7 @@ impl Vcpu {
             nmi_due: None,
             syscall_repair: SyscallRepair::default(),
             guest_debug: GuestDebug::default(),
+            events_current: false,
         }
     }
 
@@ -136,6 +140,11 @@ impl Vcpu {
             // Each step retires at the privilege level in CS: have KVM copy it out.
             self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::SystemRegister);
         }
+        // A PMI's NMI rides the next KVM_RUN in the synced events instead of a KVM_NMI
+        // ioctl of its own (`nmi`): KVM copies the events out at every exit.
+        if self.pmu.is_some() {
+            self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::VcpuEvents);
+        }
         // Confined after its setup (the statistics file, the syscall counter), before the
         // guest's first instruction on this vCPU.
         if let Err(reason) = crate::confine::confine_thread(crate::confine::ThreadKind::Vcpu) {
@@ -159,6 +168,7 @@ impl Vcpu {
                 pmu.guest_ran();
             }
             let mut wrote = false;
+            self.events_current = false;
             let (reason, next) = match result {
                 Ok(exit) => {
                     wrote = matches!(exit, VcpuExit::IoOut(..) | VcpuExit::MmioWrite(..));
@@ -168,6 +178,7 @@ impl Vcpu {
                     self.fd.set_kvm_immediate_exit(0);
                     if self.pmu.is_some() {
                         signal_exit_cpu_ns = Some(crate::vpmu::thread_cpu_ns());
+                        self.events_current = true;
                     }
                     ("intr", Next::Continue)
                 }
@@ -343,7 +354,11 @@ impl Vcpu {
         r.pmi_nmis += u64::from(pmi);
         r.external_nmis += u64::from(external);
         if pmi {
-            self.nmi(NmiSource::Pmi);
+            // Alone, after a signal's exit, the PMI's NMI goes in with the next entry's
+            // events; an external NMI's ioctl would be overwritten by them, so both use it.
+            if external || !self.queue_nmi_in_events() {
+                self.nmi(NmiSource::Pmi);
+            }
         }
         if external {
             self.nmi(NmiSource::External);
@@ -360,6 +375,25 @@ impl Vcpu {
             // Without a vPMU only the guest's NMI port asks for NMIs, and nothing counts them.
             (None, _) => {}
         }
+    }
+
+    /// Queue a PMI's NMI in the events KVM synced out at a signal's exit, for KVM_RUN to set
+    /// on entry (KVM_SYNC_X86_EVENTS, as KVM_SET_VCPU_EVENTS would): no ioctl of its own.
+    /// False where those events may be stale (another exit, or already queued), and while
+    /// the exact backend single-steps (its event window asks KVM whether an NMI waits).
+    fn queue_nmi_in_events(&mut self) -> bool {
+        let stepping = self.pmu.as_ref().is_some_and(VcpuPmu::is_stepping);
+        if !std::mem::take(&mut self.events_current) || stepping {
+            return false;
+        }
+        let events = &mut self.fd.sync_regs_mut().events;
+        events.nmi.pending = events.nmi.pending.saturating_add(1);
+        events.flags |= kvm_bindings::KVM_VCPUEVENT_VALID_NMI_PENDING;
+        self.fd.set_sync_dirty_reg(kvm_ioctls::SyncReg::VcpuEvents);
+        if let Some(p) = &mut self.pmu {
+            p.nmi_queued();
+        }
+        true
     }
 
     /// A KVM_RUN that returns before running a guest instruction.

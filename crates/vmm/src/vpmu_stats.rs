@@ -133,6 +133,8 @@ pub struct VpmuStats {
     pub pmis_delivered: u64,
     /// PMIs not sent because the guest's LVTPC was masked.
     pub pmis_masked: u64,
+    /// PMIs whose NMI went in with the next entry's synced events, not a `KVM_NMI` ioctl.
+    pub nmis_in_events: u64,
     /// PMIs lost because an ioctl failed (KVM_GET_LAPIC, KVM_SET_LAPIC, KVM_SIGNAL_MSI,
     /// KVM_NMI).
     pub pmi_ioctl_failures: u64,

@@ -13,6 +13,7 @@ mod precision;
 mod precision_host;
 mod pv;
 mod rate;
+mod sampling_overhead;
 mod scaling;
 mod transitions;
 

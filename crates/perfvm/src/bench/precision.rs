@@ -3,7 +3,9 @@
 //! as total variation distance; samples per second of guest run time, legacy vs reuse; and
 //! the cost of sampling at the default rate.
 
-use super::{config, count_cycles, in_mode, mode_name, pmu, runs_natively, Bench, NATIVE_WORK_SCALE};
+use super::precision_host::{host_run, shares_of, HostSamples};
+use super::sampling_overhead;
+use super::{config, in_mode, mode_name, pmu, runs_natively, Bench, NATIVE_WORK_SCALE};
 use crate::cli::default_record_freq;
 use crate::record::{record, Capture};
 use crate::Failure;
@@ -12,11 +14,10 @@ use pmu::Policy;
 use profile::events;
 use profile::measure::{fmt, Summary};
 use profile::profile::{tvd, tvd_of_shares, UNKNOWN};
-use super::precision_host::{host_run, shares_of, HostSamples};
-use std::collections::BTreeMap;
 use profile::table::{Cell, Column, Table};
 use profile::Mode;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::time::Instant;
 use vmm::native::NativeMode;
 use vmm::vm::BackendKind;
@@ -106,6 +107,7 @@ struct ModeResult {
     exact: Option<Capture>,
     summary: String,
     json: Value,
+    sweep: sampling_overhead::Sweep,
 }
 
 fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
@@ -172,31 +174,12 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
         }
         per_policy.push(Summary::of(&rate));
     }
-    let (mut plain, mut sampled_ns, mut vmm_ns) = (Vec::new(), Vec::new(), Vec::new());
+    // What sampling costs against its floor, from -F 100 to -F 5000 (the default among them).
     let runs = if b.quick { 3 } else { b.reps.max(5) };
-    let mut cfg = config("ftest", "", pmu(BackendKind::Perf, Policy::default()));
-    cfg.cmdline = count_cycles(false, &work(&cfg, mode, BackendKind::Perf).join(" "));
-    // `record -a -g` at the default rate: the VMM samples and walks the chain (the agent
-    // only marks the workload's start and end).
-    let mut vmm_cfg = cfg.clone();
-    vmm_cfg.sampling = Some(vmm::sampler::SamplingConfig {
-        period: default_period,
-        callchain: Some(vmm::sampler::CallGraph::Dwarf),
-        max_samples: vmm_cfg.max_samples,
-    });
-    let workload_ns = |r: &vmm::RunReport| r.agent.workload_ns().unwrap_or(r.stats.wall_ns) as f64;
-    for _ in 0..runs {
-        let (Some(r), Some(f)) = (b.run(&cfg, mode)?, profile(b, mode, perf, "cycles", default_period, false)?) else {
-            break;
-        };
-        let Some(v) = b.run(&vmm_cfg, mode)? else { break };
-        plain.push(workload_ns(&r));
-        sampled_ns.push(f.record.workload_ns.unwrap_or(f.record.wall_ns) as f64);
-        vmm_ns.push(workload_ns(&v));
-    }
-    let (p, s, v) = (Summary::of(&plain), Summary::of(&sampled_ns), Summary::of(&vmm_ns));
-    let overhead = 100.0 * (s.median / p.median - 1.0);
-    let vmm_overhead = 100.0 * (v.median / p.median - 1.0);
+    let sweep = sampling_overhead::measure(b, mode, runs, |hz| {
+        let f = profile(b, mode, perf, "cycles", SamplePeriod::Hz(hz), false)?;
+        Ok(f.map(|f| (f.thread_ns as f64, f.record.sample_count() as f64, f.stats)))
+    })?;
     let mut summary = host_vs_native.as_ref().map_or(String::new(), |(text, _)| text.clone());
     summary.push_str(&format!(
         "{}: samples per second of guest run time (record -e cycles -F 2000, perf): legacy {} | reuse {}\n",
@@ -204,27 +187,28 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
         fmt(per_policy[0].median),
         fmt(per_policy[1].median),
     ));
-    if p.n > 0 {
+    let (agent, vmm) = (sweep.at(default_freq, true), sweep.at(default_freq, false));
+    if let (Some(agent), Some(vmm)) = (agent, vmm) {
+        let s = sweep.plain_ns / 1e9;
         summary.push_str(&format!(
-            "{}: sampling overhead at the default rate (-F {default_freq}): ftest {:.3} s counting vs {:.3} s sampling = {:+.2}% ({} runs each)\n",
+            "{}: sampling overhead at the default rate (-F {default_freq}), in vCPU CPU time: ftest {s:.3} s counting; agent {:+.2}%, record -a -g {:+.2}%; floor (one {} µs exit per sample) {:.2}% and {:.2}%: {:.2}x and {:.2}x the floor ({} runs each)\n",
             mode_name(mode),
-            p.median / 1e9,
-            s.median / 1e9,
-            overhead,
-            p.n
-        ));
-        summary.push_str(&format!(
-            "{}: record -a -g overhead at the same rate (the VMM samples, no agent PMIs): ftest {:.3} s = {:+.2}%\n",
-            mode_name(mode),
-            v.median / 1e9,
-            vmm_overhead,
+            agent.overhead,
+            vmm.overhead,
+            fmt(sweep.roundtrip_ns / 1000.0),
+            agent.floor,
+            vmm.floor,
+            agent.x_floor(),
+            vmm.x_floor(),
+            sweep.runs
         ));
     }
     let json = json!({"samples_per_second": {"legacy": per_policy[0], "reuse": per_policy[1]},
-                      "overhead_percent": overhead, "plain_ns": p, "sampled_ns": s,
-                      "vmm_sampling_overhead_percent": vmm_overhead, "vmm_sampled_ns": v,
+                      "overhead_percent": agent.map(|r| r.overhead), "floor_percent": agent.map(|r| r.floor),
+                      "vmm_sampling_overhead_percent": vmm.map(|r| r.overhead), "vmm_floor_percent": vmm.map(|r| r.floor),
+                      "plain_ns": sweep.plain_ns, "exit_roundtrip_ns": sweep.roundtrip_ns,
                       "host_vs_native": host_vs_native.map(|(_, j)| j)});
-    Ok(ModeResult { lines, reference, exact: sampled, summary, json })
+    Ok(ModeResult { lines, reference, exact: sampled, summary, json, sweep })
 }
 
 /// Profile ftest's host build for the host-vs-native line now, before bench confines itself
@@ -265,7 +249,11 @@ fn host_vs_native(b: &Bench, mode: NativeMode, hz: u64) -> Result<(String, Value
     let (mut pair_tvds, mut guest_samples) = (Vec::new(), 0u64);
     for rep in 0..b.reps.max(1) {
         let args = vec![units.to_string()];
-        let Some(f) = profile_args(b, ftest_config(mode, perf), mode, perf, "cycles", SamplePeriod::Hz(hz), false, args)? else { break };
+        let Some(f) =
+            profile_args(b, ftest_config(mode, perf), mode, perf, "cycles", SamplePeriod::Hz(hz), false, args)?
+        else {
+            break;
+        };
         let h = host_run(rep)?;
         // The guest's shares are of cycles (each sample weighs its period), as perf's are.
         let g: BTreeMap<String, u64> = f.profile.self_weights().into_iter().map(|(k, w)| (k.to_owned(), w)).collect();
@@ -293,7 +281,8 @@ fn host_vs_native(b: &Bench, mode: NativeMode, hz: u64) -> Result<(String, Value
         pairs.max,
         host.lost,
     );
-    let mut names: Vec<&String> = hs.keys().chain(gs.keys()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let mut names: Vec<&String> =
+        hs.keys().chain(gs.keys()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
     names.sort_by(|a, b| gs.get(*b).unwrap_or(&0.0).total_cmp(gs.get(*a).unwrap_or(&0.0)));
     text.push_str("  shares (host | native):");
     let share = |m: &BTreeMap<String, f64>, f: &String| m.get(f).copied().unwrap_or(0.0);
@@ -353,5 +342,13 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         text.push_str(&r.summary);
         by_mode.insert(mode_name(mode).into(), r.json.clone());
     }
-    Ok((text, json!({"rows": table.json(), "by_mode": by_mode})))
+    let sweeps: Vec<_> = results.into_iter().map(|r| r.sweep).collect();
+    let sweep = sampling_overhead::table(b, &sweeps);
+    text.push_str(&format!(
+        "\nsampling overhead against its floor (one exit per sample at an OUT's roundtrip, portio, measured in this run):\n\
+         the vCPU threads' CPU time beyond ftest's counting run, over its workload's. A sample's µs: the signal's exit (what a guest reading the TSC loses per\n\
+         sample under -a, less the VMM's), the VMM's handling, the guest's refill (ftest's under -a less the loop's), the agent's PMI (the rest)\n\n{}",
+        sweep.text()
+    ));
+    Ok((text, json!({"rows": table.json(), "by_mode": by_mode, "sampling_overhead": sweep.json()})))
 }

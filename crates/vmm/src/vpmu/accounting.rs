@@ -80,6 +80,15 @@ impl Accounting {
         }
     }
 
+    /// The loop queued the PMI's NMI in the next entry's events (no `KVM_NMI` ioctl): the
+    /// PMI's delivery ends here.
+    pub(super) fn nmi_queued(&mut self) {
+        self.stats.nmis_in_events += 1;
+        if let Some(t) = self.pmi_started.take() {
+            self.op(PmuOp::PmiDelivery, t);
+        }
+    }
+
     /// The loop's `KVM_NMI` failed: a PMI owed as that NMI is lost.
     pub(super) fn nmi_failed(&mut self, source: NmiSource) {
         if source == NmiSource::Pmi && self.pmi_started.take().is_some() {

@@ -156,6 +156,11 @@ impl VcpuPmu {
         self.account.nmi_injected(started, source);
     }
 
+    /// The loop queued the PMI's NMI in the next entry's events instead of a `KVM_NMI`.
+    pub fn nmi_queued(&mut self) {
+        self.account.nmi_queued();
+    }
+
     /// The loop's `KVM_NMI` failed: a PMI's NMI is lost, not delivered.
     pub fn nmi_failed(&mut self, source: NmiSource) {
         self.account.nmi_failed(source);
