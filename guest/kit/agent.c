@@ -67,6 +67,8 @@ uint64_t agent_task_left[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
 uint64_t agent_task_enabled[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
 uint64_t agent_task_running[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
 static uint64_t t_on; /* TSC when the counters were last enabled */
+/* Switches since the last publish are in agent_attr (agent_charge_published). */
+static int agent_attr_active;
 uint8_t agent_task_started[AGENT_MAX_IDS];
 static char *wargv[MAX_WORDS + 1];
 uint32_t agent_pv_flags;
@@ -200,6 +202,11 @@ void agent_stop_and_update(void)
 {
 	agent_pmu_on = 0;
 	barrier();
+	uint64_t raw[AGENT_MAX_EVENTS], before = rdtsc();
+	/* Contexts that ran since the last publish share this stop's advance. */
+	int shared = agent_attr_active;
+	if (shared)
+		agent_attr_run(&agent_attr, agent_ctx, before);
 	int pv = agent_pv_mode; /* one load, kept in a register across the doorbell */
 	if (pv) {
 		agent_pv_ring(1);
@@ -207,24 +214,30 @@ void agent_stop_and_update(void)
 			agent_pv_lost(1);
 			pv = AGENT_PV_OFF;
 		}
-		if (pv == AGENT_PV_READS) {
-			for (unsigned i = 0; i < agent_nev; i++) {
-				uint64_t v;
-				if (agent_evs[i].hw < 0)
-					continue;
-				if (agent_pv_read_stopped(agent_evs[i].pv_counter, &v) < 0)
-					v = rdmsr(agent_evs[i].rd_msr);
-				agent_charge(i, v);
-			}
-			account_time();
-			return;
-		}
 	} else {
 		wrmsr(agent_vt.global_ctrl, 0);
 	}
-	for (unsigned i = 0; i < agent_nev; i++)
-		if (agent_evs[i].hw >= 0)
-			agent_update(i);
+	uint64_t after = rdtsc();
+	for (unsigned i = 0; i < agent_nev; i++) {
+		if (agent_evs[i].hw < 0)
+			continue;
+		/* PV reads: the VMM has republished every counter stopped, exactly what RDMSR
+		 * would return (a counter published running or NEEDS_EXIT is read by RDMSR). */
+		if (pv != AGENT_PV_READS || agent_pv_read_stopped(agent_evs[i].pv_counter, &raw[i]) < 0)
+			raw[i] = rdmsr(agent_evs[i].rd_msr);
+	}
+	if (shared) {
+		if (agent_pv_check) {
+			agent_attr_run(&agent_attr_shadow, agent_ctx, before);
+			agent_attr_settle(&agent_attr_shadow, raw, before, after);
+		}
+		agent_attr_settle(&agent_attr, raw, before, after);
+		agent_attr_active = 0;
+	} else {
+		for (unsigned i = 0; i < agent_nev; i++)
+			if (agent_evs[i].hw >= 0)
+				agent_charge(i, raw[i]);
+	}
 	account_time();
 }
 
@@ -245,19 +258,36 @@ int agent_charge_published(void)
 	for (unsigned i = 0; i < agent_nev; i++)
 		if (agent_evs[i].hw >= 0 && (agent_evs[i].pv_counter->flags & PV_C_NEEDS_EXIT))
 			return 0;
+	uint64_t before = rdtsc();
+	if (!agent_attr_active) {
+		agent_attr_begin(&agent_attr, t_on);
+		agent_attr_begin(&agent_attr_shadow, t_on);
+		agent_attr_active = 1;
+	}
+	agent_attr_run(&agent_attr, agent_ctx, before);
+	if (agent_pv_check)
+		agent_attr_run(&agent_attr_shadow, agent_ctx, before);
+	/* No exit: the switch is remembered, the next publish shares the advance out. */
+	if (!agent_pv_check && before - agent_attr.start < agent_pv_publish_ticks) {
+		account_time();
+		t_on = rdtsc();
+		return 1;
+	}
 	agent_pv_ring(0);
+	uint64_t after = rdtsc();
 	if (!agent_pv_answered(0)) {
 		agent_pv_lost(0);
-		return 0; /* the page is gone: the caller stops with a WRMSR */
+		return 0; /* the page is gone: the caller stops with a WRMSR (and shares out) */
 	}
-	for (unsigned i = 0; i < agent_nev; i++) {
-		uint64_t v;
-		if (agent_evs[i].hw < 0)
-			continue;
-		if (agent_pv_read_published(agent_evs[i].pv_counter, &v) < 0)
-			v = rdmsr(agent_evs[i].rd_msr);
-		agent_charge(i, v);
-	}
+	uint64_t raw[AGENT_MAX_EVENTS];
+	for (unsigned i = 0; i < agent_nev; i++)
+		if (agent_evs[i].hw >= 0 && agent_pv_read_published(agent_evs[i].pv_counter, &raw[i]) < 0)
+			raw[i] = rdmsr(agent_evs[i].rd_msr);
+	/* --pv-check: the live counts are charged at every switch's publish (exact), the shadow
+	 * shares out over its intervals as the default does, from the same publishes. */
+	if (agent_pv_check && before - agent_attr_shadow.start >= agent_pv_publish_ticks)
+		agent_attr_settle(&agent_attr_shadow, raw, before, after);
+	agent_attr_settle(&agent_attr, raw, before, after);
 	account_time();
 	t_on = rdtsc();
 	return 1;
@@ -345,6 +375,7 @@ int agent_run(int argc, char **argv, int (*main_fn)(int, char **))
 	if (agent_sampling_mask)
 		lapic_set_lvtpc(LVT_MASKED | LVT_NMI);
 	agent_send_counts();
+	agent_attr_report();
 	if (agent_recording)
 		agent_flush_samples();
 	agent_print_summary(pv_kept);
