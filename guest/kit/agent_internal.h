@@ -119,7 +119,7 @@ extern uint64_t agent_pv_publish_ticks;   /* the most TSC ticks between two publ
 extern int agent_pv_check;                /* --pv-check: exact charge at every switch and the shadow */
 extern uint64_t agent_shadow_count[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
 
-void agent_attr_begin(struct agent_attr *a, uint64_t now);
+void agent_attr_begin(struct agent_attr *a, uint64_t now, uint64_t win);
 void agent_attr_run(struct agent_attr *a, uint32_t ctx, uint64_t now);
 void agent_attr_settle(struct agent_attr *a, const uint64_t *raw, uint64_t before, uint64_t after);
 void agent_attr_report(void);

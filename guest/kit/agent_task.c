@@ -62,8 +62,8 @@ uint64_t agent_shadow_count[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
 uint64_t agent_pv_publish_ticks;
 int agent_pv_check;
 
-/* The counters start (or restart) at `now`, from agent_evs[].prev. */
-void agent_attr_begin(struct agent_attr *a, uint64_t now)
+/* The counters start (or restart) at `now` (within `win` ticks after it), from agent_evs[].prev. */
+void agent_attr_begin(struct agent_attr *a, uint64_t now, uint64_t win)
 {
 	for (unsigned k = 0; k < a->n; k++)
 		a->ticks[a->ids[k]] = 0;
@@ -71,7 +71,7 @@ void agent_attr_begin(struct agent_attr *a, uint64_t now)
 	for (unsigned i = 0; i < agent_nev; i++)
 		a->prev[i] = agent_evs[i].prev;
 	a->start = a->t0 = now;
-	a->win = 0;
+	a->win = win;
 	a->used = 1;
 }
 
