@@ -382,6 +382,7 @@ mod tests {
             let page = offer(&m, gpa, version, size).unwrap();
             let mut pmu = Pmu::new(PmuConfig::default(), MockSource::new()).unwrap();
             pmu.set_msr(MsrIndex(0x186), 0x43003c, Initiator::Guest).ok();
+            pmu.set_msr(MsrIndex(0xc1), 500, Initiator::Guest).ok(); // (a slot left all 0 is not published)
             let mut share = CpuShare::default();
             // The backend read at host TSC 1234; the guest's TSC is the host's.
             let mut clocks = |at: Option<u64>| (at.unwrap_or(9999), at.is_some(), 0, 0);
