@@ -301,6 +301,18 @@ int agent_charge_published(void)
 	}
 	uint64_t raw[AGENT_MAX_EVENTS];
 	uint64_t at = read_raw(raw, 1, 0, before, &after);
+	if (!agent_attr.n && !agent_pv_check) {
+		/* The last switch published too (switches >= the interval apart, e.g. emulated):
+		 * the whole advance is the current context's, as agent_attr_settle would find. */
+		for (unsigned i = 0; i < agent_nev; i++)
+			if (agent_evs[i].hw >= 0)
+				agent_charge(i, raw[i]);
+		agent_attr.start = agent_attr.t0 = at;
+		agent_attr.win = after - at;
+		account_time();
+		t_on = rdtsc();
+		return 1;
+	}
 	agent_attr_run(&agent_attr, agent_ctx, at);
 	/* --pv-check: the live counts are charged at every switch's publish (exact), the shadow
 	 * shares out over its intervals as the default does, from the same publishes. */
