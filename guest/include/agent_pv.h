@@ -100,14 +100,4 @@ static inline int agent_pv_read_stopped(const struct pv_counter *c, uint64_t *v)
 	return agent_pv_snapshot(c, v) & (PV_C_RUNNING | PV_C_NEEDS_EXIT) ? -1 : 0;
 }
 
-/*
- * The value the VMM published at its last publish, running or not: `base`, what RDMSR
- * would have returned at that exit (no extrapolation). Returns 0 with *v set; -1 if the
- * counter is readable only with an exit (PV_C_NEEDS_EXIT).
- */
-static inline int agent_pv_read_published(const struct pv_counter *c, uint64_t *v)
-{
-	return agent_pv_snapshot(c, v) & PV_C_NEEDS_EXIT ? -1 : 0;
-}
-
 #endif
