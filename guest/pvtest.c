@@ -31,6 +31,9 @@ static void check_negotiation(void)
 	offer(3, sizeof(struct pv_page_v3));
 	report((page.v1.flags & PV_F_ACCEPTED) && (page.v1.flags & PV_F_AUTO_RELOAD),
 	       "v3 accepted with paravirtual sampling (flags %#x)", page.v1.flags);
+	offer(4, sizeof(struct pv_page_v3));
+	report((page.v1.flags & PV_F_ACCEPTED) && (page.v1.flags & PV_F_AUTO_RELOAD),
+	       "v4 accepted with version 3's layout (flags %#x)", page.v1.flags);
 	offer(1, sizeof(struct pv_page_v1));
 	report((page.v1.flags & PV_F_ACCEPTED) && !(page.v1.flags & PV_F_EXITLESS_READS),
 	       "older guest (v1) accepted without v2 features (flags %#x)", page.v1.flags);
@@ -147,6 +150,69 @@ static void check_exitless_reads(void)
 	report_prefix_pop();
 }
 
+/* An empty doorbell between two RDTSCs: counter 0's flags, base and stamp. */
+static uint32_t stamped_publish(uint64_t *base, uint64_t *tsc, uint64_t *before, uint64_t *after)
+{
+	struct pv_counter *c = &page.counters[0];
+	page.v1.batch_count = 0;
+	*before = rdtsc();
+	outb(PERFVM_PORT_PV_DOORBELL, 1);
+	*after = rdtsc();
+	*base = c->base; /* no update can be under way: the VMM writes the page only in exits */
+	*tsc = c->tsc;
+	return c->flags;
+}
+
+/*
+ * Version 4: a publish stamps a running counter with the TSC at which its count was read,
+ * inside the doorbell's window; two publishes' counts differ by no more than the ticks
+ * between their stamps (the clock counts thread time at most at the TSC's rate); a stop is
+ * stamped too, with the count RDMSR reads.
+ */
+static void check_stamps(void)
+{
+	report_prefix_push("stamps");
+	offer(4, sizeof(struct pv_page_v3));
+	pmu_reset(&caps);
+	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(EV_CYCLES, EVTSEL_OS | EVTSEL_EN));
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
+	uint64_t b1, t1, lo1, hi1, b2, t2, lo2, hi2;
+	uint32_t f1 = stamped_publish(&b1, &t1, &lo1, &hi1);
+	for (volatile int spin = 0; spin < 20000; spin++)
+		;
+	uint32_t f2 = stamped_publish(&b2, &t2, &lo2, &hi2);
+	if (f1 & PV_C_NEEDS_EXIT) {
+		report(!(f1 & PV_C_TSC_AT_READ), "the backend needs an exit to read: no stamp (flags %#x)", f1);
+	} else {
+		report((f1 & f2 & PV_C_TSC_AT_READ) && (f1 & f2 & PV_C_RUNNING), "running and stamped (flags %#x %#x)", f1, f2);
+		report(t1 >= lo1 && t1 <= hi1 && t2 >= lo2 && t2 <= hi2,
+		       "stamps inside their doorbells (%llu in [%llu, %llu])", (unsigned long long)t1,
+		       (unsigned long long)lo1, (unsigned long long)hi1);
+		/* 1000 ppm of slack for the TSC rate the VMM converts thread time with */
+		uint64_t ticks = t2 - t1, counted = b2 - b1;
+		report(t2 > t1 && counted <= ticks + ticks / 1000,
+		       "%llu counted in %llu ticks between two stamps", (unsigned long long)counted,
+		       (unsigned long long)ticks);
+		page.v1.batch[0] = (struct pv_batch_entry){ MSR_IA32_PERF_GLOBAL_CTRL, 0, 0 };
+		page.v1.batch_count = 1;
+		uint64_t lo = rdtsc();
+		outb(PERFVM_PORT_PV_DOORBELL, 1);
+		uint64_t hi = rdtsc();
+		struct pv_counter *c = &page.counters[0];
+		uint32_t f = c->flags;
+		report((f & PV_C_TSC_AT_READ) && !(f & PV_C_RUNNING) && c->tsc >= lo && c->tsc <= hi &&
+		       c->base == rdmsr(MSR_IA32_PMC0), "a stop is stamped inside its doorbell (flags %#x)", f);
+	}
+	/* An older guest's page never sees the flag. */
+	offer(3, sizeof(struct pv_page_v3));
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
+	uint32_t f3 = stamped_publish(&b1, &t1, &lo1, &hi1);
+	report(!(f3 & PV_C_TSC_AT_READ), "not on a v3 page (flags %#x)", f3);
+	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 0);
+	pmu_reset(&caps);
+	report_prefix_pop();
+}
+
 /* `pvtest prog msr|pv N`: program every GP counter N times, for counting exits. */
 static int program_rounds(const char *how, unsigned long rounds)
 {
@@ -176,6 +242,7 @@ int main(int argc, char **argv)
 	if (pmu_event_available(&caps, EV_CYCLES)) {
 		check_batch();
 		check_exitless_reads();
+		check_stamps();
 	} else {
 		report_skip("cycles not available");
 	}

@@ -71,6 +71,23 @@ static inline uint32_t agent_pv_snapshot(const struct pv_counter *c, uint64_t *v
 	return (uint32_t)(sf >> 32);
 }
 
+/* The same with the publish's TSC stamp (*tsc; PV_C_TSC_AT_READ: when base was read). */
+static inline uint32_t agent_pv_snapshot_stamp(const struct pv_counter *c, uint64_t *v, uint64_t *tsc)
+{
+	const volatile agent_pv_u64 *seq_flags = (const volatile agent_pv_u64 *)&c->seq;
+	uint64_t sf, base, t;
+	do {
+		sf = *seq_flags;
+		barrier();
+		base = c->base;
+		t = c->tsc;
+		barrier();
+	} while ((sf & 1) || (uint32_t)sf != c->seq);
+	*v = base;
+	*tsc = t;
+	return (uint32_t)(sf >> 32);
+}
+
 /*
  * Exitless read of a stopped counter: c = &agent_pv_page.counters[slot], slot 0-7 for
  * PMC0-7, 8-10 for FIXED_CTR0-2. The VMM republishes after every PMU MSR write and every
@@ -81,16 +98,6 @@ static inline uint32_t agent_pv_snapshot(const struct pv_counter *c, uint64_t *v
 static inline int agent_pv_read_stopped(const struct pv_counter *c, uint64_t *v)
 {
 	return agent_pv_snapshot(c, v) & (PV_C_RUNNING | PV_C_NEEDS_EXIT) ? -1 : 0;
-}
-
-/*
- * The value the VMM published at its last publish, running or not: `base`, what RDMSR
- * would have returned at that exit (no extrapolation). Returns 0 with *v set; -1 if the
- * counter is readable only with an exit (PV_C_NEEDS_EXIT).
- */
-static inline int agent_pv_read_published(const struct pv_counter *c, uint64_t *v)
-{
-	return agent_pv_snapshot(c, v) & PV_C_NEEDS_EXIT ? -1 : 0;
 }
 
 #endif

@@ -67,6 +67,10 @@ uint64_t agent_task_left[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
 uint64_t agent_task_enabled[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
 uint64_t agent_task_running[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
 static uint64_t t_on; /* TSC when the counters were last enabled */
+/* Switches since the last publish are in agent_attr (agent_charge_published). */
+static int agent_attr_active;
+/* The last start's instant (its publish's stamp, or rdtsc before it with its window). */
+static uint64_t start_at, start_win;
 uint8_t agent_task_started[AGENT_MAX_IDS];
 static char *wargv[MAX_WORDS + 1];
 uint32_t agent_pv_flags;
@@ -189,6 +193,34 @@ static void account_time(void)
 }
 
 /*
+ * After a doorbell (or WRMSR) between rdtsc `before` and `*after`: every counter's raw value
+ * into raw[] (the page's with PV reads where it allows, `stopped`: only counters published
+ * stopped; else RDMSR), and the instant they were read, returned: the publish's stamp where
+ * every counter has one (PV_C_TSC_AT_READ) inside the window, which then closes
+ * (*after = the stamp), else `before`.
+ */
+static uint64_t read_raw(uint64_t *raw, int pv_reads, int stopped, uint64_t before, uint64_t *after)
+{
+	uint64_t at = 0;
+	int stamped = pv_reads;
+	for (unsigned i = 0; i < agent_nev; i++) {
+		if (agent_evs[i].hw < 0)
+			continue;
+		uint64_t tsc = 0;
+		uint32_t f = pv_reads ? agent_pv_snapshot_stamp(agent_evs[i].pv_counter, &raw[i], &tsc) : PV_C_NEEDS_EXIT;
+		if ((f & PV_C_NEEDS_EXIT) || (stopped && (f & PV_C_RUNNING)))
+			raw[i] = rdmsr(agent_evs[i].rd_msr);
+		if (!(f & PV_C_TSC_AT_READ) || (f & PV_C_NEEDS_EXIT) || (at && tsc != at))
+			stamped = 0;
+		at = tsc;
+	}
+	if (!stamped || at < before || at > *after)
+		return before;
+	*after = at;
+	return at;
+}
+
+/*
  * GLOBAL_CTRL = 0 and charge every counter's advance (a sched-out, a rotation, the final
  * read), and the time since the start.
  * MSRs: WRMSR, then one RDMSR per counter. PV page: the start batch's first entry alone
@@ -200,6 +232,7 @@ void agent_stop_and_update(void)
 {
 	agent_pmu_on = 0;
 	barrier();
+	uint64_t raw[AGENT_MAX_EVENTS], before = rdtsc();
 	int pv = agent_pv_mode; /* one load, kept in a register across the doorbell */
 	if (pv) {
 		agent_pv_ring(1);
@@ -207,24 +240,26 @@ void agent_stop_and_update(void)
 			agent_pv_lost(1);
 			pv = AGENT_PV_OFF;
 		}
-		if (pv == AGENT_PV_READS) {
-			for (unsigned i = 0; i < agent_nev; i++) {
-				uint64_t v;
-				if (agent_evs[i].hw < 0)
-					continue;
-				if (agent_pv_read_stopped(agent_evs[i].pv_counter, &v) < 0)
-					v = rdmsr(agent_evs[i].rd_msr);
-				agent_charge(i, v);
-			}
-			account_time();
-			return;
-		}
 	} else {
 		wrmsr(agent_vt.global_ctrl, 0);
 	}
-	for (unsigned i = 0; i < agent_nev; i++)
-		if (agent_evs[i].hw >= 0)
-			agent_update(i);
+	uint64_t after = rdtsc();
+	/* PV reads: the VMM has republished every counter stopped, exactly what RDMSR would
+	 * return (a counter published running or NEEDS_EXIT is read by RDMSR). */
+	uint64_t at = read_raw(raw, pv == AGENT_PV_READS, 1, before, &after);
+	if (agent_attr_active) { /* contexts that ran since the last publish share this advance */
+		agent_attr_run(&agent_attr, agent_ctx, at);
+		if (agent_pv_check) {
+			agent_attr_run(&agent_attr_shadow, agent_ctx, at);
+			agent_attr_settle(&agent_attr_shadow, raw, at, after);
+		}
+		agent_attr_settle(&agent_attr, raw, at, after);
+		agent_attr_active = 0;
+	} else {
+		for (unsigned i = 0; i < agent_nev; i++)
+			if (agent_evs[i].hw >= 0)
+				agent_charge(i, raw[i]);
+	}
 	account_time();
 }
 
@@ -245,19 +280,48 @@ int agent_charge_published(void)
 	for (unsigned i = 0; i < agent_nev; i++)
 		if (agent_evs[i].hw >= 0 && (agent_evs[i].pv_counter->flags & PV_C_NEEDS_EXIT))
 			return 0;
+	uint64_t before = rdtsc();
+	if (!agent_attr_active) {
+		agent_attr_begin(&agent_attr, start_at, start_win);
+		agent_attr_begin(&agent_attr_shadow, start_at, start_win);
+		agent_attr_active = 1;
+	}
+	/* No exit: the switch is remembered, the next publish shares the advance out. */
+	if (!agent_pv_check && before - agent_attr.start < agent_pv_publish_ticks) {
+		agent_attr_run(&agent_attr, agent_ctx, before);
+		account_time();
+		t_on = rdtsc();
+		return 1;
+	}
 	agent_pv_ring(0);
+	uint64_t after = rdtsc();
 	if (!agent_pv_answered(0)) {
 		agent_pv_lost(0);
-		return 0; /* the page is gone: the caller stops with a WRMSR */
+		return 0; /* the page is gone: the caller stops with a WRMSR (and shares out) */
 	}
-	for (unsigned i = 0; i < agent_nev; i++) {
-		uint64_t v;
-		if (agent_evs[i].hw < 0)
-			continue;
-		if (agent_pv_read_published(agent_evs[i].pv_counter, &v) < 0)
-			v = rdmsr(agent_evs[i].rd_msr);
-		agent_charge(i, v);
+	uint64_t raw[AGENT_MAX_EVENTS];
+	uint64_t at = read_raw(raw, 1, 0, before, &after);
+	if (!agent_attr.n && !agent_pv_check) {
+		/* The last switch published too (switches >= the interval apart, e.g. emulated):
+		 * the whole advance is the current context's, as agent_attr_settle would find. */
+		for (unsigned i = 0; i < agent_nev; i++)
+			if (agent_evs[i].hw >= 0)
+				agent_charge(i, raw[i]);
+		agent_attr.start = agent_attr.t0 = at;
+		agent_attr.win = after - at;
+		account_time();
+		t_on = rdtsc();
+		return 1;
 	}
+	agent_attr_run(&agent_attr, agent_ctx, at);
+	/* --pv-check: the live counts are charged at every switch's publish (exact), the shadow
+	 * shares out over its intervals as the default does, from the same publishes. */
+	if (agent_pv_check) {
+		agent_attr_run(&agent_attr_shadow, agent_ctx, at);
+		if (at - agent_attr_shadow.start >= agent_pv_publish_ticks)
+			agent_attr_settle(&agent_attr_shadow, raw, at, after);
+	}
+	agent_attr_settle(&agent_attr, raw, at, after);
 	account_time();
 	t_on = rdtsc();
 	return 1;
@@ -280,6 +344,26 @@ void agent_pmu_start(void)
 		agent_pv_ring(agent_pv_start_n);
 	else
 		wrmsr(agent_vt.global_ctrl, agent_enabled_mask);
+	/* Where the tasks' shares will start (agent_charge_published): the start's stamp. */
+	start_at = t_on;
+	start_win = 0;
+	if (agent_pv_mode == AGENT_PV_READS && agent_per_task && !agent_sampling_mask && !agent_mux) {
+		uint64_t after = rdtsc(), at = 0;
+		int stamped = 1;
+		for (unsigned i = 0; i < agent_nev; i++) {
+			uint64_t v, tsc;
+			if (agent_evs[i].hw < 0)
+				continue;
+			uint32_t f = agent_pv_snapshot_stamp(agent_evs[i].pv_counter, &v, &tsc);
+			if (!(f & PV_C_TSC_AT_READ) || (at && tsc != at))
+				stamped = 0;
+			at = tsc;
+		}
+		if (stamped && at >= t_on && at <= after)
+			start_at = at;
+		else
+			start_win = after - t_on;
+	}
 }
 
 /* ---- entry from kit_start --------------------------------------------------------------- */
@@ -345,6 +429,7 @@ int agent_run(int argc, char **argv, int (*main_fn)(int, char **))
 	if (agent_sampling_mask)
 		lapic_set_lvtpc(LVT_MASKED | LVT_NMI);
 	agent_send_counts();
+	agent_attr_report();
 	if (agent_recording)
 		agent_flush_samples();
 	agent_print_summary(pv_kept);

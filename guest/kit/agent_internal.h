@@ -89,6 +89,41 @@ void agent_stop_and_update(void);
 int agent_charge_published(void); /* -p, PV reads: charge at one publish, counters left running */
 void agent_pmu_start(void);
 
+/* ---- agent_task.c: attributing published counts over the contexts that ran ---- */
+
+/*
+ * Per-task counting without an exit per switch (-p, PV reads, counting): between two
+ * publishes the contexts that ran are remembered with their TSC ticks, and at the publish
+ * the counters' exact advance D since the previous one is shared out in proportion to
+ * those ticks (the rounding to the context running at the publish). The run's totals stay
+ * exact; a context's share is off by at most what the thread did not run at the TSC's
+ * rate in the interval, |T - D| for T ticks, plus the two doorbells' windows (the VMM's
+ * read lies somewhere inside each): that sum, over the intervals with more than one
+ * context, is the published bound (agent.attr_bound.<event>).
+ */
+struct agent_attr {
+	uint64_t (*count)[AGENT_MAX_EVENTS]; /* per context: what it was charged */
+	uint64_t prev[AGENT_MAX_EVENTS];     /* raw value at the last publish */
+	uint64_t ticks[AGENT_MAX_IDS];       /* TSC ticks each context ran since that publish */
+	uint8_t ids[AGENT_MAX_IDS];          /* the contexts with ticks, in order */
+	unsigned n;
+	uint64_t start;                      /* rdtsc just before the last publish's doorbell */
+	uint64_t win;                        /* that doorbell's window, rdtsc to rdtsc */
+	uint64_t t0;                         /* rdtsc when the current context's ticks began */
+	uint64_t bound[AGENT_MAX_EVENTS];    /* the published bound, per event */
+	uint64_t settles;                    /* publishes shared out over two or more contexts */
+	int used;                            /* some switch went through it */
+};
+extern struct agent_attr agent_attr, agent_attr_shadow;
+extern uint64_t agent_pv_publish_ticks;   /* the most TSC ticks between two publishes */
+extern int agent_pv_check;                /* --pv-check: exact charge at every switch and the shadow */
+extern uint64_t agent_shadow_count[AGENT_MAX_IDS][AGENT_MAX_EVENTS];
+
+void agent_attr_begin(struct agent_attr *a, uint64_t now, uint64_t win);
+void agent_attr_run(struct agent_attr *a, uint32_t ctx, uint64_t now);
+void agent_attr_settle(struct agent_attr *a, const uint64_t *raw, uint64_t before, uint64_t after);
+void agent_attr_report(void);
+
 /* ---- agent_vendor.c ---- */
 
 /* The vendor's PMU registers and counters: Intel's architectural PMU or AMD's PerfMonV2. */

@@ -1,12 +1,15 @@
 /* The perf agent's options: `stat|record [-e <ev>,...] [-c <period> | -F <hz>] [-p] [-g] -- <args>`. */
 #include "agent_internal.h"
 
+/* -p with PV reads: at most this long between two publishes (one doorbell exit each) */
+#define DEFAULT_PUBLISH_US 1000
 #define MIN_PERIOD 64 /* below ~20 the PMI handler's own counted exit path would livelock */
 
 void agent_usage(void)
 {
 	printf("agent: usage: <guest> stat -e <ev>[,<ev>...] [-p] -- <args>\n"
 	       "agent:        <guest> record -e <ev>[,<ev>...] -c <period> | -F <hz> [-p] [-g] -- <args>\n"
+	       "agent:        -p with the PV page: [--pv-publish-us <us>] [--pv-check]\n"
 	       "agent:   <ev> = 0xUUEE (umask, event select) or an architectural event name,\n"
 	       "agent:          optionally =<the vendor's select> (AMD: 0xUUEEE, 12-bit event select),\n"
 	       "agent:          then :u (user mode only) or :k (kernel only; both levels otherwise)\n");
@@ -84,13 +87,25 @@ int agent_parse_events(const char *list)
 int agent_parse_options(int argc, char **argv)
 {
 	int i = 2;
+	unsigned long publish_us = DEFAULT_PUBLISH_US;
 	agent_recording = !strcmp(argv[1], "record");
 	for (; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--"))
-			return i + 1;
+			break;
 		if (!strcmp(a, "-p")) {
 			agent_per_task = 1;
+		} else if (!strcmp(a, "--pv-publish-us") && i + 1 < argc) {
+			/* -p with the PV page: the most time between two publishes (0: every switch) */
+			char *end;
+			unsigned long us = strtoul(argv[++i], &end, 0);
+			if (*end) {
+				printf("agent: bad publish interval '%s'\n", argv[i]);
+				return -1;
+			}
+			publish_us = us;
+		} else if (!strcmp(a, "--pv-check")) {
+			agent_pv_check = 1; /* exact charges at every switch beside the shared-out ones */
 		} else if (!strcmp(a, "-g") && agent_recording) {
 			agent_call_graph = 1;
 		} else if (!strcmp(a, "-e") && i + 1 < argc) {
@@ -119,5 +134,6 @@ int agent_parse_options(int argc, char **argv)
 			return -1;
 		}
 	}
-	return i; /* no "--": the workload gets no arguments */
+	agent_pv_publish_ticks = tsc_khz * publish_us / 1000;
+	return i < argc ? i + 1 : i; /* no "--": the workload gets no arguments */
 }

@@ -23,9 +23,11 @@ static uint32_t offer(uint32_t version, uint32_t size)
 
 uint32_t agent_pv_register(void)
 {
-	uint32_t flags = offer(3, sizeof(struct pv_page_v3));
+	uint32_t flags = offer(4, sizeof(struct pv_page_v3));
+	if (!(flags & PV_F_ACCEPTED) && agent_pv_page.v1.host_version == 3)
+		flags = offer(3, sizeof(struct pv_page_v3)); /* an older VMM */
 	if (!(flags & PV_F_ACCEPTED) && agent_pv_page.v1.host_version == 2)
-		flags = offer(2, sizeof(struct pv_page_v2)); /* an older VMM */
+		flags = offer(2, sizeof(struct pv_page_v2));
 	agent_pv_sampling = (flags & PV_F_ACCEPTED) && (flags & PV_F_AUTO_RELOAD);
 	if (!(flags & PV_F_ACCEPTED))
 		agent_pv_mode = AGENT_PV_OFF;

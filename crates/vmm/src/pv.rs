@@ -7,7 +7,7 @@ use serde::Serialize;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// Newest page version this VMM speaks; it also accepts every older one.
-pub const HOST_VERSION: u32 = 3;
+pub const HOST_VERSION: u32 = 4;
 /// The guest writes its page's guest-physical address here (0 withdraws it).
 pub const REGISTER_PORT: u16 = 0x504;
 /// A write here applies the page's batch of MSR writes in this one exit.
@@ -18,6 +18,10 @@ const F_EXITLESS_READS: u32 = 1 << 1;
 const F_AUTO_RELOAD: u32 = 1 << 2;
 const C_RUNNING: u32 = 1 << 0;
 const C_NEEDS_EXIT: u32 = 1 << 1;
+/// Version 4: a running counter's `tsc` is the TSC at which `base` was read (within a
+/// read(2), ~1 us), not a later one: two publishes bracket exactly the ticks their
+/// counts' difference was counted in.
+const C_TSC_AT_READ: u32 = 1 << 2;
 const BATCH_MAX: u32 = 32;
 const V1_SIZE: u32 = 32 + 32 * 16;
 const COUNTER_SIZE: u64 = 40;
@@ -82,7 +86,8 @@ pub fn expected_size(version: u32) -> Option<u32> {
     match version {
         1 => Some(V1_SIZE),
         2 => Some(V2_SIZE),
-        3 => Some(V3_SIZE),
+        // Version 4 changes what a running counter's `tsc` means (C_TSC_AT_READ), not the layout.
+        3 | 4 => Some(V3_SIZE),
         _ => None,
     }
 }
@@ -208,19 +213,25 @@ pub enum Extrapolation {
 }
 
 /// Publish every counter's value at guest TSC `tsc` under the seqlock.
+///
+/// `clocks(read_tsc)` gives the guest TSC to stamp, whether it is `read_tsc` (the host TSC
+/// at which the backend read the counts, from `read_tsc(backend)`, when the guest's TSC is
+/// the host's), the thread's CPU time and the wall time.
 pub fn publish<B: CountSource>(
     mem: &GuestMemoryMmap,
     page: PvPage,
     pmu: &mut Pmu<B>,
     rate: impl Fn(ArchEvent) -> Extrapolation,
+    read_tsc: impl Fn(&B) -> Option<u64>,
     share: &mut CpuShare,
-    clocks: &mut dyn FnMut() -> (u64, u64, u64),
+    clocks: &mut dyn FnMut(Option<u64>) -> (u64, bool, u64, u64),
 ) {
     if page.version < 2 {
         return;
     }
     // A snapshot, not MSR reads: the guest's `--stats` count only the reads it made.
     let state = pmu.save();
+    let at_read = read_tsc(pmu.backend());
     // Guest TSC, thread CPU time and wall time: read only if some counter runs.
     let mut tsc = None;
     for slot in 0..11u32 {
@@ -242,15 +253,20 @@ pub fn publish<B: CountSource>(
         if flags == 0 && value == 0 && published == 0 {
             continue;
         }
-        let now = if flags == C_RUNNING {
+        // Version 4 stamps a stopped counter too when the counts were read in this exit
+        // (a stop's own read): the instant it stopped, for the guest's bookkeeping.
+        let stamp_stopped = flags == 0 && at_read.is_some() && page.version >= 4;
+        let (now, stamped) = if flags == C_RUNNING || stamp_stopped {
             *tsc.get_or_insert_with(|| {
-                let (tsc, cpu_ns, wall_ns) = clocks();
+                let (tsc, stamped, cpu_ns, wall_ns) = clocks(at_read);
                 share.observe(cpu_ns, wall_ns);
-                tsc
+                (tsc, stamped)
             })
         } else {
-            0
+            (0, false)
         };
+        let now = if flags == 0 && !stamped { 0 } else { now };
+        let flags = if stamped && page.version >= 4 { flags | C_TSC_AT_READ } else { flags };
         let (mult, err_ppm) = (share.mult(), share.err_ppm());
         let seq: u32 = mem.read_obj(GuestAddress(at)).unwrap_or(0);
         let _ = mem.write_obj(seq.wrapping_add(1) | 1, GuestAddress(at));
@@ -295,13 +311,16 @@ mod tests {
         assert_eq!(offer(&m, 0x2000, 1, V1_SIZE), Ok(PvPage { gpa: 0x2000, version: 1 }));
         assert_eq!(flags(&m, 0x2000), (HOST_VERSION, F_ACCEPTED));
         // A guest newer than the host is refused; it learns the host's version.
-        assert_eq!(offer(&m, 0x3000, 4, 2048), Err(Refusal::NewerThanHost(4)));
+        assert_eq!(offer(&m, 0x3000, 5, 2048), Err(Refusal::NewerThanHost(5)));
         assert_eq!(flags(&m, 0x3000), (HOST_VERSION, 0));
         assert_eq!(offer(&m, 0x4000, 2, V1_SIZE), Err(Refusal::BadSize { version: 2, size: V1_SIZE }));
         assert_eq!(offer(&m, 0x4008, 2, V2_SIZE), Err(Refusal::NotAligned));
         assert_eq!(offer(&m, 0x5000, 0, V1_SIZE), Err(Refusal::NewerThanHost(0)));
         assert_eq!(offer(&m, 0x7000, 3, V3_SIZE), Ok(PvPage { gpa: 0x7000, version: 3 }));
         assert_eq!(flags(&m, 0x7000), (HOST_VERSION, F_ACCEPTED | F_EXITLESS_READS | F_AUTO_RELOAD));
+        // Version 4 keeps version 3's layout.
+        assert_eq!(offer(&m, 0x8000, 4, V3_SIZE), Ok(PvPage { gpa: 0x8000, version: 4 }));
+        assert_eq!(offer(&m, 0x9000, 4, V2_SIZE), Err(Refusal::BadSize { version: 4, size: V2_SIZE }));
         m.write_obj(2u32, GuestAddress(0x6000)).unwrap();
         m.write_obj(V2_SIZE, GuestAddress(0x6008)).unwrap();
         assert_eq!(register(&m, 0x6000, false, true), Err(Refusal::Disabled));
@@ -338,7 +357,7 @@ mod tests {
         let mut share = CpuShare::default();
         let rate = |e| if e == ArchEvent::CoreCycles { Extrapolation::TscRate } else { Extrapolation::NeedsExit };
         let reads_before = pmu.stats().msr_reads;
-        publish(&m, page, &mut pmu, rate, &mut share, &mut || (777, 0, 0));
+        publish(&m, page, &mut pmu, rate, |_| None, &mut share, &mut |_| (777, false, 0, 0));
         assert_eq!(pmu.stats().msr_reads, reads_before, "publishing is no guest MSR read");
         let at = |slot: u64, off: u64| GuestAddress(0x1000 + COUNTERS_OFFSET + slot * COUNTER_SIZE + off);
         let seq: u32 = m.read_obj(at(0, 0)).unwrap();
@@ -352,6 +371,36 @@ mod tests {
         assert_eq!(m.read_obj::<u32>(at(0, 24)).unwrap(), 1 << 31, "no observation yet: rate 1.0");
         assert_eq!(m.read_obj::<u32>(at(0, 32)).unwrap(), 1_000_000, "and a bound of all the ticks since");
         assert_eq!(m.read_obj::<u32>(at(0, 28)).unwrap(), 31);
+    }
+
+    #[test]
+    fn only_a_version_4_page_learns_that_its_stamp_is_the_read_instant() {
+        let m = mem();
+        let rate = |e| if e == ArchEvent::CoreCycles { Extrapolation::TscRate } else { Extrapolation::NeedsExit };
+        let at = |gpa: u64, off: u64| GuestAddress(gpa + COUNTERS_OFFSET + off);
+        for (gpa, version, size) in [(0x1000, 3, V3_SIZE), (0x2000, 4, V3_SIZE)] {
+            let page = offer(&m, gpa, version, size).unwrap();
+            let mut pmu = Pmu::new(PmuConfig::default(), MockSource::new()).unwrap();
+            pmu.set_msr(MsrIndex(0x186), 0x43003c, Initiator::Guest).ok();
+            pmu.set_msr(MsrIndex(0xc1), 500, Initiator::Guest).ok(); // (a slot left all 0 is not published)
+            let mut share = CpuShare::default();
+            // The backend read at host TSC 1234; the guest's TSC is the host's.
+            let mut clocks = |at: Option<u64>| (at.unwrap_or(9999), at.is_some(), 0, 0);
+            publish(&m, page, &mut pmu, rate, |_| Some(1234), &mut share, &mut clocks);
+            assert_eq!(m.read_obj::<u64>(at(gpa, 16)).unwrap(), 1234, "v{version}: stamped at the read");
+            let want = if version >= 4 { C_RUNNING | C_TSC_AT_READ } else { C_RUNNING };
+            assert_eq!(m.read_obj::<u32>(at(gpa, 4)).unwrap(), want, "v{version}");
+            // Without a read instant (another backend, a guest TSC of its own): a later stamp, no flag.
+            publish(&m, page, &mut pmu, rate, |_| None, &mut share, &mut clocks);
+            assert_eq!(m.read_obj::<u64>(at(gpa, 16)).unwrap(), 9999);
+            assert_eq!(m.read_obj::<u32>(at(gpa, 4)).unwrap(), C_RUNNING, "v{version}");
+            // Stopped (GLOBAL_CTRL = 0 reads the counts): version 4 learns when it stopped.
+            pmu.set_msr(MsrIndex(0x38f), 0, Initiator::Guest).ok();
+            publish(&m, page, &mut pmu, rate, |_| Some(4321), &mut share, &mut clocks);
+            let (tsc, flags) = if version >= 4 { (4321, C_TSC_AT_READ) } else { (0, 0) };
+            assert_eq!(m.read_obj::<u64>(at(gpa, 16)).unwrap(), tsc, "v{version}, stopped");
+            assert_eq!(m.read_obj::<u32>(at(gpa, 4)).unwrap(), flags, "v{version}, stopped");
+        }
     }
 
     #[test]

@@ -34,6 +34,14 @@
  * MSR, no LAPIC access. A counter's events since it was written with value v are
  * reloads_since * (2^width - reload) + (raw - v), raw and reloads read between the same
  * two entries (an RDMSR, or the page after a doorbell).
+ *
+ * Stamped reads (version >= 4, same layout as version 3): a counter flagged
+ * PV_C_TSC_AT_READ has `tsc` = the guest TSC at which `base` was read (within a read(2),
+ * ~1 us), stopped counters too (the instant of the stop's read), where a version-3 page's
+ * `tsc` is a later instant of the same exit. The counts of two stamped publishes then
+ * differ by exactly what was counted between their two `tsc`s, which lets the guest share
+ * one publish's advance over the tasks that ran since the previous one without an exit per
+ * switch (the kit's agent: agent_task.c).
  */
 #ifndef PERFVM_PV_H
 #define PERFVM_PV_H
@@ -41,7 +49,7 @@
 
 #define PERFVM_PORT_PV_REGISTER 0x504
 #define PERFVM_PORT_PV_DOORBELL 0x508
-#define PV_HOST_VERSION 3          /* what this kit's VMM speaks */
+#define PV_HOST_VERSION 4          /* what this kit's VMM speaks */
 #define PV_F_ACCEPTED       (1u << 0)
 #define PV_F_EXITLESS_READS (1u << 1)
 #define PV_F_AUTO_RELOAD    (1u << 2)
@@ -51,6 +59,7 @@
 #define PV_COUNTERS 11             /* GP 0-7, then fixed 0-2 */
 #define PV_C_RUNNING    (1u << 0)
 #define PV_C_NEEDS_EXIT (1u << 1)
+#define PV_C_TSC_AT_READ (1u << 2) /* version 4: tsc is when base was read */
 
 struct pv_batch_entry {
 	uint32_t msr;
@@ -96,5 +105,6 @@ struct pv_page_v3 {
 	struct pv_page_v2 v2;
 	struct pv_sampling sampling;
 };
+/* Version 4 is version 3's layout (sizeof(struct pv_page_v3)), with PV_C_TSC_AT_READ. */
 
 #endif

@@ -82,7 +82,11 @@ pub fn chart_for(suite: &str, v: &Value) -> Option<Chart> {
         "pv" => (
             "Per-task counting across guest context switches",
             "µs per switch",
-            &[("MSRs", "msr_us_per_switch"), ("PV page", "pv_us_per_switch")],
+            &[
+                ("MSRs", "msr_us_per_switch"),
+                ("PV, publish per switch", "pv_publish_each_us_per_switch"),
+                ("PV page", "pv_us_per_switch"),
+            ],
             |x| text(&x["workload"]),
         ),
         "scaling" => (

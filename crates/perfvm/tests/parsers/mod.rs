@@ -45,8 +45,10 @@ pub fn pv_page(data: &[u8]) {
     let mut pmu = pmu::Pmu::new(pmu::PmuConfig::default(), pmu::MockSource::new()).expect("default vPMU");
     vmm::pv::apply_batch(&mem, page, &mut pmu);
     let mut share = vmm::pv::CpuShare::default();
-    let mut clocks = || (1_000u64, 2_000u64, 3_000u64);
-    vmm::pv::publish(&mem, page, &mut pmu, |_| vmm::pv::Extrapolation::TscRate, &mut share, &mut clocks);
+    // The backend read at host TSC 1_500 (a version-4 page gets the stamp).
+    let mut clocks = |at: Option<u64>| (at.unwrap_or(1_000), at.is_some(), 2_000u64, 3_000u64);
+    let rate = |_| vmm::pv::Extrapolation::TscRate;
+    vmm::pv::publish(&mem, page, &mut pmu, rate, |_| Some(1_500), &mut share, &mut clocks);
 }
 
 /// Guest images: perfvm's ELF64 and multiboot guests, a Linux bzImage or vmlinux, each

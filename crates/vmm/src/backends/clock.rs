@@ -52,6 +52,8 @@ pub struct ClockSource {
     /// GLOBAL_CTRL write, a PMI's fold of every counter) sees one instant, as a group read
     /// would, for one read.
     this_exit: Option<u64>,
+    /// The host TSC of that read (None: the read failed, the value is the last one).
+    this_exit_tsc: Option<u64>,
     /// The last clock read (counts never go back).
     last: u64,
     /// Shortest period now allowed (MIN_CLOCK_PERIOD_NS, or more when throttled).
@@ -75,6 +77,7 @@ impl ClockSource {
             counters: std::array::from_fn(|_| None),
             timer: None,
             this_exit: None,
+            this_exit_tsc: None,
             last: 0,
             floor_ns: MIN_CLOCK_PERIOD_NS,
             in_notification: false,
@@ -103,13 +106,22 @@ impl ClockSource {
         if let Some(ns) = self.this_exit {
             return ns;
         }
+        let tsc = host_tsc();
         let read = match (&self.clock, &mut self.reader) {
-            (Some(clock), Some(reader)) => reader.now(clock, host_tsc()),
+            (Some(clock), Some(reader)) => reader.now(clock, tsc),
             _ => None,
         };
+        // A read(2) lands within ~1 us after `tsc`; a read from the TSC is at `tsc` itself.
+        self.this_exit_tsc = read.filter(|&ns| ns >= self.last).map(|_| tsc);
         self.last = read.map_or(self.last, |ns| ns.max(self.last));
         self.this_exit = Some(self.last);
         self.last
+    }
+
+    /// The host TSC at which this exit's counts were read (None: not read in this exit,
+    /// or the read held no new value).
+    pub fn read_tsc(&self) -> Option<u64> {
+        self.this_exit.and(self.this_exit_tsc)
     }
 
     fn counter(&mut self, pmc: PmcIdx) -> &mut ClockCounter {

@@ -48,6 +48,11 @@ pub trait VmmSource: CountSource {
     fn counts_at_tsc_rate(&self, _event: ArchEvent) -> bool {
         false
     }
+    /// The host TSC at which this exit read the counts that `counts_at_tsc_rate` events
+    /// show (None: not known to that precision).
+    fn read_tsc(&self) -> Option<u64> {
+        None
+    }
     /// Single-stepping: one instruction of `class` retired, in user mode (`user`) or the
     /// kernel.
     fn retire(&mut self, _class: decode::InsnClass, _user: bool) {}
@@ -101,6 +106,9 @@ impl VmmSource for ClockSource {
     /// Cycles; ref-cycles follow the TSC itself and need an exit.
     fn counts_at_tsc_rate(&self, event: ArchEvent) -> bool {
         event == ArchEvent::CoreCycles
+    }
+    fn read_tsc(&self) -> Option<u64> {
+        ClockSource::read_tsc(self)
     }
 }
 
@@ -196,6 +204,7 @@ impl VmmSource for Backend {
         fn counts_by_steps(&self) -> bool;
         fn wants_steps(&self, any_programmed: bool) -> bool;
         fn counts_at_tsc_rate(&self, event: ArchEvent) -> bool;
+        fn read_tsc(&self) -> Option<u64>;
         fn retire(&mut self, class: decode::InsnClass, user: bool);
         fn retire_early(&mut self);
         fn faulted(&mut self);

@@ -103,8 +103,12 @@ impl PvState {
             false => pv::Extrapolation::NeedsExit,
         };
         let (created, guest_tsc) = (self.created, &mut self.guest_tsc);
-        let mut clocks = || (guest_tsc.read(vcpu), thread_cpu_ns(), created.elapsed().as_nanos() as u64);
-        pv::publish(mem, page, pmu, rate, &mut self.cpu_share, &mut clocks);
+        let mut clocks = |at_read: Option<u64>| {
+            let (tsc, stamped) = guest_tsc.read_at(vcpu, at_read);
+            (tsc, stamped, thread_cpu_ns(), created.elapsed().as_nanos() as u64)
+        };
+        let read_tsc = |b: &Backend| b.read_tsc();
+        pv::publish(mem, page, pmu, rate, read_tsc, &mut self.cpu_share, &mut clocks);
         self.stats.publishes += 1;
     }
 
