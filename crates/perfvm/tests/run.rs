@@ -205,3 +205,16 @@ fn json_to_a_reader_that_stops_early_is_not_an_error() {
         assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn an_instruction_the_host_emulator_rejects_ends_the_run_with_6() {
+    require_kvm!();
+    // clac; hlt at CPL 0, emulated: this host's emulator stops on CLAC, and nothing changed
+    // the text, so the VMM's one re-entry fails the same way and the run ends.
+    let guest = temp_file("clac.elf", &vmm::loader::synthetic::elf64_code(&[0x0f, 0x01, 0xca, 0xf4]));
+    let o = perfvm(&["run", &guest, "--native", "off", "--stats"]);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 6, "{err}");
+    assert!(err.contains("KVM internal error, suberror 1 at RIP=0x100000 on vcpu 0 (clac [0f 01 ca])"), "{err}");
+    assert!(err.contains("completed for the host's emulator: re-entered 1"), "{err}");
+}

@@ -87,6 +87,9 @@ pub struct Vcpu {
     /// The vCPU's events KVM synced out at the last exit are current: it was a signal's
     /// (nothing dispatched, no event ioctl since), and KVM copies them out (a vPMU).
     events_current: bool,
+    /// RIP of an emulation failure re-entered as text another vCPU changed (`complete_or_stop`),
+    /// until an exit of another kind.
+    refetched_at: Option<u64>,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -116,6 +119,7 @@ impl Vcpu {
             syscall_repair: SyscallRepair::default(),
             guest_debug: GuestDebug::default(),
             events_current: false,
+            refetched_at: None,
         }
     }
 
@@ -241,6 +245,9 @@ impl Vcpu {
     /// Work an exit leaves for after the kvm_run borrow: PV page, NMI requests, single-steps,
     /// and the ends that need registers. Returns how the VM ends, if it does.
     fn follow_up(&mut self, next: Next) -> Option<VmEnd> {
+        if !matches!(next, Next::InternalError) {
+            self.refetched_at = None;
+        }
         match next {
             Next::PvRegister(gpa) => {
                 if let Some(pmu) = &mut self.pmu {
@@ -431,7 +438,19 @@ impl Vcpu {
                     *self.stats.completed.entry(kind).or_default() += 1;
                     return None;
                 }
-                crate::complete::Completed::Left(insn) => insn,
+                // What stands at RIP now may not be what the emulator rejected: another vCPU
+                // patched it in between (text_poke_bp puts an INT3 on a static key or an
+                // alternative, then the new bytes). Run it once more as it is now; the same
+                // failure twice at one RIP stands.
+                crate::complete::Completed::Left(insn) => {
+                    let rip = self.rip();
+                    if self.refetched_at != Some(rip) {
+                        self.refetched_at = Some(rip);
+                        *self.stats.completed.entry("re-entered").or_default() += 1;
+                        return None;
+                    }
+                    insn
+                }
             }
         } else {
             None
