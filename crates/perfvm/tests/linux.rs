@@ -88,11 +88,11 @@ fn the_stock_kernels_perf_driver_takes_the_vpmu_on_both_identities() {
     }
 }
 
-/// Ignored: the boot is ~20-35 minutes of emulation on this host (docs/LINUX.md, boots
-/// 9-12), beyond CI's time limit. Run it with `--ignored`: it passed its checks by hand in
+/// Ignored: the boot is 20-45 minutes of emulation on this host (docs/LINUX.md, boots
+/// 9-21), beyond CI's time limit. Run it with `--ignored`: it passed its checks by hand in
 /// boot 11.
 #[test]
-#[ignore = "a stock kernel's boot is ~35 minutes of emulation on this host (docs/LINUX.md)"]
+#[ignore = "a stock kernel's boot is 20-45 minutes of emulation on this host (docs/LINUX.md)"]
 fn stock_kernel_boots_to_init_runs_commands_and_reboots() {
     require_kvm!();
     let (kernel, initrd) = assets();
@@ -125,7 +125,7 @@ fn stock_kernel_boots_to_init_runs_commands_and_reboots() {
 /// N + 2d + 3 user branches (its final SYSCALL is one: guest/linux/README.md). Ignored for
 /// the boot's length, as above; boot 12 (docs/LINUX.md) passed these checks by hand.
 #[test]
-#[ignore = "a stock kernel's boot is ~20-35 minutes of emulation on this host (docs/LINUX.md)"]
+#[ignore = "a stock kernel's boot is 20-45 minutes of emulation on this host (docs/LINUX.md)"]
 fn linux_perf_counts_user_instructions_exactly_on_the_exact_backend() {
     require_kvm!();
     let (kernel, initrd) = assets();
