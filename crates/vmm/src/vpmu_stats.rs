@@ -38,6 +38,24 @@ pub enum PmuOp {
 }
 
 impl PmuOp {
+    /// The operation's name in tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            PmuOp::EventselWrite => "EVENTSEL write",
+            PmuOp::FixedCtrlWrite => "FIXED_CTR_CTRL write",
+            PmuOp::GlobalCtrlEnable => "GLOBAL_CTRL enable",
+            PmuOp::GlobalCtrlEnableAfterPmi => "GLOBAL_CTRL enable (PMI)",
+            PmuOp::GlobalCtrlDisable => "GLOBAL_CTRL disable",
+            PmuOp::CounterRead => "counter read",
+            PmuOp::CounterWrite => "counter write",
+            PmuOp::StatusRead => "GLOBAL_STATUS read",
+            PmuOp::OvfCtrlWrite => "GLOBAL_OVF_CTRL write",
+            PmuOp::PmiDelivery => "PMI delivery (VMM)",
+            PmuOp::KvmNmi => "KVM_NMI ioctl (floor)",
+            PmuOp::Other => "other PMU MSR",
+        }
+    }
+
     /// The operation a write of `value` to the register the model decoded is (any vendor).
     pub(crate) fn of_write(reg: Option<PmuReg>, value: u64) -> PmuOp {
         match reg {

@@ -127,7 +127,7 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
             text.push_str(&format!("  {policy:<6} per switch:"));
             for (op, (us, syscalls)) in &by_op[m][i] {
                 let (us, syscalls) = (Summary::of(us).median, Summary::of(syscalls).median);
-                text.push_str(&format!(" {} {} µs ({} syscalls);", super::pmu_ops::label(*op), fmt(us), fmt(syscalls)));
+                text.push_str(&format!(" {} {} µs ({} syscalls);", op.label(), fmt(us), fmt(syscalls)));
             }
             text.push('\n');
         }

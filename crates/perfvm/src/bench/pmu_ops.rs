@@ -16,25 +16,17 @@ use vmm::native::NativeMode;
 use vmm::vm::{BackendKind, PmuSettings};
 use vmm::vpmu::PmuOp;
 
-/// Operations in table order, with their labels.
-const OPS: &[(PmuOp, &str)] = &[
-    (PmuOp::EventselWrite, "EVENTSEL write"),
-    (PmuOp::FixedCtrlWrite, "FIXED_CTR_CTRL write"),
-    (PmuOp::GlobalCtrlEnable, "GLOBAL_CTRL enable"),
-    (PmuOp::GlobalCtrlEnableAfterPmi, "GLOBAL_CTRL enable (PMI)"),
-    (PmuOp::GlobalCtrlDisable, "GLOBAL_CTRL disable"),
-    (PmuOp::CounterRead, "counter read"),
-    (PmuOp::PmiDelivery, "PMI delivery (VMM)"),
-    (PmuOp::KvmNmi, "KVM_NMI ioctl (floor)"),
+/// Operations in table order.
+const OPS: &[PmuOp] = &[
+    PmuOp::EventselWrite,
+    PmuOp::FixedCtrlWrite,
+    PmuOp::GlobalCtrlEnable,
+    PmuOp::GlobalCtrlEnableAfterPmi,
+    PmuOp::GlobalCtrlDisable,
+    PmuOp::CounterRead,
+    PmuOp::PmiDelivery,
+    PmuOp::KvmNmi,
 ];
-
-/// An operation's label in tables.
-pub fn label(op: PmuOp) -> String {
-    match OPS.iter().find(|(o, _)| *o == op) {
-        Some((_, label)) => (*label).to_owned(),
-        None => format!("{op:?}"),
-    }
-}
 
 /// One of a policy's per-run values.
 type Field = fn(&PolicyRuns) -> &Vec<f64>;
@@ -109,7 +101,7 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
                 let Some(report) = b.run(&cfg, mode)? else { continue };
                 let pmu = report.stats.pmu.as_ref().expect("PMU report");
                 backend_detail = pmu.backend_detail.clone();
-                for (op, _) in OPS {
+                for op in OPS {
                     if let Some(t) = pmu.vmm.ops.get(op) {
                         r.means.entry(*op).or_default().push(t.mean_ns());
                         r.maxes.entry(*op).or_default().push(t.max_ns as f64);
@@ -147,13 +139,13 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
     let get = |r: &PolicyRuns, op: &PmuOp, max: bool| {
         Summary::of(if max { &r.maxes } else { &r.means }.get(op).map(Vec::as_slice).unwrap_or(&[]))
     };
-    for (op, label) in OPS {
+    for op in OPS {
         // An operation some run saw gets a row in every mode (n/a where none saw it).
         if !runs.iter().flatten().any(|r| r.means.contains_key(op)) {
             continue;
         }
         for (&mode, [l, r]) in modes.iter().zip(&runs) {
-            row(label, mode, [get(l, op, false), get(l, op, true), get(r, op, false), get(r, op, true)]);
+            row(op.label(), mode, [get(l, op, false), get(l, op, true), get(r, op, false), get(r, op, true)]);
         }
     }
     for (&mode, [l, r]) in modes.iter().zip(&runs) {
@@ -184,14 +176,14 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
         Column::right("legacy", 8),
         Column::right("reuse", 8),
     ]);
-    for (op, label) in OPS {
+    for op in OPS {
         for (&mode, [l, r]) in modes.iter().zip(&runs) {
             let [l, r] = [l, r].map(|p| Summary::of(p.syscalls.get(op).map(Vec::as_slice).unwrap_or(&[])));
             if l.n + r.n == 0 {
                 continue;
             }
             per_op.push(vec![
-                Cell::label("operation", *label),
+                Cell::label("operation", op.label()),
                 Cell::label("mode", mode_name(mode)),
                 Cell::new("legacy", l, format!("{:.2}", l.median)),
                 Cell::new("reuse", r, format!("{:.2}", r.median)),
