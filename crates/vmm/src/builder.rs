@@ -84,8 +84,10 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     // The CFI is read once per VM, only for call chains that use it.
     let dwarf = config.sampling.is_some_and(|s| s.callchain == Some(crate::sampler::CallGraph::Dwarf));
     let unwinder = dwarf.then(|| crate::unwind::GuestUnwinder::from_elf(&bytes).map(Arc::new)).flatten();
-    // A Linux kernel reads its counters with RDPMC, which this host gives the VMM no exit for.
-    let rdpmc_traps = Arc::new(match linux && config.pmu.is_some() {
+    // RDPMC gives the VMM no exit on this host (KVM #GPs it): a guest run emulated gets its
+    // RDPMC instructions trapped wherever its symbols show them (Linux reads every counter so).
+    // Natively the trap's INT3 would be a #BP the guest takes itself: there RDPMC stays a #GP.
+    let rdpmc_traps = Arc::new(match !execution.native && config.pmu.is_some() {
         true => RdpmcTraps::find(&bytes),
         false => RdpmcTraps::default(),
     });
