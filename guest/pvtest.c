@@ -122,13 +122,19 @@ static int pv_read(unsigned idx, uint64_t *value, uint32_t *err_ppm, uint64_t *s
 	return flags & PV_C_NEEDS_EXIT ? -1 : 0;
 }
 
-static void check_exitless_reads(void)
+/* A page of `version`, then PMC0 counting cycles from a reset PMU. */
+static void count_cycles_on_pmc0(uint32_t version, uint32_t size)
 {
-	report_prefix_push("exitless");
-	offer(2, sizeof(struct pv_page_v2));
+	offer(version, size);
 	pmu_reset(&caps);
 	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(EV_CYCLES, EVTSEL_OS | EVTSEL_EN));
 	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
+}
+
+static void check_exitless_reads(void)
+{
+	report_prefix_push("exitless");
+	count_cycles_on_pmc0(2, sizeof(struct pv_page_v2));
 	for (volatile int spin = 0; spin < 20000; spin++)
 		;
 	uint64_t pv, since;
@@ -172,10 +178,7 @@ static uint32_t stamped_publish(uint64_t *base, uint64_t *tsc, uint64_t *before,
 static void check_stamps(void)
 {
 	report_prefix_push("stamps");
-	offer(4, sizeof(struct pv_page_v3));
-	pmu_reset(&caps);
-	wrmsr(MSR_IA32_PERFEVTSEL0, evtsel(EV_CYCLES, EVTSEL_OS | EVTSEL_EN));
-	wrmsr(MSR_IA32_PERF_GLOBAL_CTRL, 1);
+	count_cycles_on_pmc0(4, sizeof(struct pv_page_v3));
 	uint64_t b1, t1, lo1, hi1, b2, t2, lo2, hi2;
 	uint32_t f1 = stamped_publish(&b1, &t1, &lo1, &hi1);
 	for (volatile int spin = 0; spin < 20000; spin++)

@@ -193,31 +193,54 @@ static void account_time(void)
 }
 
 /*
- * After a doorbell (or WRMSR) between rdtsc `before` and `*after`: every counter's raw value
- * into raw[] (the page's with PV reads where it allows, `stopped`: only counters published
- * stopped; else RDMSR), and the instant they were read, returned: the publish's stamp where
- * every counter has one (PV_C_TSC_AT_READ) inside the window, which then closes
- * (*after = the stamp), else `before`.
+ * Every counter's published value into raw[] and its flags into flags[]; returns the
+ * publish's stamp where every counter has the same one (PV_C_TSC_AT_READ: when the VMM read
+ * the counts), else 0.
  */
-static uint64_t read_raw(uint64_t *raw, int pv_reads, int stopped, uint64_t before, uint64_t *after)
+static uint64_t published_stamp(uint64_t *raw, uint32_t *flags)
 {
 	uint64_t at = 0;
-	int stamped = pv_reads;
+	int stamped = 1;
 	for (unsigned i = 0; i < agent_nev; i++) {
 		if (agent_evs[i].hw < 0)
 			continue;
 		uint64_t tsc = 0;
-		uint32_t f = pv_reads ? agent_pv_snapshot_stamp(agent_evs[i].pv_counter, &raw[i], &tsc) : PV_C_NEEDS_EXIT;
-		if ((f & PV_C_NEEDS_EXIT) || (stopped && (f & PV_C_RUNNING)))
-			raw[i] = rdmsr(agent_evs[i].rd_msr);
-		if (!(f & PV_C_TSC_AT_READ) || (f & PV_C_NEEDS_EXIT) || (at && tsc != at))
+		flags[i] = agent_pv_snapshot_stamp(agent_evs[i].pv_counter, &raw[i], &tsc);
+		if (!(flags[i] & PV_C_TSC_AT_READ) || (flags[i] & PV_C_NEEDS_EXIT) || (at && tsc != at))
 			stamped = 0;
 		at = tsc;
 	}
-	if (!stamped || at < before || at > *after)
+	return stamped ? at : 0;
+}
+
+/*
+ * After a doorbell (or WRMSR) between rdtsc `before` and `*after`: every counter's raw value
+ * into raw[] (the page's with PV reads where it allows, `stopped`: only counters published
+ * stopped; else RDMSR), and the instant they were read, returned: the publish's stamp
+ * (published_stamp) inside the window, which then closes (*after = the stamp), else `before`.
+ */
+static uint64_t read_raw(uint64_t *raw, int pv_reads, int stopped, uint64_t before, uint64_t *after)
+{
+	uint32_t flags[AGENT_MAX_EVENTS];
+	uint64_t at = pv_reads ? published_stamp(raw, flags) : 0;
+	for (unsigned i = 0; i < agent_nev; i++) {
+		if (agent_evs[i].hw < 0)
+			continue;
+		if (!pv_reads || (flags[i] & PV_C_NEEDS_EXIT) || (stopped && (flags[i] & PV_C_RUNNING)))
+			raw[i] = rdmsr(agent_evs[i].rd_msr);
+	}
+	if (!at || at < before || at > *after)
 		return before;
 	*after = at;
 	return at;
+}
+
+/* Charge every counter's advance to raw[] (agent_charge). */
+static void charge_all(const uint64_t *raw)
+{
+	for (unsigned i = 0; i < agent_nev; i++)
+		if (agent_evs[i].hw >= 0)
+			agent_charge(i, raw[i]);
 }
 
 /*
@@ -256,9 +279,7 @@ void agent_stop_and_update(void)
 		agent_attr_settle(&agent_attr, raw, at, after);
 		agent_attr_active = 0;
 	} else {
-		for (unsigned i = 0; i < agent_nev; i++)
-			if (agent_evs[i].hw >= 0)
-				agent_charge(i, raw[i]);
+		charge_all(raw);
 	}
 	account_time();
 }
@@ -304,9 +325,7 @@ int agent_charge_published(void)
 	if (!agent_attr.n && !agent_pv_check) {
 		/* The last switch published too (switches >= the interval apart, e.g. emulated):
 		 * the whole advance is the current context's, as agent_attr_settle would find. */
-		for (unsigned i = 0; i < agent_nev; i++)
-			if (agent_evs[i].hw >= 0)
-				agent_charge(i, raw[i]);
+		charge_all(raw);
 		agent_attr.start = agent_attr.t0 = at;
 		agent_attr.win = after - at;
 		account_time();
@@ -348,18 +367,10 @@ void agent_pmu_start(void)
 	start_at = t_on;
 	start_win = 0;
 	if (agent_pv_mode == AGENT_PV_READS && agent_per_task && !agent_sampling_mask && !agent_mux) {
-		uint64_t after = rdtsc(), at = 0;
-		int stamped = 1;
-		for (unsigned i = 0; i < agent_nev; i++) {
-			uint64_t v, tsc;
-			if (agent_evs[i].hw < 0)
-				continue;
-			uint32_t f = agent_pv_snapshot_stamp(agent_evs[i].pv_counter, &v, &tsc);
-			if (!(f & PV_C_TSC_AT_READ) || (at && tsc != at))
-				stamped = 0;
-			at = tsc;
-		}
-		if (stamped && at >= t_on && at <= after)
+		uint64_t after = rdtsc(), raw[AGENT_MAX_EVENTS];
+		uint32_t flags[AGENT_MAX_EVENTS];
+		uint64_t at = published_stamp(raw, flags);
+		if (at && at >= t_on && at <= after)
 			start_at = at;
 		else
 			start_win = after - t_on;

@@ -25,25 +25,14 @@ pub struct GuestTsc {
 impl GuestTsc {
     /// The guest's TSC at host TSC `at` where it is the host's (true), else now (false).
     pub fn read_at(&mut self, vcpu: &VcpuFd, at: Option<u64>) -> (u64, bool) {
-        match at {
-            Some(at) if self.host == Some(true) && !(self.reads + 1).is_multiple_of(RECHECK) => {
-                self.reads += 1;
-                (at, true)
-            }
-            _ => (self.read(vcpu), false),
-        }
-    }
-
-    /// The guest's TSC now.
-    pub fn read(&mut self, vcpu: &VcpuFd) -> u64 {
         self.reads += 1;
         if self.host == Some(true) && !self.reads.is_multiple_of(RECHECK) {
-            return host_tsc();
+            return at.map_or((host_tsc(), false), |at| (at, true));
         }
         let before = host_tsc();
         let guest = through_kvm(vcpu);
         self.host = Some(is_host_tsc(before, guest, host_tsc()));
-        guest
+        (guest, false)
     }
 }
 
