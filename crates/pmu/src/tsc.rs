@@ -44,12 +44,12 @@ impl TscRate {
 
     /// Nanoseconds of `cycles`, rounded down.
     pub fn cycles_to_ns(self, cycles: u64) -> u64 {
-        (u128::from(cycles) * 1_000_000 / u128::from(self.khz)).min(u128::from(u64::MAX)) as u64
+        self.scale(cycles, 1_000_000, self.khz, false)
     }
 
     /// Nanoseconds of `cycles`, rounded up.
     pub fn cycles_to_ns_ceil(self, cycles: u64) -> u64 {
-        (u128::from(cycles) * 1_000_000).div_ceil(u128::from(self.khz)).min(u128::from(u64::MAX)) as u64
+        self.scale(cycles, 1_000_000, self.khz, true)
     }
 
     /// A signed TSC difference in nanoseconds.
@@ -69,7 +69,25 @@ impl TscRate {
 
     /// Cycles in `ns` nanoseconds, rounded down.
     pub fn ns_to_cycles(self, ns: u64) -> u64 {
-        (u128::from(ns) * u128::from(self.khz) / 1_000_000).min(u128::from(u64::MAX)) as u64
+        self.scale(ns, self.khz, 1_000_000, false)
+    }
+
+    /// `x * mul / div`, rounded down or `up`, saturated, in 64-bit arithmetic where it can
+    /// be (x = q * div + r, so x * mul / div = q * mul + r * mul / div): the VMM converts on
+    /// every exit, and a 128-bit division is a slow library call.
+    fn scale(self, x: u64, mul: u64, div: u64, up: bool) -> u64 {
+        let (q, r) = (x / div, x % div);
+        match r.checked_mul(mul) {
+            Some(rm) => {
+                let frac = if up { rm.div_ceil(div) } else { rm / div };
+                q.saturating_mul(mul).saturating_add(frac)
+            }
+            None => {
+                let p = u128::from(x) * u128::from(mul);
+                let v = if up { p.div_ceil(u128::from(div)) } else { p / u128::from(div) };
+                v.min(u128::from(u64::MAX)) as u64
+            }
+        }
     }
 
     /// The period in cycles of a sampling frequency (at least 1).
@@ -108,5 +126,30 @@ mod tests {
         assert_eq!(TscRate::from_khz(1).unwrap().cycles_per_sample(u64::MAX), 1);
         assert_eq!(SamplePeriod::Hz(1000).ns(None), 1_000_000);
         assert_eq!(SamplePeriod::Count(4_000).ns(Some(tsc)), 2_000);
+    }
+
+    #[test]
+    fn the_64_bit_paths_agree_with_128_bit_arithmetic() {
+        let wide = |x: u64, mul: u64, div: u64, up: bool| {
+            let p = u128::from(x) * u128::from(mul);
+            let q = if up { p.div_ceil(u128::from(div)) } else { p / u128::from(div) };
+            q.min(u128::from(u64::MAX)) as u64
+        };
+        for khz in [1, 999_983, 2_499_998, 3_000_000, u64::MAX / 3] {
+            let tsc = TscRate::from_khz(khz).unwrap();
+            let edge = u64::MAX / 1_000_000;
+            let ns_edge = u64::MAX / khz;
+            let mut seed = khz;
+            let random = std::iter::repeat_with(move || {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                seed >> (seed % 64)
+            });
+            let edges = [0, 1, 7, 1_000_003, edge - 1, edge, edge + 1, ns_edge, ns_edge + 1, u64::MAX];
+            for x in edges.into_iter().chain(random.take(1000)) {
+                assert_eq!(tsc.cycles_to_ns(x), wide(x, 1_000_000, khz, false), "{x} cycles at {khz}");
+                assert_eq!(tsc.cycles_to_ns_ceil(x), wide(x, 1_000_000, khz, true), "{x} cycles at {khz}");
+                assert_eq!(tsc.ns_to_cycles(x), wide(x, khz, 1_000_000, false), "{x} ns at {khz}");
+            }
+        }
     }
 }

@@ -301,6 +301,7 @@ fn build_pmus(
                 pv_offered: settings.pv,
                 trace_rips: settings.trace_rips && exact,
                 count_retired: settings.count_retired && exact,
+                tsc_khz,
             };
             Ok(VcpuPmu::new(Pmu::new(config.clone(), backend)?, options))
         })

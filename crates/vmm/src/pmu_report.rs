@@ -129,8 +129,8 @@ impl PmuReport {
         if let Some(n) = pmu.model().backend().notifications() {
             self.notifications.merge(n);
         }
-        for (op, time) in &v.ops {
-            t.ops.entry(*op).or_default().merge(time);
+        for (op, time) in v.ops.iter() {
+            t.ops.entry(op).merge(time);
         }
     }
 

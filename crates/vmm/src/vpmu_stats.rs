@@ -1,12 +1,12 @@
 //! What the VMM's side of the vPMU costs: time and host perf syscalls per guest PMU
 //! operation, and the per-vCPU counts `--stats` and the bench report.
 
+use pmu::tsc::TscRate;
 use pmu::PmuReg;
-use serde::Serialize;
-use std::time::Instant;
+use serde::ser::{Serialize, SerializeMap, Serializer};
 
 /// Guest PMU operations whose VMM-side cost the bench compares (seed 000's table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PmuOp {
     /// WRMSR of an IA32_PERFEVTSELx.
@@ -38,6 +38,22 @@ pub enum PmuOp {
 }
 
 impl PmuOp {
+    /// Every operation, in table order.
+    pub const ALL: [PmuOp; 12] = [
+        PmuOp::EventselWrite,
+        PmuOp::FixedCtrlWrite,
+        PmuOp::GlobalCtrlEnable,
+        PmuOp::GlobalCtrlEnableAfterPmi,
+        PmuOp::GlobalCtrlDisable,
+        PmuOp::CounterRead,
+        PmuOp::CounterWrite,
+        PmuOp::StatusRead,
+        PmuOp::OvfCtrlWrite,
+        PmuOp::PmiDelivery,
+        PmuOp::KvmNmi,
+        PmuOp::Other,
+    ];
+
     /// The operation's name in tables.
     pub fn label(self) -> &'static str {
         match self {
@@ -81,7 +97,7 @@ impl PmuOp {
 
 /// Count, total and worst VMM time of one kind of operation, and the host perf syscalls
 /// it made.
-#[derive(Debug, Default, Clone, Copy, Serialize)]
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
 pub struct OpTime {
     /// Operations.
     pub count: u64,
@@ -93,28 +109,36 @@ pub struct OpTime {
     pub syscalls: u64,
 }
 
-/// When an operation started: the clock and the thread's perf syscall count.
+/// When an operation started: the host TSC and the thread's perf syscall count. (The TSC,
+/// not the monotonic clock: an operation is a few hundred ns, on caches the guest left
+/// cold, and `clock_gettime` would add its own vDSO and library pages to them.)
 #[derive(Debug, Clone, Copy)]
 pub struct OpStart {
-    pub(crate) at: Instant,
+    tsc: u64,
     syscalls: u64,
 }
 
 impl OpStart {
     /// An operation starting now, on the calling thread.
     pub fn now() -> Self {
-        OpStart { at: Instant::now(), syscalls: crate::backends::perf_sys::thread_syscalls() }
+        OpStart { tsc: crate::backends::host_tsc(), syscalls: crate::backends::perf_sys::thread_syscalls() }
+    }
+
+    /// Nanoseconds since the start, with the host TSC at `tsc`.
+    pub fn elapsed_ns(&self, tsc: TscRate) -> u64 {
+        tsc.cycles_to_ns(crate::backends::host_tsc().saturating_sub(self.tsc))
     }
 }
 
 impl OpTime {
-    /// One operation that began at `start` ends now.
-    pub fn add(&mut self, start: OpStart) {
-        let ns = start.at.elapsed().as_nanos() as u64;
+    /// One operation that began at `start` ends now; returns its ns.
+    pub fn add(&mut self, start: OpStart, tsc: TscRate) -> u64 {
+        let ns = start.elapsed_ns(tsc);
         self.count += 1;
         self.total_ns += ns;
         self.max_ns = self.max_ns.max(ns);
         self.syscalls += crate::backends::perf_sys::thread_syscalls() - start.syscalls;
+        ns
     }
 
     /// Add another vCPU's operations of the same kind.
@@ -140,11 +164,44 @@ impl OpTime {
     }
 }
 
+/// The time of every kind of operation: an array, as each MSR exit adds to one on caches
+/// the guest left cold (a map's nodes and search code are more lines to fetch).
+#[derive(Debug, Default, Clone)]
+pub struct OpTimes([OpTime; PmuOp::ALL.len()]);
+
+impl OpTimes {
+    /// The operations of kind `op`, if there were any.
+    pub fn get(&self, op: &PmuOp) -> Option<&OpTime> {
+        Some(&self.0[*op as usize]).filter(|t| t.count > 0)
+    }
+
+    /// Where operations of kind `op` add up.
+    pub fn entry(&mut self, op: PmuOp) -> &mut OpTime {
+        &mut self.0[op as usize]
+    }
+
+    /// The kinds that happened, in table order.
+    pub fn iter(&self) -> impl Iterator<Item = (PmuOp, &OpTime)> {
+        PmuOp::ALL.into_iter().filter_map(|op| self.get(&op).map(|t| (op, t)))
+    }
+}
+
+/// As a map from the operations that happened, as before.
+impl Serialize for OpTimes {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        for (op, t) in self.iter() {
+            map.serialize_entry(&op, t)?;
+        }
+        map.end()
+    }
+}
+
 /// VMM-side vPMU telemetry of one vCPU (the model keeps its own, [`pmu::PmuStats`]).
-#[derive(Debug, Default, Clone, Serialize)]
+#[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct VpmuStats {
     /// VMM time per guest PMU operation.
-    pub ops: std::collections::BTreeMap<PmuOp, OpTime>,
+    pub ops: OpTimes,
     /// RDMSR/WRMSR exits of PMU MSRs.
     pub msr_exits: u64,
     /// PMIs raised into the guest (as an NMI or by vector).

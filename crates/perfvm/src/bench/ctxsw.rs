@@ -59,8 +59,8 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
                 v[3].push(vmm_ns / switches / 1000.0);
                 v[4].push(pmu.map_or(0.0, |p| p.host_syscalls as f64) / switches);
                 v[5].push(pmu.map_or(0.0, |p| p.vmm.msr_exits as f64) / switches);
-                for (op, t) in pmu.iter().flat_map(|p| &p.vmm.ops) {
-                    let (us, syscalls) = by_op.entry(*op).or_default();
+                for (op, t) in pmu.iter().flat_map(|p| p.vmm.ops.iter()) {
+                    let (us, syscalls) = by_op.entry(op).or_default();
                     us.push(t.total_ns as f64 / switches / 1000.0);
                     syscalls.push(t.syscalls as f64 / switches);
                 }

@@ -1,7 +1,7 @@
 //! What the VMM side of one vPMU did and what it cost (`--stats`, `bench pmu-ops`).
 
 use crate::vpmu_stats::{OpStart, PmuOp, VpmuStats};
-use std::time::Instant;
+use pmu::tsc::TscRate;
 
 /// Why the loop issued a `KVM_NMI`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,8 +13,10 @@ pub enum NmiSource {
 }
 
 /// The statistics of one vCPU's vPMU, and the operations still being timed.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Accounting {
+    /// The host TSC's rate, which times the operations.
+    tsc: TscRate,
     stats: VpmuStats,
     /// When the PMI now owed as an NMI began to be handled (accounted at its KVM_NMI).
     pmi_started: Option<OpStart>,
@@ -24,6 +26,11 @@ pub(super) struct Accounting {
 }
 
 impl Accounting {
+    /// Nothing accounted yet; operations timed with the host TSC at `tsc`.
+    pub(super) fn new(tsc: TscRate) -> Self {
+        Accounting { tsc, stats: VpmuStats::default(), pmi_started: None, pmi_since_enable: false }
+    }
+
     pub(super) fn stats(&self) -> &VpmuStats {
         &self.stats
     }
@@ -45,8 +52,8 @@ impl Accounting {
 
     /// VMM time spent on the PMU that no operation owns (a fold that raised no PMI, a
     /// doorbell).
-    pub(super) fn handled(&mut self, started: Instant) {
-        self.stats.handle_ns += started.elapsed().as_nanos() as u64;
+    pub(super) fn handled(&mut self, started: OpStart) {
+        self.stats.handle_ns += started.elapsed_ns(self.tsc);
     }
 
     /// A PMI went to the guest: delivered at once (by vector), or owed as an NMI, whose
@@ -74,7 +81,7 @@ impl Accounting {
 
     /// The loop issued a `KVM_NMI` that began at `started`.
     pub(super) fn nmi_injected(&mut self, started: OpStart, source: NmiSource) {
-        self.stats.ops.entry(PmuOp::KvmNmi).or_default().add(started);
+        self.stats.ops.entry(PmuOp::KvmNmi).add(started, self.tsc);
         if let Some(t) = self.pmi_started.take().filter(|_| source == NmiSource::Pmi) {
             self.op(PmuOp::PmiDelivery, t);
         }
@@ -98,7 +105,6 @@ impl Accounting {
     }
 
     fn op(&mut self, op: PmuOp, started: OpStart) {
-        self.handled(started.at);
-        self.stats.ops.entry(op).or_default().add(started);
+        self.stats.handle_ns += self.stats.ops.entry(op).add(started, self.tsc);
     }
 }

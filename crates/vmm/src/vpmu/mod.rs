@@ -31,7 +31,6 @@ use pmu::{Initiator, MsrAccess, MsrIndex, Pmu, PmuStats};
 use pv_state::PvState;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 use vm_memory::GuestMemoryMmap;
 
 /// CPU time of the calling thread.
@@ -57,6 +56,8 @@ pub struct VpmuOptions {
     pub trace_rips: bool,
     /// Exact backend: step the whole run and count every retired instruction and branch.
     pub count_retired: bool,
+    /// The host TSC's rate, kHz (`KVM_GET_TSC_KHZ`), which times the VMM's operations.
+    pub tsc_khz: u64,
 }
 
 /// A vCPU's PMU plus the run-loop state around it.
@@ -73,10 +74,11 @@ pub struct VcpuPmu {
 impl VcpuPmu {
     /// Wrap `pmu` for one vCPU set up as `options` says.
     pub fn new(pmu: Pmu<Backend>, options: VpmuOptions) -> Self {
-        let VpmuOptions { long_mode, vif, throttle, pv_offered, trace_rips, count_retired } = options;
+        let VpmuOptions { long_mode, vif, throttle, pv_offered, trace_rips, count_retired, tsc_khz } = options;
+        let tsc = pmu::tsc::TscRate::from_khz(tsc_khz.max(1)).expect("a non-zero rate");
         VcpuPmu {
             pmu,
-            account: Accounting::default(),
+            account: Accounting::new(tsc),
             steps: step_control::StepControl::new(long_mode, vif, trace_rips, count_retired),
             pv: PvState::new(pv_offered),
             notifications: Notifications::new(throttle),
@@ -193,7 +195,7 @@ impl VcpuPmu {
                 owed = self.raise_pmi(vm, vcpu, t);
                 self.steps.pmi_raised(owed);
             } else {
-                self.account.handled(t.at);
+                self.account.handled(t);
             }
         }
         // A guest RDMSR may also have found (and reloaded) a wrap.
@@ -256,7 +258,7 @@ impl VcpuPmu {
 
     /// The doorbell: apply the page's batch in this one exit, then republish.
     pub fn pv_doorbell(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
-        let t = Instant::now();
+        let t = OpStart::now();
         if self.pv.doorbell(&mut self.pmu, vcpu, mem) {
             self.account.handled(t);
         }
