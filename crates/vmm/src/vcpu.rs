@@ -158,16 +158,20 @@ impl Vcpu {
         // Thread CPU time when KVM_RUN last returned for a signal (an overflow notification
         // is one): what handling it costs the VMM, in the same time the software clock counts.
         let mut signal_exit_cpu_ns = None;
+        // The loop times itself with the TSC: clock_gettime's vDSO and library pages would be
+        // more lines to fetch on every exit.
+        let tsc = pmu::tsc::TscRate::from_khz(self.common.tsc_khz.max(1)).expect("a non-zero rate");
+        let mut exits = crate::stats::ExitTally::default();
         while !self.common.shared.stop.load(Ordering::Acquire) {
             self.process_requests();
             if let (Some(pmu), Some(t0)) = (&mut self.pmu, signal_exit_cpu_ns.take()) {
                 pmu.note_notification_cost(crate::vpmu::thread_cpu_ns().saturating_sub(t0));
             }
-            let entered = Instant::now();
+            let entered = crate::backends::host_tsc();
             self.stats.entries += 1;
             let result = self.fd.run();
-            let exited = Instant::now();
-            self.stats.run_ns += (exited - entered).as_nanos() as u64;
+            let exited = crate::backends::host_tsc();
+            self.stats.run_ns += tsc.cycles_to_ns(exited.saturating_sub(entered));
             if let Some(pmu) = &mut self.pmu {
                 pmu.guest_ran();
             }
@@ -198,14 +202,13 @@ impl Vcpu {
                 pmu.on_write_exit(&self.fd, &self.common.mem);
             }
             let end = self.follow_up(next);
-            self.stats.record(reason, exited.elapsed());
-            if self.common.in_workload.load(Ordering::Relaxed) {
-                *self.stats.workload_exits.entry(reason).or_default() += 1;
-            }
+            let handled = tsc.cycles_to_ns(crate::backends::host_tsc().saturating_sub(exited));
+            exits.record(reason, handled, self.common.in_workload.load(Ordering::Relaxed));
             if let Some(end) = end {
                 self.common.shared.end(end);
             }
         }
+        exits.into_stats(&mut self.stats);
         self.stats.syscalls = syscalls.map(|c| c.read());
         self.stats.mode = if self.common.native { "native" } else { "emulated" };
         self.stats.kvm = kvm_stats.map(|s| s.read()).unwrap_or_default();
