@@ -246,6 +246,8 @@ fn host_vs_native(b: &Bench, mode: NativeMode, hz: u64) -> Result<(String, Value
     let units = host_vs_native_units(b.quick);
     let perf = (BackendKind::Perf, Policy::default());
     let (mut host, mut guest) = (HostSamples::default(), BTreeMap::<String, u64>::new());
+    // The host against itself: its even runs pooled against its odd ones.
+    let mut host_halves = [HostSamples::default(), HostSamples::default()];
     let (mut pair_tvds, mut guest_samples) = (Vec::new(), 0u64);
     for rep in 0..b.reps.max(1) {
         let args = vec![units.to_string()];
@@ -259,6 +261,7 @@ fn host_vs_native(b: &Bench, mode: NativeMode, hz: u64) -> Result<(String, Value
         let g: BTreeMap<String, u64> = f.profile.self_weights().into_iter().map(|(k, w)| (k.to_owned(), w)).collect();
         pair_tvds.push(ftest_tvd(&h.per_function, &g));
         host.merge(&h);
+        host_halves[rep % 2].merge(&h);
         guest_samples += f.record.sample_count();
         for (k, w) in g {
             *guest.entry(k).or_default() += w;
@@ -268,6 +271,8 @@ fn host_vs_native(b: &Bench, mode: NativeMode, hz: u64) -> Result<(String, Value
     let everything = tvd_of_shares(&hs, &gs);
     let t = ftest_tvd(&host.per_function, &guest);
     let pairs = Summary::of(&pair_tvds);
+    let host_noise =
+        (pairs.n >= 2).then(|| ftest_tvd(&host_halves[0].per_function, &host_halves[1].per_function));
     let (n, m) = (host.total(), guest_samples);
     let mut text = format!(
         "{}: host vs native: {} vs {} samples, TVD {} over ftest's functions ({} with the guest's console and the host's libc) (ftest {units} units, cpu-clock at {hz} Hz on the host, cycles at {hz} Hz in the guest; {} runs pooled, each pair {:.4}–{:.4}; host samples lost {})\n",
@@ -294,7 +299,13 @@ fn host_vs_native(b: &Bench, mode: NativeMode, hz: u64) -> Result<(String, Value
         ));
     }
     text.push('\n');
-    let json = json!({"host_samples": n, "native_samples": m, "tvd": t, "tvd_everything": everything, "pair_tvds": pairs, "units": units,
+    if let Some(noise) = host_noise {
+        text.push_str(&format!(
+            "  host vs host, its even runs pooled against its odd ones: TVD {} (the host's own run-to-run spread, at half the samples)\n",
+            tvd4(noise)
+        ));
+    }
+    let json = json!({"host_samples": n, "native_samples": m, "tvd": t, "tvd_everything": everything, "pair_tvds": pairs, "units": units, "host_vs_host_tvd": host_noise,
                       "hz": hz, "host_lost": host.lost, "host_shares": hs, "native_shares": gs});
     Ok((text, json))
 }
