@@ -16,17 +16,12 @@ use vmm::native::NativeMode;
 use vmm::vm::{BackendKind, PmuSettings};
 use vmm::vpmu::PmuOp;
 
-/// Operations in table order.
-const OPS: &[PmuOp] = &[
-    PmuOp::EventselWrite,
-    PmuOp::FixedCtrlWrite,
-    PmuOp::GlobalCtrlEnable,
-    PmuOp::GlobalCtrlEnableAfterPmi,
-    PmuOp::GlobalCtrlDisable,
-    PmuOp::CounterRead,
-    PmuOp::PmiDelivery,
-    PmuOp::KvmNmi,
-];
+/// The operations the tables show, in order (counter writes, GLOBAL_STATUS, OVF_CTRL and
+/// other MSRs are left out).
+fn table_ops() -> impl Iterator<Item = &'static PmuOp> {
+    const ALL: &[PmuOp] = &PmuOp::ALL;
+    ALL.iter().filter(|op| !matches!(op, PmuOp::CounterWrite | PmuOp::StatusRead | PmuOp::OvfCtrlWrite | PmuOp::Other))
+}
 
 /// One of a policy's per-run values.
 type Field = fn(&PolicyRuns) -> &Vec<f64>;
@@ -101,7 +96,7 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
                 let Some(report) = b.run(&cfg, mode)? else { continue };
                 let pmu = report.stats.pmu.as_ref().expect("PMU report");
                 backend_detail = pmu.backend_detail.clone();
-                for op in OPS {
+                for op in table_ops() {
                     if let Some(t) = pmu.vmm.ops.get(op) {
                         r.means.entry(*op).or_default().push(t.mean_ns());
                         r.maxes.entry(*op).or_default().push(t.max_ns as f64);
@@ -139,7 +134,7 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
     let get = |r: &PolicyRuns, op: &PmuOp, max: bool| {
         Summary::of(if max { &r.maxes } else { &r.means }.get(op).map(Vec::as_slice).unwrap_or(&[]))
     };
-    for op in OPS {
+    for op in table_ops() {
         // An operation some run saw gets a row in every mode (n/a where none saw it).
         if !runs.iter().flatten().any(|r| r.means.contains_key(op)) {
             continue;
@@ -176,7 +171,7 @@ fn run_vendor(b: &Bench, vendor: CpuVendor) -> Result<(String, Value), Failure> 
         Column::right("legacy", 8),
         Column::right("reuse", 8),
     ]);
-    for op in OPS {
+    for op in table_ops() {
         for (&mode, [l, r]) in modes.iter().zip(&runs) {
             let [l, r] = [l, r].map(|p| Summary::of(p.syscalls.get(op).map(Vec::as_slice).unwrap_or(&[])));
             if l.n + r.n == 0 {
