@@ -220,3 +220,25 @@ pub struct VpmuStats {
     /// RDPMC instructions the VMM ran for the guest while stepping.
     pub rdpmc_emulated: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_operation_has_its_own_slot_and_serializes_as_a_map() {
+        for (i, op) in PmuOp::ALL.into_iter().enumerate() {
+            assert_eq!(op as usize, i, "{op:?}: ALL is in declaration order");
+        }
+        let mut ops = OpTimes::default();
+        ops.entry(PmuOp::CounterRead).count = 2;
+        ops.entry(PmuOp::KvmNmi).count = 1;
+        assert!(ops.get(&PmuOp::Other).is_none(), "no operation, no entry");
+        assert_eq!(
+            ops.iter().map(|(op, t)| (op, t.count)).collect::<Vec<_>>(),
+            [(PmuOp::CounterRead, 2), (PmuOp::KvmNmi, 1)]
+        );
+        let json = serde_json::to_value(&ops).unwrap();
+        assert_eq!(json.as_object().unwrap().keys().collect::<Vec<_>>(), ["counter-read", "kvm-nmi"]);
+    }
+}
