@@ -271,8 +271,7 @@ fn host_vs_native(b: &Bench, mode: NativeMode, hz: u64) -> Result<(String, Value
     let everything = tvd_of_shares(&hs, &gs);
     let t = ftest_tvd(&host.per_function, &guest);
     let pairs = Summary::of(&pair_tvds);
-    let host_noise =
-        (pairs.n >= 2).then(|| ftest_tvd(&host_halves[0].per_function, &host_halves[1].per_function));
+    let host_noise = (pairs.n >= 2).then(|| ftest_tvd(&host_halves[0].per_function, &host_halves[1].per_function));
     let (n, m) = (host.total(), guest_samples);
     let mut text = format!(
         "{}: host vs native: {} vs {} samples, TVD {} over ftest's functions ({} with the guest's console and the host's libc) (ftest {units} units, cpu-clock at {hz} Hz on the host, cycles at {hz} Hz in the guest; {} runs pooled, each pair {:.4}–{:.4}; host samples lost {})\n",
