@@ -37,6 +37,12 @@ impl TscRate {
         (khz > 0).then_some(TscRate { khz })
     }
 
+    /// The rate of a TSC running at `khz`, 0 (unknown) taken as 1 kHz: for the VMM's own
+    /// timing, which needs some rate.
+    pub fn from_khz_or_1(khz: u64) -> TscRate {
+        TscRate { khz: khz.max(1) }
+    }
+
     /// The rate in kHz.
     pub fn khz(self) -> u64 {
         self.khz
@@ -121,6 +127,8 @@ mod tests {
         assert!((tsc.cycles_to_us(4_000.0) - 2.0).abs() < 1e-12);
         assert!((tsc.seconds(3e9) - 1.5).abs() < 1e-12);
         assert_eq!(TscRate::from_khz(0), None);
+        assert_eq!(TscRate::from_khz_or_1(0), TscRate::from_khz(1).unwrap());
+        assert_eq!(TscRate::from_khz_or_1(7), TscRate::from_khz(7).unwrap());
         assert_eq!(tsc.cycles_to_ns(u64::MAX), u64::MAX / 2, "no overflow");
         assert_eq!(TscRate::from_khz(1).unwrap().cycles_to_ns(u64::MAX), u64::MAX, "saturates");
         assert_eq!(TscRate::from_khz(1).unwrap().cycles_per_sample(u64::MAX), 1);

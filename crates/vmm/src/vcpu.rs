@@ -160,7 +160,7 @@ impl Vcpu {
         let mut signal_exit_cpu_ns = None;
         // The loop times itself with the TSC: clock_gettime's vDSO and library pages would be
         // more lines to fetch on every exit.
-        let tsc = pmu::tsc::TscRate::from_khz(self.common.tsc_khz.max(1)).expect("a non-zero rate");
+        let tsc = pmu::tsc::TscRate::from_khz_or_1(self.common.tsc_khz);
         let mut exits = crate::stats::ExitTally::default();
         while !self.common.shared.stop.load(Ordering::Acquire) {
             self.process_requests();

@@ -75,7 +75,7 @@ impl VcpuPmu {
     /// Wrap `pmu` for one vCPU set up as `options` says.
     pub fn new(pmu: Pmu<Backend>, options: VpmuOptions) -> Self {
         let VpmuOptions { long_mode, vif, throttle, pv_offered, trace_rips, count_retired, tsc_khz } = options;
-        let tsc = pmu::tsc::TscRate::from_khz(tsc_khz.max(1)).expect("a non-zero rate");
+        let tsc = pmu::tsc::TscRate::from_khz_or_1(tsc_khz);
         VcpuPmu {
             pmu,
             account: Accounting::new(tsc),

@@ -40,7 +40,7 @@ impl SelfRead {
     /// Reads of `clock` (on the calling thread) with the TSC at `tsc_khz`; without its
     /// control page every read is a read(2).
     pub fn new(clock: &PerfEvent, tsc_khz: u64) -> Self {
-        let tsc = TscRate::from_khz(tsc_khz.max(1)).expect("a non-zero rate");
+        let tsc = TscRate::from_khz_or_1(tsc_khz);
         SelfRead { page: clock.user_page().ok(), anchor: None, tsc, from_tsc: 0, syscalls: 0 }
     }
 
