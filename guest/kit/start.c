@@ -68,7 +68,8 @@ void kit_start(unsigned idx, struct perfvm_boot_info *bi)
 		kit_vif_base = (uintptr_t)bi->vif_base;
 		kit_native = 1;
 	}
-	kit_full_speed = kit_native && !(bi->flags & PERFVM_BOOT_F_STEPPED);
+	kit_full_speed = bi && bi->magic == PERFVM_BOOT_MAGIC && (kit_native || (bi->flags & PERFVM_BOOT_F_HARDWARE)) &&
+			 !(bi->flags & PERFVM_BOOT_F_STEPPED);
 	serial_init();
 	idt_init();
 	idt_load();

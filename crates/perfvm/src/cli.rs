@@ -249,8 +249,9 @@ pub struct VmArgs {
     /// The CPU the guest is told it runs on, whatever the host: intel (GenuineIntel with the
     /// Intel vPMU) or amd (AuthenticAMD with the AMD vPMU: PerfMonV2, --counters 48-bit
     /// counters up to 6, no fixed counters); stat and record's perf agent drive either.
-    #[arg(long, value_enum, default_value_t = VendorArg::Intel)]
-    pub cpu_vendor: VendorArg,
+    /// Default: the host CPU's vendor on kvm_intel/kvm_amd, intel on kvm_pvm.
+    #[arg(long, value_enum)]
+    pub cpu_vendor: Option<VendorArg>,
     /// Confine the VMM's threads with seccomp filters (docs/SECURITY.md); off is for
     /// debugging a filter only, and says so.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
@@ -329,12 +330,12 @@ impl From<VendorArg> for vmm::identity::CpuVendor {
     }
 }
 
-impl From<NativeArg> for vmm::native::NativeMode {
+impl From<NativeArg> for vmm::host::pvm::native::NativeMode {
     fn from(arg: NativeArg) -> Self {
         match arg {
-            NativeArg::Auto => vmm::native::NativeMode::Auto,
-            NativeArg::On => vmm::native::NativeMode::On,
-            NativeArg::Off => vmm::native::NativeMode::Off,
+            NativeArg::Auto => vmm::host::pvm::native::NativeMode::Auto,
+            NativeArg::On => vmm::host::pvm::native::NativeMode::On,
+            NativeArg::Off => vmm::host::pvm::native::NativeMode::Off,
         }
     }
 }

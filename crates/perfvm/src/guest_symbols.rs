@@ -18,7 +18,9 @@ pub const MAX_GUEST_ELF_BYTES: u64 = 1 << 30;
 pub fn load(path: &Path, lines: bool) -> (Resolver, Vec<String>) {
     match vmm::bounded::read(path, MAX_GUEST_ELF_BYTES, "guest images read for symbols") {
         Ok(bytes) => resolver(&bytes, &path.display().to_string(), lines),
-        Err(e) => (Resolver::default(), vec![format!("cannot read {}: {e}: addresses show as [unknown]", path.display())]),
+        Err(e) => {
+            (Resolver::default(), vec![format!("cannot read {}: {e}: addresses show as [unknown]", path.display())])
+        }
     }
 }
 
@@ -32,7 +34,10 @@ pub fn resolver(bytes: &[u8], name: &str, lines: bool) -> (Resolver, Vec<String>
         Err(e) => return (Resolver::default(), vec![format!("{name}: {e}: addresses show as [unknown]")]),
     };
     let Some(kernel) = vmm::kallsyms::of_elf(&elf) else {
-        return (Resolver::default(), vec![format!("{name}: no symbols and no kallsyms tables: addresses show as [unknown]")]);
+        return (
+            Resolver::default(),
+            vec![format!("{name}: no symbols and no kallsyms tables: addresses show as [unknown]")],
+        );
     };
     let mut funcs: Vec<(u64, u64, String)> =
         kernel.into_iter().filter(|s| s.is_text()).map(|s| (s.addr, 0, s.name)).collect();

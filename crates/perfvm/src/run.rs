@@ -89,7 +89,7 @@ pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failu
         capture_console,
         pmu: pmu_settings(&args.pmu)?,
         native: args.native.into(),
-        cpu_vendor: args.cpu_vendor.into(),
+        cpu_vendor: args.cpu_vendor.map_or_else(|| vmm::host::caps().default_identity(), Into::into),
         request_order: match args.pmu.request_order {
             OrderArg::PmiFirst => vmm::requests::RequestOrder::PmiFirst,
             OrderArg::Legacy => vmm::requests::RequestOrder::Legacy,

@@ -49,7 +49,12 @@ fn every_thread_of_a_running_vm_is_confined() {
         assert_eq!(field(status, "NoNewPrivs:"), "1", "thread {name}");
         // Run as root, CAP_SYS_ADMIN (bit 21) is gone once /dev/kvm is open.
         let effective = u64::from_str_radix(field(status, "CapEff:"), 16).unwrap();
-        assert_eq!(effective & (1 << 21), 0, "thread {name} keeps CAP_SYS_ADMIN");
+        // (Kept where perf_event_paranoid > 2 asks it of every perf event: docs/SECURITY.md.)
+        let paranoid: i32 =
+            std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap();
+        if paranoid <= 2 {
+            assert_eq!(effective & (1 << 21), 0, "thread {name} keeps CAP_SYS_ADMIN");
+        }
     }
 }
 

@@ -39,7 +39,7 @@ fn the_guide_guest_builds_runs_and_counts_the_same_in_both_modes() {
     // Without --native, the VIF note lets `auto` run it natively where the host can.
     let o = perfvm(&["run", elf, "--stats"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    if vmm::native::host_support().is_ok() {
+    if vmm::host::pvm::native::host_support().is_ok() {
         assert!(stderr(&o).contains("execution: native (host support and the guest's VIF note)"), "{}", stderr(&o));
     }
 }

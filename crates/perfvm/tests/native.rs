@@ -62,7 +62,7 @@ fn probe_failure_falls_back_on_auto_and_fails_on_on() {
     let run = |mode: &str| {
         std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
             .args(["run", "--json", "--native", mode, "hello"])
-            .env(vmm::native::PROBE_ENV, "fail")
+            .env(vmm::host::pvm::native::PROBE_ENV, "fail")
             .output()
             .expect("perfvm")
     };

@@ -1,4 +1,4 @@
-//! How this host enters SYSCALL from user mode, and perfvm's repair (vmm::syscall_entry), on
+//! How this host enters SYSCALL from user mode, and perfvm's repair (vmm::host::pvm::syscall_entry), on
 //! a probe guest shaped like Linux that makes three SYSCALLs and returns from each with SYSRETQ
 //! (guest/linux/syscall_probe.S: exit 7 if all three entered at CPL 0, 199 if the entry faulted).
 

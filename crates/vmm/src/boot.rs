@@ -55,6 +55,8 @@ pub struct BootParams {
     pub cpuid_entries: u32,
     /// The exact backend counts by single-stepping (`layout::BOOT_F_STEPPED`).
     pub stepped: bool,
+    /// Guest code runs in hardware (`layout::BOOT_F_HARDWARE`).
+    pub hardware: bool,
 }
 
 /// Write GDT, page tables, command line and the protocol's info struct.
@@ -114,7 +116,7 @@ fn write_perfvm_boot_info(mem: &GuestMemoryMmap, p: &BootParams, cmdline_len: u3
         cmdline_len,
         nr_vcpus: p.nr_vcpus,
         tsc_khz: p.tsc_khz,
-        flags: native | if p.stepped { BOOT_F_STEPPED } else { 0 },
+        flags: native | if p.stepped { BOOT_F_STEPPED } else { 0 } | if p.hardware { BOOT_F_HARDWARE } else { 0 },
         vif_base: p.vif_base.unwrap_or(0),
         cpuid_table: if p.cpuid_entries > 0 { CPUID_TABLE_BASE } else { 0 },
         cpuid_entries: p.cpuid_entries,
@@ -229,6 +231,7 @@ mod tests {
             vif_base: None,
             cpuid_entries: 0,
             stepped: false,
+            hardware: false,
         }
     }
 

@@ -9,10 +9,10 @@ use crate::boot::{self, BootParams};
 use crate::config::{BackendKind, PmuSettings, VmConfig};
 use crate::devices::{AgentPort, Console, FwCfg, PcDevices, PioBus, SerialIrq, SerialPort, SERIAL_IRQ};
 use crate::error::{ioctl, memory, VmError};
+use crate::host::pvm::native;
 use crate::kvm::open_kvm;
 use crate::layout::{MAX_MEM_MIB, MAX_VCPUS, MIN_MEM_MIB};
 use crate::loader::{load_guest, BootProtocol, KernelImage};
-use crate::native;
 use crate::pmu_report::PmuReport;
 use crate::rdpmc_traps::RdpmcTraps;
 use crate::vcpu::{Shared, Vcpu, VcpuCommon};
@@ -56,8 +56,10 @@ pub fn prepare(config: &VmConfig) -> Result<(KernelImage, Vec<u8>), VmError> {
 pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     let (image, bytes) = prepare(config)?;
     let kvm = open_kvm()?;
-    let execution = native::decide(config.native, &image)?;
+    let host = crate::host::caps();
+    let execution = native::decide(config.native, &image, host)?;
     let vm = kvm.create_vm().map_err(ioctl("KVM_CREATE_VM"))?;
+    host.disable_kvm_pmu(&vm).map_err(ioctl("KVM_CAP_PMU_CAPABILITY"))?;
     let mem_size = config.mem_mib << 20;
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), mem_size as usize)])?;
     for (slot, region) in mem.iter().enumerate() {
@@ -84,11 +86,13 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     // The CFI is read once per VM, only for call chains that use it.
     let dwarf = config.sampling.is_some_and(|s| s.callchain == Some(crate::sampler::CallGraph::Dwarf));
     let unwinder = dwarf.then(|| crate::unwind::GuestUnwinder::from_elf(&bytes).map(Arc::new)).flatten();
-    // RDPMC gives the VMM no exit on this host (KVM #GPs it): a guest run emulated gets its
-    // RDPMC instructions trapped wherever its symbols show them (Linux reads every counter so).
-    // Natively the trap's INT3 would be a #BP the guest takes itself: there RDPMC stays a #GP.
+    // RDPMC gives the VMM no exit on any host (KVM #GPs it, or answers from its own PMU):
+    // a guest gets its RDPMC instructions trapped wherever its symbols show them (Linux reads
+    // every counter so), with the trap the host exits on (`HostCaps::rdpmc_trap`). In
+    // kvm_pvm's native mode the trap's INT3 would be a #BP the guest takes itself: there
+    // RDPMC stays a #GP.
     let rdpmc_traps = Arc::new(match !execution.native && config.pmu.is_some() {
-        true => RdpmcTraps::find(&bytes),
+        true => RdpmcTraps::find(&bytes, host.rdpmc_trap()),
         false => RdpmcTraps::default(),
     });
     rdpmc_traps.plant(&mem).map_err(memory("trapping the kernel's RDPMC instructions"))?;
@@ -120,9 +124,9 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         && match std::env::var("PERFVM_SYSCALL_REPAIR").as_deref() {
             Ok("0") => false,
             Ok("1") => true,
-            _ => native::host_support().is_ok(),
+            _ => host.needs_syscall_repair(),
         };
-    route_msrs(&vm, pmus.first(), syscall_repair)?;
+    route_msrs(&vm, pmus.first(), syscall_repair, host)?;
     let mut cpu = crate::identity::CpuReport {
         pmu: match pmus.first() {
             Some(p) => describe_pmu(p.model().caps()),
@@ -150,11 +154,13 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     };
     let vif_base = execution.native.then_some(crate::layout::VIF_BASE);
     let stepped = config.pmu.as_ref().is_some_and(|p| p.backend == BackendKind::Exact);
-    let params = BootParams { mem_size, cmdline, nr_vcpus: config.vcpus, tsc_khz, vif_base, cpuid_entries, stepped };
+    let hardware = !host.emulates_kernel();
+    let params =
+        BootParams { mem_size, cmdline, nr_vcpus: config.vcpus, tsc_khz, vif_base, cpuid_entries, stepped, hardware };
     boot::write_boot_data(&mem, image.protocol, &params).map_err(memory("writing boot data"))?;
     let vm = Arc::new(vm);
     let kernel_cmdline = match &image.linux {
-        Some(boot) => Some(write_linux_boot(&mem, boot, mem_size, config, &cpuid, tsc_khz)?),
+        Some(boot) => Some(write_linux_boot(&mem, boot, mem_size, config, &cpuid, tsc_khz, host)?),
         None => None,
     };
 
@@ -231,16 +237,21 @@ fn write_linux_boot(
     config: &VmConfig,
     host_cpuid: &CpuId,
     tsc_khz: u64,
+    host: &crate::host::HostCaps,
 ) -> Result<String, VmError> {
-    use crate::loader::linux::{acpi, mptable, params, tsc_scale};
-    let mut host = crate::identity::hardware_leaves();
-    host.extend_from_slice(host_cpuid.as_slice());
-    let clearcpuid = crate::identity::linux_clearcpuid(&host);
-    // The Intel identity tells the (dilated) TSC rate in CPUID 0x15/0x16; Linux reads those
-    // only on Intel, so the AMD identity says it on the command line.
+    use crate::loader::linux::{acpi, mptable, params};
+    // Where CPUID is not what KVM_SET_CPUID2 says (kvm_pvm), Linux is told what to ignore.
+    let clearcpuid = (!host.cpuid_authoritative()).then(|| {
+        let mut leaves = crate::identity::hardware_leaves();
+        leaves.extend_from_slice(host_cpuid.as_slice());
+        crate::identity::linux_clearcpuid(&leaves)
+    });
+    let emulated = host.emulates_kernel().then(|| params::EMULATED_CMDLINE.to_owned());
+    // The Intel identity tells the TSC rate in CPUID 0x15/0x16; Linux reads those only on
+    // Intel, so the AMD identity says it on the command line.
     let amd_tsc = (config.cpu_vendor == crate::identity::CpuVendor::Amd && tsc_khz > 0)
-        .then(|| params::tsc_early_khz(tsc_khz.saturating_mul(tsc_scale(tsc_khz))));
-    let cmdline = params::compose_cmdline(&[clearcpuid, amd_tsc], &config.cmdline);
+        .then(|| params::tsc_early_khz(tsc_khz.saturating_mul(host.linux_tsc_scale(tsc_khz))));
+    let cmdline = params::compose_cmdline(&[emulated, clearcpuid.flatten(), amd_tsc], &config.cmdline);
     let rsdp = acpi::write(mem, config.vcpus as u8).map_err(memory("writing the ACPI tables"))?;
     params::write(mem, boot, mem_size, &cmdline, rsdp).map_err(|e| VmError::Config(e.to_string()))?;
     mptable::write(mem, config.vcpus as u8).map_err(memory("writing the MP table"))?;
@@ -311,7 +322,7 @@ fn build_pmus(
 /// Send every PMU MSR of both vendors and the ones CPUID does not advertise to user space
 /// (KVM MSR filter: a clear bit denies KVM's own handling, and with
 /// KVM_MSR_EXIT_REASON_FILTER a denied access exits to us).
-fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool) -> Result<(), VmError> {
+fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool, host: &crate::host::HostCaps) -> Result<(), VmError> {
     let mut cap = kvm_enable_cap { cap: KVM_CAP_X86_USER_SPACE_MSR, ..Default::default() };
     cap.args[0] = u64::from(KVM_MSR_EXIT_REASON_FILTER);
     vm.enable_cap(&cap).map_err(ioctl("KVM_CAP_X86_USER_SPACE_MSR"))?;
@@ -325,7 +336,11 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool) -> Result<(), VmErr
             p.model().msr_ranges().iter().map(|r| (r.base.0, r.count)).filter(|&(base, _)| !covered(base)).collect();
         ranges.extend(own);
     }
-    ranges.extend(crate::identity::UNADVERTISED_MSRS.iter().map(|&msr| (msr, 1)));
+    // kvm_pvm accepts the speculation MSRs its CPUID no longer advertises: they #GP here.
+    if !host.cpuid_authoritative() {
+        ranges.extend(crate::identity::UNADVERTISED_MSRS.iter().map(|&msr| (msr, 1)));
+    }
+    ranges.extend(crate::identity::LBR_MSR_RANGES);
     let bitmaps: Vec<Vec<u8>> = ranges.iter().map(|(_, count)| vec![0u8; count.div_ceil(8) as usize]).collect();
     let mut filter: Vec<MsrFilterRange> = ranges
         .iter()
@@ -343,7 +358,7 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool) -> Result<(), VmErr
     if linux {
         filter.push(MsrFilterRange {
             flags: MsrFilterRangeFlags::WRITE,
-            base: crate::syscall_entry::MSR_LSTAR,
+            base: crate::host::pvm::syscall_entry::MSR_LSTAR,
             msr_count: 1,
             bitmap: &deny_one,
         });
@@ -362,8 +377,9 @@ fn setup_vcpu(
     vendor: crate::identity::CpuVendor,
     tsc_khz: u64,
 ) -> Result<CpuId, VmError> {
-    let mut cpuid = crate::cpuid::for_vcpu(supported, index, pmu, vendor);
-    let scale = if image.protocol == BootProtocol::Linux64 { crate::loader::linux::tsc_scale(tsc_khz) } else { 1 };
+    let host = crate::host::caps();
+    let mut cpuid = crate::cpuid::for_vcpu(supported, index, pmu, vendor, host.emulates_kernel());
+    let scale = if image.protocol == BootProtocol::Linux64 { host.linux_tsc_scale(tsc_khz) } else { 1 };
     crate::cpuid::add_tsc_leaves(&mut cpuid, vendor, tsc_khz, scale);
     fd.set_cpuid2(&cpuid).map_err(ioctl("KVM_SET_CPUID2"))?;
     let mut sregs = fd.get_sregs().map_err(ioctl("KVM_GET_SREGS"))?;

@@ -1,7 +1,7 @@
 //! What a VM is built from: the configuration the CLI fills in.
 
 use crate::devices::DEFAULT_MAX_SAMPLES;
-use crate::native::NativeMode;
+use crate::host::pvm::native::NativeMode;
 use crate::requests::RequestOrder;
 use pmu::Policy;
 use serde::Serialize;
@@ -118,7 +118,7 @@ impl Default for VmConfig {
             nmi_interval: None,
             count_syscalls: false,
             native: NativeMode::default(),
-            cpu_vendor: Default::default(),
+            cpu_vendor: crate::host::caps().default_identity(),
             sampling: None,
         }
     }

@@ -22,8 +22,15 @@ const LEAF1_ECX_DTES64: u32 = 1 << 2;
 const LEAF6_ECX_APERFMPERF: u32 = 1 << 0;
 
 /// CPUID for vCPU `index` (APIC ID == index), with the PMU described by `pmu` (None: no PMU,
-/// architectural perfmon version 0).
-pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>, vendor: crate::identity::CpuVendor) -> CpuId {
+/// architectural perfmon version 0), within the host emulator's limits where it has them
+/// (`identity::apply`).
+pub fn for_vcpu(
+    supported: &CpuId,
+    index: u32,
+    pmu: Option<&PmuCaps>,
+    vendor: crate::identity::CpuVendor,
+    emulator_limits: bool,
+) -> CpuId {
     let mut entries: Vec<kvm_cpuid_entry2> = supported.as_slice().to_vec();
     // The PMU leaves exist whatever the host reports (zero where there is no such PMU).
     for function in [0xa, 0x8000_0022] {
@@ -52,7 +59,7 @@ pub fn for_vcpu(supported: &CpuId, index: u32, pmu: Option<&PmuCaps>, vendor: cr
             _ => {}
         }
     }
-    crate::identity::apply(&mut entries, vendor);
+    crate::identity::apply(&mut entries, vendor, emulator_limits);
     // The vPMU's own bits, from the model: Intel's leaf 0xA or AMD's PerfCtrExtCore and
     // PerfMonV2 leaf (each vendor clears the other's).
     for bits in pmu.map(PmuCaps::cpuid_bits).unwrap_or_default() {
@@ -137,7 +144,7 @@ mod tests {
                 ..Default::default()
             },
         ];
-        let cpuid = for_vcpu(&CpuId::from_entries(&leaves).unwrap(), 3, None, Default::default());
+        let cpuid = for_vcpu(&CpuId::from_entries(&leaves).unwrap(), 3, None, Default::default(), true);
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
         let n = write_table(&mem, 0x1000, &cpuid).unwrap();
         assert_eq!(n as usize, cpuid.as_slice().len());
@@ -169,7 +176,7 @@ mod tests {
     #[test]
     fn the_intel_identity_agrees_with_its_pmu_on_any_host() {
         let caps = PmuCaps::new(4, true, pmu::EventSet::ALL).unwrap();
-        let cpuid = for_vcpu(&amd_host(), 0, Some(&caps), crate::identity::CpuVendor::Intel);
+        let cpuid = for_vcpu(&amd_host(), 0, Some(&caps), crate::identity::CpuVendor::Intel, true);
         assert_eq!(crate::identity::vendor_string(cpuid.as_slice()), "GenuineIntel");
         assert_eq!(leaf(&cpuid, 0xa).eax & 0xff, 2, "architectural perfmon v2");
         assert_eq!(leaf(&cpuid, 1).eax >> 8 & 0xf, 6, "family 6");
@@ -182,7 +189,7 @@ mod tests {
     #[test]
     fn the_amd_identity_gets_the_amd_pmu_leaves() {
         let caps = PmuCaps::amd(pmu::AmdPerfMon::PerfMonV2, 4, pmu::EventSet::ALL).unwrap();
-        let cpuid = for_vcpu(&amd_host(), 0, Some(&caps), crate::identity::CpuVendor::Amd);
+        let cpuid = for_vcpu(&amd_host(), 0, Some(&caps), crate::identity::CpuVendor::Amd, true);
         assert_eq!(crate::identity::vendor_string(cpuid.as_slice()), "AuthenticAMD");
         assert_eq!(leaf(&cpuid, 0xa).eax, 0, "no Intel PMU leaf");
         assert_eq!(leaf(&cpuid, 0x8000_0001).ecx & 1 << 23, 1 << 23, "PerfCtrExtCore");
@@ -194,7 +201,7 @@ mod tests {
 
     #[test]
     fn intel_gets_the_tsc_frequency_leaves() {
-        let mut cpuid = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Intel);
+        let mut cpuid = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Intel, true);
         add_tsc_leaves(&mut cpuid, crate::identity::CpuVendor::Intel, 2_445_000, 1);
         let l15 = leaf(&cpuid, 0x15);
         assert_eq!(u64::from(l15.ecx) * u64::from(l15.ebx) / u64::from(l15.eax), 2_445_000_000, "TSC Hz");
@@ -204,14 +211,14 @@ mod tests {
         let l15 = leaf(&cpuid, 0x15);
         assert_eq!(u64::from(l15.ecx) / 1000 * u64::from(l15.ebx) / u64::from(l15.eax), 2_445_000 * 128, "dilated");
         assert_eq!(cpuid.as_slice().iter().filter(|e| e.function == 0x15).count(), 1);
-        let mut amd = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd);
+        let mut amd = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd, true);
         add_tsc_leaves(&mut amd, crate::identity::CpuVendor::Amd, 2_445_000, 1);
         assert!(!amd.as_slice().iter().any(|e| e.function == 0x15), "not on AMD");
     }
 
     #[test]
     fn without_a_pmu_no_pmu_leaf_survives() {
-        let cpuid = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd);
+        let cpuid = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd, true);
         assert_eq!(leaf(&cpuid, 0xa).eax, 0);
         assert_eq!(leaf(&cpuid, 0x8000_0001).ecx & 1 << 23, 0);
         assert_eq!([leaf(&cpuid, 0x8000_0022).eax, leaf(&cpuid, 0x8000_0022).ebx], [0, 0]);

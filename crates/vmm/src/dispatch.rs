@@ -20,6 +20,8 @@ pub(crate) enum Next {
     PvPublish,
     /// A single-step finished at this RIP.
     Step(u64),
+    /// The guest wrote the RDPMC trap's port (`rdpmc_traps`, hardware hosts).
+    RdpmcTrap,
     End(VmEnd),
     TripleFault,
     InternalError,
@@ -61,6 +63,7 @@ pub(crate) fn dispatch(
 ) -> (&'static str, Next) {
     match exit {
         VcpuExit::IoOut(crate::devices::VIF_PENDING_PORT, _) => ("vif-pending", Next::Continue),
+        VcpuExit::IoOut(crate::rdpmc_traps::RDPMC_TRAP_PORT, _) => ("rdpmc-trap", Next::RdpmcTrap),
         VcpuExit::IoOut(port, data) => match shared.bus.lock().unwrap().write(port, data) {
             DeviceAction::Continue => (port_label("io-out", port), Next::Continue),
             DeviceAction::Exit(status) => ("io-out", Next::End(VmEnd::Status { status })),
@@ -92,6 +95,11 @@ pub(crate) fn dispatch(
             *msr.error = 1;
             ("msr-write", Next::Continue)
         }
+        VcpuExit::X86Rdmsr(msr) if crate::identity::is_lbr_msr(msr.index) => {
+            *msr.data = 0;
+            ("msr-read", Next::Continue)
+        }
+        VcpuExit::X86Wrmsr(msr) if crate::identity::is_lbr_msr(msr.index) => ("msr-write", Next::Continue),
         VcpuExit::X86Rdmsr(msr) => {
             match pmu.as_mut().map_or(MsrAccess::Fault, |p| p.rdmsr(msr.index)) {
                 MsrAccess::Ok(value) => *msr.data = value,
@@ -99,7 +107,9 @@ pub(crate) fn dispatch(
             }
             ("msr-read", Next::Continue)
         }
-        VcpuExit::X86Wrmsr(msr) if msr.index == crate::syscall_entry::MSR_LSTAR => ("msr-write", Next::Lstar(msr.data)),
+        VcpuExit::X86Wrmsr(msr) if msr.index == crate::host::pvm::syscall_entry::MSR_LSTAR => {
+            ("msr-write", Next::Lstar(msr.data))
+        }
         VcpuExit::X86Wrmsr(msr) => {
             let Some(p) = pmu.as_mut() else {
                 *msr.error = 1;
@@ -159,6 +169,8 @@ mod tests {
         assert!(matches!(next, Next::End(VmEnd::Status { status: 7 })), "isa-debug-exit: (3 << 1) | 1");
         assert!(matches!(run(VcpuExit::IoOut(NMI_REQUEST_PORT, &[5])).1, Next::Nmi(5)));
         assert!(matches!(run(VcpuExit::IoOut(VIF_PENDING_PORT, &[0])), ("vif-pending", Next::Continue)));
+        let trap = crate::rdpmc_traps::RDPMC_TRAP_PORT;
+        assert!(matches!(run(VcpuExit::IoOut(trap, &[0])), ("rdpmc-trap", Next::RdpmcTrap)));
     }
 
     #[test]
@@ -183,6 +195,17 @@ mod tests {
             assert!(matches!(run(VcpuExit::X86Wrmsr(exit)), ("msr-write", Next::Continue)));
             assert_eq!(error, 1, "MSR {index:#x}: #GP");
         }
+    }
+
+    #[test]
+    fn the_lbr_records_nothing_and_takes_writes() {
+        let (mut error, mut data) = (0u8, 7u64);
+        let exit = ReadMsrExit { error: &mut error, reason: MsrExitReason::Filter, index: 0x40, data: &mut data };
+        run(VcpuExit::X86Rdmsr(exit));
+        assert_eq!((error, data), (0, 0));
+        let exit = WriteMsrExit { error: &mut error, reason: MsrExitReason::Filter, index: 0x1c9, data: 0 };
+        run(VcpuExit::X86Wrmsr(exit));
+        assert_eq!(error, 0);
     }
 
     #[test]

@@ -53,10 +53,10 @@ pub enum VmError {
     Pmu(#[from] pmu::ConfigError),
     /// `--native on` where the guest or the host cannot run natively.
     #[error(transparent)]
-    NativeOn(#[from] crate::native::NativeOnError),
+    NativeOn(#[from] crate::host::pvm::native::NativeOnError),
     /// A vCPU's VIF page was refused.
     #[error("registering the VIF page: {0}")]
-    Vif(crate::native::VifError),
+    Vif(crate::host::pvm::native::VifError),
 }
 
 /// `map_err` for a failed ioctl named `op`.

@@ -135,11 +135,25 @@ const LEAF_8000_0001_ECX_HIDDEN: u32 =
 /// RDTSCP (27), 3DNow! (30, 31).
 const LEAF_8000_0001_EDX_HIDDEN: u32 = 1 << 22 | 1 << 25 | 1 << 27 | 1 << 30 | 1 << 31;
 
+/// The last-branch record of the Intel identity's Core 2 (4 deep): LASTBRANCH_0..3_FROM_IP,
+/// _TO_IP and LASTBRANCH_TOS, which Linux's driver resets on every CPU. The VMM answers
+/// them (reads 0: no branch recorded, writes taken), so that no host #GPs them (kvm_amd
+/// has no Intel LBR): the guest sees an LBR that records nothing.
+pub const LBR_MSR_RANGES: [(u32, u32); 3] = [(0x40, 4), (0x60, 4), (0x1c9, 1)];
+
+/// Whether `msr` is one of [`LBR_MSR_RANGES`].
+pub fn is_lbr_msr(msr: u32) -> bool {
+    LBR_MSR_RANGES.iter().any(|&(base, n)| (base..base + n).contains(&msr))
+}
+
 /// IA32_SPEC_CTRL, IA32_PRED_CMD, IA32_FLUSH_CMD: #GP, as CPUID no longer advertises them.
 pub const UNADVERTISED_MSRS: [u32; 3] = [0x48, 0x49, 0x10b];
 
-/// Give `entries` the identity of `vendor`.
-pub fn apply(entries: &mut [kvm_cpuid_entry2], vendor: CpuVendor) {
+/// Give `entries` the identity of `vendor`: its vendor string and signature, no PMU bits
+/// (the vPMU sets its own), no KVM paravirtual features. With `emulator_limits` (kvm_pvm)
+/// also hide what that host's CPL0 emulator cannot run and the speculation controls it
+/// does not implement; a hardware host's features pass through as KVM offers them.
+pub fn apply(entries: &mut [kvm_cpuid_entry2], vendor: CpuVendor, emulator_limits: bool) {
     for e in entries.iter_mut() {
         match e.function {
             0 => [e.ebx, e.edx, e.ecx] = vendor.vendor_regs(),
@@ -152,19 +166,24 @@ pub fn apply(entries: &mut [kvm_cpuid_entry2], vendor: CpuVendor) {
             }
             1 => {
                 e.eax = vendor.signature();
-                e.ecx &= !LEAF1_ECX_HIDDEN;
-                e.edx &= !LEAF1_EDX_HIDDEN;
+                if emulator_limits {
+                    e.ecx &= !LEAF1_ECX_HIDDEN;
+                    e.edx &= !LEAF1_EDX_HIDDEN;
+                }
             }
-            7 if e.index == 0 => [e.ebx, e.ecx, e.edx] = [e.ebx & LEAF7_EBX_KEPT, 0, 0],
+            7 if e.index == 0 && emulator_limits => [e.ebx, e.ecx, e.edx] = [e.ebx & LEAF7_EBX_KEPT, 0, 0],
             // Subleaf 1 (AVX-VNNI, AVX512_BF16, LAM, ...), XSAVE state (0xD: no XSAVE), Intel PT,
             // SGX.
-            7 | 0xd | 0x12 | 0x14 => [e.eax, e.ebx, e.ecx, e.edx] = [0; 4],
+            7 | 0xd | 0x12 | 0x14 if emulator_limits => [e.eax, e.ebx, e.ecx, e.edx] = [0; 4],
             0x4000_0001 => [e.eax, e.ebx, e.ecx, e.edx] = [0; 4],
             0x8000_0001 => {
-                e.ecx &= !(LEAF_8000_0001_ECX_AMD_PMU | LEAF_8000_0001_ECX_HIDDEN);
-                e.edx &= !LEAF_8000_0001_EDX_HIDDEN;
+                e.ecx &= !LEAF_8000_0001_ECX_AMD_PMU;
+                if emulator_limits {
+                    e.ecx &= !LEAF_8000_0001_ECX_HIDDEN;
+                    e.edx &= !LEAF_8000_0001_EDX_HIDDEN;
+                }
             }
-            0x8000_0008 => {
+            0x8000_0008 if emulator_limits => {
                 e.ebx &= !LEAF_8000_0008_EBX_SPECULATION;
                 if vendor == CpuVendor::Amd {
                     e.ebx |= LEAF_8000_0008_EBX_XSAVEERPTR;
@@ -347,7 +366,7 @@ mod tests {
     fn an_amd_host_looks_intel_with_no_amd_pmu_bit() {
         let mut e = amd_host();
         assert_eq!(vendor_string(&e), "AuthenticAMD");
-        apply(&mut e, CpuVendor::Intel);
+        apply(&mut e, CpuVendor::Intel, true);
         assert_eq!(vendor_string(&e), "GenuineIntel");
         let get = |f: u32| *e.iter().find(|x| x.function == f).unwrap();
         let sig = get(1).eax;
@@ -398,7 +417,7 @@ mod tests {
             leaf(0x8000_0001, [0, 0, u32::MAX, u32::MAX]),
         ];
         for vendor in [CpuVendor::Intel, CpuVendor::Amd] {
-            apply(&mut e, vendor);
+            apply(&mut e, vendor, true);
             let (l1, l7, l7_1) = (e[0], e[1], e[2]);
             for (bit, name) in [(13, "CX16"), (26, "XSAVE"), (28, "AVX"), (17, "PCID"), (30, "RDRAND")] {
                 assert_eq!(l1.ecx & 1 << bit, 0, "{name}");
@@ -418,9 +437,22 @@ mod tests {
     }
 
     #[test]
+    fn a_hardware_host_keeps_its_features_and_loses_only_pmu_and_kvm_bits() {
+        let mut e = amd_host();
+        e[1].ecx = 1 << 13 | 1 << 26; // CX16, XSAVE
+        let before = e.clone();
+        apply(&mut e, CpuVendor::Intel, false);
+        assert_eq!(vendor_string(&e), "GenuineIntel");
+        assert_eq!(e[1].ecx, before[1].ecx, "leaf 1 features pass through");
+        let ext = e.iter().find(|l| l.function == 0x8000_0001).unwrap();
+        let ext_before = before.iter().find(|l| l.function == 0x8000_0001).unwrap();
+        assert_eq!(ext.ecx, ext_before.ecx & !LEAF_8000_0001_ECX_AMD_PMU, "only the AMD PMU bits go");
+    }
+
+    #[test]
     fn amd_identity() {
         let mut e = amd_host();
-        apply(&mut e, CpuVendor::Amd);
+        apply(&mut e, CpuVendor::Amd, true);
         assert_eq!(vendor_string(&e), "AuthenticAMD");
         let sig = e[1].eax;
         assert_eq!((sig >> 8 & 0xf) + (sig >> 20 & 0xff), 0x19, "family 0x19");
@@ -428,7 +460,7 @@ mod tests {
         assert_eq!(CpuVendor::Amd.pmu_vendor(), pmu::Vendor::Amd);
         let mut intel_host = amd_host();
         intel_host[5].ebx = 0;
-        apply(&mut intel_host, CpuVendor::Amd);
+        apply(&mut intel_host, CpuVendor::Amd, true);
         assert_ne!(intel_host[5].ebx & LEAF_8000_0008_EBX_XSAVEERPTR, 0, "a Zen 4 saves the x87 error pointers");
     }
 }

@@ -68,5 +68,8 @@ pub const BOOT_F_NATIVE: u32 = 1 << 0;
 /// Boot info flag: the exact backend single-steps counted code (~7 us per instruction), so
 /// workloads keep their emulated sizes even when native.
 pub const BOOT_F_STEPPED: u32 = 1 << 1;
+/// `perfvm_boot_info.flags`: guest code runs in hardware (VMX/SVM), at full speed without a
+/// VIF page.
+pub const BOOT_F_HARDWARE: u32 = 1 << 2;
 /// Most vCPUs a VM may have (the guest kit has this many stacks).
 pub const MAX_VCPUS: u32 = 8;

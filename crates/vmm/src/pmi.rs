@@ -58,8 +58,11 @@ pub fn raise(vm: &VmFd, vcpu: &VcpuFd, mask: bool) -> std::io::Result<PmiOutcome
         PmiOutcome::Nmi => {}
         PmiOutcome::Fixed(vector) => {
             let apic_id = reg(&lapic, APIC_ID) >> 24;
-            let msi =
-                kvm_msi { address_lo: crate::layout::LAPIC_BASE as u32 | (apic_id << 12), data: u32::from(vector), ..Default::default() };
+            let msi = kvm_msi {
+                address_lo: crate::layout::LAPIC_BASE as u32 | (apic_id << 12),
+                data: u32::from(vector),
+                ..Default::default()
+            };
             vm.signal_msi(msi).map_err(std::io::Error::from)?;
             if !mask {
                 return Ok(outcome);

@@ -200,7 +200,6 @@ mod tests {
     use crate::linear::Words;
     use std::collections::HashMap;
 
-
     #[test]
     fn frames_follow_the_chain_and_stop_safely() {
         // heavy's frame at 0x1000 -> work's at 0x1040 -> cmain's at 0x1080 -> 0 (the end).

@@ -10,8 +10,8 @@
 //! only as kernels at CPL0 use it: same privilege, no IST stack; anything else is left to
 //! the host.
 
+use crate::host::pvm::native::VifFlag;
 use crate::linear::{LinearMemory, VcpuLinear};
-use crate::native::VifFlag;
 use kvm_bindings::{kvm_regs, kvm_sregs};
 use kvm_ioctls::VcpuFd;
 use vm_memory::GuestMemoryMmap;
@@ -174,8 +174,8 @@ pub fn run_on(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome, what: Run) -
     match what {
         Run::Int { vector, len } => deliver(&mut regs, &sregs, linear, flag, vector, len)?,
         Run::Sysret if kernel_long_mode(&sregs) => {
-            let star = crate::vcpu_msr::read(vcpu, crate::syscall_entry::MSR_STAR).ok()?;
-            crate::user_return::sysretq(&mut regs, &mut sregs, star);
+            let star = crate::vcpu_msr::read(vcpu, crate::host::pvm::syscall_entry::MSR_STAR).ok()?;
+            crate::host::pvm::user_return::sysretq(&mut regs, &mut sregs, star);
             vcpu.set_sregs(&sregs).ok()?;
         }
         Run::Swapgs { len } if kernel_long_mode(&sregs) => {
@@ -191,7 +191,7 @@ pub fn run_on(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome, what: Run) -
                 if !kernel_long_mode(&sregs) {
                     return None;
                 }
-                crate::user_return::iret(&mut regs, &mut sregs, linear)?;
+                crate::host::pvm::user_return::iret(&mut regs, &mut sregs, linear)?;
                 let on = regs.rflags & RFLAGS_IF != 0;
                 flag.set(&mut regs, on);
                 vcpu.set_sregs(&sregs).ok()?;
@@ -206,7 +206,7 @@ pub fn run_on(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome, what: Run) -
         }
     }
     vcpu.set_regs(&regs).ok()?;
-    Some(Landing { rip: regs.rip, user: crate::user_return::is_user(u64::from(sregs.cs.selector)) })
+    Some(Landing { rip: regs.rip, user: crate::host::pvm::user_return::is_user(u64::from(sregs.cs.selector)) })
 }
 
 /// Where an instruction the VMM ran left the vCPU.

@@ -99,7 +99,7 @@ pub struct VmStats {
     /// The virtual PMU's report, when the VM has one.
     pub pmu: Option<crate::pmu_report::PmuReport>,
     /// How the vCPUs executed and why.
-    pub execution: Option<crate::native::Execution>,
+    pub execution: Option<crate::host::pvm::native::Execution>,
     /// The CPU identity the guest saw.
     pub cpu: Option<crate::identity::CpuReport>,
     /// Per vCPU: its mode, exits, and KVM's own statistics.

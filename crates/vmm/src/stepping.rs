@@ -119,14 +119,14 @@ impl Stepper {
         let next = self.state.next(owed != Owed::Nothing, vif.is_none());
         let current = debug.step();
         if let (Debug::Window, false, Some(gpa)) = (next, current == Debug::Window, vif) {
-            sync_interrupt_flag(vcpu, owed == Owed::Interrupt && crate::native::vif_interrupts_on(mem, gpa));
+            sync_interrupt_flag(vcpu, owed == Owed::Interrupt && crate::host::pvm::native::vif_interrupts_on(mem, gpa));
         }
         if next == current {
             self.state.debug = next;
             return false;
         }
         if let (Debug::Off, Some(_)) = (current, vif) {
-            if crate::native::drop_vif(vcpu).is_err() {
+            if crate::host::pvm::native::drop_vif(vcpu).is_err() {
                 return false;
             }
         }
@@ -135,7 +135,7 @@ impl Stepper {
         }
         if let (Debug::Off, Some(gpa)) = (next, vif) {
             // Without its VIF the vCPU stays emulated: correct, only slow.
-            let _ = crate::native::register_vif(vcpu, gpa);
+            let _ = crate::host::pvm::native::register_vif(vcpu, gpa);
         }
         self.state.debug = next;
         current == Debug::Off

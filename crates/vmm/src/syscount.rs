@@ -1,11 +1,11 @@
 //! Counting a thread's syscalls independently of our own bookkeeping: a perf counter on the
-//! `raw_syscalls:sys_enter` tracepoint (needs tracefs; mounted on demand when we are root).
+//! `raw_syscalls:sys_enter` tracepoint. It needs tracefs mounted: the VMM spawns nothing and
+//! mounts nothing, so where tracefs is absent the count is said to be unavailable
+//! (`mount -t tracefs nodev /sys/kernel/tracing` as root makes it available).
 
 use crate::backends::perf_sys::{PerfEvent, PerfEventAttr, FLAG_DISABLED};
-use std::path::Path;
 
 const PERF_TYPE_TRACEPOINT: u32 = 2;
-const TRACEFS: &str = "/sys/kernel/tracing";
 const ID_PATHS: [&str; 2] = [
     "/sys/kernel/tracing/events/raw_syscalls/sys_enter/id",
     "/sys/kernel/debug/tracing/events/raw_syscalls/sys_enter/id",
@@ -14,8 +14,8 @@ const ID_PATHS: [&str; 2] = [
 /// Why a thread's syscalls cannot be counted.
 #[derive(Debug, thiserror::Error)]
 pub enum SyscountError {
-    /// tracefs is not mounted, and cannot be.
-    #[error("tracefs raw_syscalls:sys_enter is not available (mount tracefs as root)")]
+    /// tracefs is not mounted.
+    #[error("tracefs raw_syscalls:sys_enter is not available (mount -t tracefs nodev /sys/kernel/tracing)")]
     NoTracepoint,
     /// The counter could not be opened.
     #[error("perf_event_open(raw_syscalls:sys_enter): {0}")]
@@ -25,8 +25,7 @@ pub enum SyscountError {
     Enable(std::io::Error),
 }
 
-/// The tracepoint's id, found once (mounting tracefs runs `mount`, which a confined VMM
-/// cannot: `prime` runs before the filters go in).
+/// The tracepoint's id, found once (`prime` reads it before the filters go in).
 fn tracepoint_id() -> Result<u64, SyscountError> {
     static ID: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     ID.get_or_init(find_tracepoint_id).ok_or(SyscountError::NoTracepoint)
@@ -38,15 +37,7 @@ pub fn prime() {
 }
 
 fn find_tracepoint_id() -> Option<u64> {
-    let read = || ID_PATHS.iter().find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse().ok());
-    if let Some(id) = read() {
-        return Some(id);
-    }
-    // Not mounted yet: try (root only); a failure shows as the id still missing.
-    if Path::new(TRACEFS).exists() {
-        let _ = std::process::Command::new("mount").args(["-t", "tracefs", "nodev", TRACEFS]).status();
-    }
-    read()
+    ID_PATHS.iter().find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse().ok())
 }
 
 /// Why syscalls cannot be counted here, or None.

@@ -40,7 +40,7 @@ pub fn roundtrip_ns(native: bool) -> Option<u64> {
 enum ProbeError {
     /// Native mode without host support.
     #[error(transparent)]
-    NoNative(&'static crate::native::NativeError),
+    NoNative(&'static crate::host::pvm::native::NativeError),
     /// The scratch VM could not be set up.
     #[error(transparent)]
     Scratch(#[from] crate::kvm::ScratchError),
@@ -52,7 +52,7 @@ enum ProbeError {
     Registers(#[from] kvm_ioctls::Error),
     /// Its VIF page was refused.
     #[error("probe VIF page: {0}")]
-    Vif(#[from] crate::native::VifError),
+    Vif(#[from] crate::host::pvm::native::VifError),
     /// KVM_RUN failed.
     #[error("KVM_RUN: {0}")]
     Run(kvm_ioctls::Error),
@@ -63,7 +63,7 @@ enum ProbeError {
 
 fn measure(native: bool) -> Result<u64, ProbeError> {
     if native {
-        crate::native::host_support().map_err(ProbeError::NoNative)?;
+        crate::host::pvm::native::host_support().map_err(ProbeError::NoNative)?;
     }
     let mut scratch = ScratchVm::new(PROBE_RAM)?;
     let params = BootParams {
@@ -74,6 +74,7 @@ fn measure(native: bool) -> Result<u64, ProbeError> {
         vif_base: None,
         cpuid_entries: 0,
         stepped: false,
+        hardware: false,
     };
     boot::write_boot_data(&scratch.mem, BootProtocol::Direct64, &params)?;
     scratch.mem.write_slice(&EXIT_LOOP, GuestAddress(CODE_ADDR))?;
@@ -83,7 +84,7 @@ fn measure(native: bool) -> Result<u64, ProbeError> {
     vcpu.set_sregs(&sregs)?;
     vcpu.set_regs(&boot::entry_regs(BootProtocol::Direct64, CODE_ADDR, 0))?;
     if native {
-        crate::native::register_vif(vcpu, crate::native::vif_page(0))?;
+        crate::host::pvm::native::register_vif(vcpu, crate::host::pvm::native::vif_page(0))?;
     }
     let mut samples = Vec::with_capacity(MEASURED);
     for i in 0..WARMUP + MEASURED {
@@ -116,7 +117,7 @@ mod tests {
         let emulated = measure(false).expect("the emulated probe runs");
         // A syscall and a world switch: more than a microsecond, far less than a tick.
         assert!((1_000..2_000_000).contains(&emulated), "emulated roundtrip {emulated} ns");
-        match crate::native::host_support() {
+        match crate::host::pvm::native::host_support() {
             Ok(()) => {
                 let native = measure(true).expect("the native probe runs");
                 assert!((1_000..2_000_000).contains(&native), "native roundtrip {native} ns");

@@ -162,7 +162,6 @@ mod tests {
     use crate::linear::Words;
     use std::collections::HashMap;
 
-
     /// A minimal ELF64 image: one PT_LOAD at 1 MiB and the named sections.
     fn elf_with(sections: &[(&str, u64, Vec<u8>)]) -> Vec<u8> {
         // Layout: header, phdr, section data, shstrtab, section headers.

@@ -4,11 +4,11 @@ use crate::devices::PioBus;
 use crate::dispatch::{dispatch, reset_end, Next};
 use crate::exit::VmEnd;
 use crate::guest_debug::GuestDebug;
+use crate::host::pvm::syscall_entry::{DebugExit, SyscallRepair};
 use crate::kick;
 use crate::requests::RequestOrder;
 use crate::softint::FlagHome;
 use crate::stats::VcpuStats;
-use crate::syscall_entry::{DebugExit, SyscallRepair};
 use crate::vpmu::{NmiSource, Owed, VcpuPmu};
 use kvm_ioctls::{VcpuExit, VcpuFd, VmFd};
 use pmu::MsrAccess;
@@ -210,7 +210,7 @@ impl Vcpu {
         }
         exits.into_stats(&mut self.stats);
         self.stats.syscalls = syscalls.map(|c| c.read());
-        self.stats.mode = if self.common.native { "native" } else { "emulated" };
+        self.stats.mode = crate::host::caps().execution_name(self.common.native);
         self.stats.kvm = kvm_stats.map(|s| s.read()).unwrap_or_default();
         kick::unregister();
         let mut counts = crate::vmm_counts::VcpuCounts {
@@ -300,6 +300,7 @@ impl Vcpu {
                 }
                 None
             }
+            Next::RdpmcTrap => self.port_trapped_rdpmc(),
             Next::TripleFault => Some(VmEnd::TripleFault { vcpu: self.index, rip: self.rip() }),
             Next::InternalError => self.complete_or_stop(),
             Next::Reset => Some(reset_end(&self.common.mem)),
@@ -433,11 +434,11 @@ impl Vcpu {
                 return done;
             }
             let home = match self.common.native {
-                true => FlagHome::Vif(crate::native::vif_page(self.index)),
+                true => FlagHome::Vif(crate::host::pvm::native::vif_page(self.index)),
                 false => FlagHome::Rflags,
             };
-            match crate::complete::complete(&self.fd, &self.common.mem, home) {
-                crate::complete::Completed::Done(kind) => {
+            match crate::host::pvm::complete::complete(&self.fd, &self.common.mem, home) {
+                crate::host::pvm::complete::Completed::Done(kind) => {
                     *self.stats.completed.entry(kind).or_default() += 1;
                     return None;
                 }
@@ -445,7 +446,7 @@ impl Vcpu {
                 // patched it in between (text_poke_bp puts an INT3 on a static key or an
                 // alternative, then the new bytes). Run it once more as it is now; the same
                 // failure twice at one RIP stands.
-                crate::complete::Completed::Left(insn) => {
+                crate::host::pvm::complete::Completed::Left(insn) => {
                     let rip = self.rip();
                     if self.refetched_at != Some(rip) {
                         self.refetched_at = Some(rip);
@@ -463,13 +464,33 @@ impl Vcpu {
 }
 
 impl Vcpu {
-    /// The INT3 at RIP is one of the VMM's RDPMC traps: run the RDPMC on the vPMU (EDX:EAX,
+    /// The trap at RIP is one of the VMM's RDPMC traps: run the RDPMC on the vPMU (EDX:EAX,
     /// RIP past the two bytes), or give the guest the #GP the model says. None: not a trap.
     fn trapped_rdpmc(&mut self) -> Option<Option<VmEnd>> {
         if self.common.rdpmc_traps.is_empty() {
             return None;
         }
+        let regs = self.fd.get_regs().ok()?;
+        self.run_trapped_rdpmc(regs)
+    }
+
+    /// An `OUT` to the RDPMC trap's port (hardware hosts): KVM completes the OUT at the next
+    /// KVM_RUN, stepping RIP past it, so an immediate-exit run completes it first; then it is
+    /// an RDPMC at the trap's address. A write to the port from anywhere else is ignored.
+    fn port_trapped_rdpmc(&mut self) -> Option<VmEnd> {
+        let at = self.fd.get_regs().ok()?.rip;
+        self.fd.set_kvm_immediate_exit(1);
+        let _ = self.fd.run();
+        self.fd.set_kvm_immediate_exit(0);
         let mut regs = self.fd.get_regs().ok()?;
+        if regs.rip != at.wrapping_add(2) {
+            return None;
+        }
+        regs.rip = at;
+        self.run_trapped_rdpmc(regs).flatten()
+    }
+
+    fn run_trapped_rdpmc(&mut self, mut regs: kvm_bindings::kvm_regs) -> Option<Option<VmEnd>> {
         let mut bytes = [0u8; 2];
         crate::linear::LinearMemory::read(
             &mut crate::linear::VcpuLinear::new(&self.fd, &self.common.mem),
@@ -488,7 +509,12 @@ impl Vcpu {
                 regs.rip += 2;
                 self.fd.set_regs(&regs).map_err(|e| format!("RDPMC: KVM_SET_REGS: {e}"))
             }
-            MsrAccess::Fault => crate::complete::inject_gp(&self.fd).map_err(|e| format!("RDPMC #GP: {e}")),
+            // (A fault: RIP stays on the trap.)
+            MsrAccess::Fault => self
+                .fd
+                .set_regs(&regs)
+                .and_then(|()| crate::inject::inject_gp(&self.fd))
+                .map_err(|e| format!("RDPMC #GP: {e}")),
         };
         Some(done.err().map(|reason| self.failed(reason)))
     }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use vmm::native::NativeMode;
+use vmm::host::pvm::native::NativeMode;
 use vmm::vm::PmuSettings;
 use vmm::{Vm, VmConfig};
 
@@ -36,7 +36,7 @@ fn samples_have_time_and_frame_pointer_call_chains() {
         return skip("guest/build/ftest.elf not built (cargo build builds it)");
     }
     let mut modes = vec![(NativeMode::Off, "20000000")];
-    match vmm::native::host_support() {
+    match vmm::host::pvm::native::host_support() {
         Ok(()) => modes.push((NativeMode::On, "50000000")),
         Err(reason) => skip(&format!("(native half) needs native mode: {reason}")),
     }

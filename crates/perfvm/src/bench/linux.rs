@@ -12,7 +12,7 @@ use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use vmm::native::NativeMode;
+use vmm::host::pvm::native::NativeMode;
 use vmm::RunReport;
 
 /// Init runs the quoted commands after `--` (guest/linux/init.c): here only the power-off.

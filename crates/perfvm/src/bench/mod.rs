@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use vmm::native::NativeMode;
+use vmm::host::pvm::native::NativeMode;
 use vmm::vm::PmuSettings;
 use vmm::{RunReport, Vm, VmConfig};
 
@@ -79,14 +79,19 @@ pub fn mode_name(mode: NativeMode) -> &'static str {
     }
 }
 
-/// Whether a configuration run in `mode` executes natively (`auto` asks the guest image).
+/// Whether a configuration run in `mode` executes at full speed: natively (`auto` asks the
+/// guest image), or in hardware on kvm_intel / kvm_amd.
 pub fn runs_natively(config: &VmConfig, mode: NativeMode) -> bool {
+    // Where guest code runs in hardware every mode is full speed.
+    if !vmm::host::caps().emulates_kernel() {
+        return true;
+    }
     match mode {
         NativeMode::Off => false,
         NativeMode::On => true,
         NativeMode::Auto => vmm::vm::prepare(config)
             .ok()
-            .and_then(|(image, _)| vmm::native::decide(mode, &image).ok())
+            .and_then(|(image, _)| vmm::host::pvm::native::decide(mode, &image, vmm::host::caps()).ok())
             .is_some_and(|e| e.native),
     }
 }
@@ -279,7 +284,7 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
     let mut results = serde_json::Map::new();
     results.insert("machine".into(), machine());
     if modes != [NativeMode::Off] {
-        if let Err(reason) = vmm::native::host_support() {
+        if let Err(reason) = vmm::host::pvm::native::host_support() {
             eprintln!("perfvm bench: this host cannot run guests natively ({reason}): emulated only");
             results.insert("native_unavailable".into(), json!(reason.to_string()));
             modes = vec![NativeMode::Off];

@@ -8,7 +8,7 @@ use profile::measure::{fmt, Summary};
 use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::time::Duration;
-use vmm::native::NativeMode;
+use vmm::host::pvm::native::NativeMode;
 use vmm::requests::RequestOrder;
 use vmm::vm::BackendKind;
 

@@ -11,8 +11,8 @@ use profile::measure::{fmt, ratio, Summary};
 use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use vmm::host::pvm::native::NativeMode;
 use vmm::identity::CpuVendor;
-use vmm::native::NativeMode;
 use vmm::vm::{BackendKind, PmuSettings};
 use vmm::vpmu::PmuOp;
 

@@ -19,7 +19,7 @@ use profile::Mode;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Instant;
-use vmm::native::NativeMode;
+use vmm::host::pvm::native::NativeMode;
 use vmm::vm::BackendKind;
 use vmm::VmConfig;
 

@@ -47,7 +47,8 @@ static HOST_RUNS: std::sync::OnceLock<Vec<Result<HostSamples, String>>> = std::s
 
 /// Profile the host's ftest `reps` times now (`units`, `hz` as the native guest's runs).
 pub fn measure_host(reps: usize, units: u64, hz: u64) {
-    HOST_RUNS.get_or_init(|| (0..reps.max(1)).map(|_| profile_host_ftest(units, hz).map_err(|f| f.to_string())).collect());
+    HOST_RUNS
+        .get_or_init(|| (0..reps.max(1)).map(|_| profile_host_ftest(units, hz).map_err(|f| f.to_string())).collect());
 }
 
 /// Repetition `rep`'s host profile, as `measure_host` took it.

@@ -14,7 +14,7 @@ use profile::measure::{fmt, per_second, Summary};
 use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::time::Instant;
-use vmm::native::NativeMode;
+use vmm::host::pvm::native::NativeMode;
 use vmm::vm::PmuSettings;
 use vmm::RunReport;
 

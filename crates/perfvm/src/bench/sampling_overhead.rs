@@ -14,7 +14,7 @@ use pmu::tsc::{SamplePeriod, TscRate};
 use pmu::Policy;
 use profile::measure::{fmt, Summary};
 use profile::table::{Cell, Column, Table};
-use vmm::native::NativeMode;
+use vmm::host::pvm::native::NativeMode;
 use vmm::sampler::{CallGraph, SamplingConfig};
 use vmm::stats::VmStats;
 use vmm::vm::BackendKind;

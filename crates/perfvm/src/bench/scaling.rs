@@ -7,7 +7,7 @@ use pmu::Policy;
 use profile::measure::{fmt, ratio, Summary};
 use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
-use vmm::native::NativeMode;
+use vmm::host::pvm::native::NativeMode;
 use vmm::vm::PmuSettings;
 use vmm::vpmu::PmuOp;
 

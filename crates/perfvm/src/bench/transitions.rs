@@ -41,7 +41,7 @@ fn roundtrips(
     b: &Bench,
     pmu: Option<PmuSettings>,
     cmdline: &str,
-    mode: vmm::native::NativeMode,
+    mode: vmm::host::pvm::native::NativeMode,
 ) -> Result<(Vec<f64>, Vec<f64>), Failure> {
     let (mut ns, mut per_run) = (Vec::new(), Vec::new());
     for _ in 0..b.reps {

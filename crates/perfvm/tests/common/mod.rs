@@ -21,7 +21,7 @@ macro_rules! require_kvm {
 macro_rules! require_native {
     () => {
         require_kvm!();
-        if let Err(reason) = vmm::native::host_support() {
+        if let Err(reason) = vmm::host::pvm::native::host_support() {
             common::skip(module_path!(), &format!("needs native mode: {reason}"));
             return;
         }
@@ -31,7 +31,7 @@ macro_rules! require_native {
 /// The execution modes a conformance test runs in: both where the host has native mode
 /// (saying so loudly where it does not).
 pub fn modes(test: &str) -> Vec<&'static str> {
-    match vmm::native::host_support() {
+    match vmm::host::pvm::native::host_support() {
         Ok(()) => vec!["off", "on"],
         Err(reason) => {
             skip(&format!("{test} (native half)"), &format!("needs native mode: {reason}"));

@@ -104,7 +104,7 @@ pub fn confine_thread(kind: ThreadKind) -> Result<(), ConfineError> {
     set_no_new_privs()?;
     privileges::drop_capabilities(kind)?;
     if kind == ThreadKind::Vmm {
-        // The syscall tracepoint's id, read now: later reads may need tracefs mounted.
+        // The syscall tracepoint's id, read now: the filters forbid the read later.
         crate::syscount::prime();
     }
     if enabled() {

@@ -46,15 +46,32 @@ struct CapData {
 
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
-/// The capability mask (two 32-bit words) a thread of `kind` keeps.
-fn kept(kind: ThreadKind) -> [u32; 2] {
+/// CAP_SYS_ADMIN, which Debian's kernels ask of perf_event_open at perf_event_paranoid 3
+/// (their default: "no perf for the unprivileged", where CAP_PERFMON is not enough).
+const CAP_SYS_ADMIN: u32 = 21;
+/// The paranoid level above which the kernel wants CAP_SYS_ADMIN for any perf event.
+const PERF_PARANOID_ANY: i32 = 2;
+
+/// The capability mask (two 32-bit words) a thread of `kind` keeps, where the kernel's
+/// perf_event_paranoid is `paranoid`: the VMM's perf events need CAP_SYS_ADMIN above
+/// level 2, which it then keeps (its seccomp filters still bound what it can call).
+fn kept(kind: ThreadKind, paranoid: i32) -> [u32; 2] {
     let mut mask = [0u32; 2];
     if kind != ThreadKind::Helper {
-        for &cap in VMM_KEEPS {
+        let admin = (paranoid > PERF_PARANOID_ANY).then_some(CAP_SYS_ADMIN);
+        for cap in VMM_KEEPS.iter().copied().chain(admin) {
             mask[(cap / 32) as usize] |= 1 << (cap % 32);
         }
     }
     mask
+}
+
+/// The kernel's perf_event_paranoid (2, its default, where it cannot be read).
+fn perf_event_paranoid() -> i32 {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(2)
 }
 
 /// Keep only `kind`'s capabilities on the calling thread: out of the bounding set first
@@ -67,7 +84,7 @@ pub fn drop_capabilities(kind: ThreadKind) -> Result<(), ConfineError> {
     if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
         return Err(ConfineError::Capget(std::io::Error::last_os_error()));
     }
-    let keep = kept(kind);
+    let keep = kept(kind, perf_event_paranoid());
     if data.iter().zip(keep).all(|(d, k)| d.permitted & !k == 0 && d.inheritable == 0) {
         return Ok(()); // not root, or already dropped (inherited from the VMM thread)
     }
@@ -105,8 +122,10 @@ mod tests {
 
     #[test]
     fn helpers_keep_nothing_and_the_vmm_keeps_perfmon() {
-        assert_eq!(kept(ThreadKind::Helper), [0, 0]);
-        assert_eq!(kept(ThreadKind::Vcpu)[1], 1 << (38 - 32));
-        assert_eq!(kept(ThreadKind::Vmm)[0] & (1 << 21), 0, "CAP_SYS_ADMIN dropped");
+        assert_eq!(kept(ThreadKind::Helper, 2), [0, 0]);
+        assert_eq!(kept(ThreadKind::Vcpu, 2)[1], 1 << (38 - 32));
+        assert_eq!(kept(ThreadKind::Vmm, 2)[0] & (1 << 21), 0, "CAP_SYS_ADMIN dropped");
+        assert_ne!(kept(ThreadKind::Vmm, 3)[0] & (1 << 21), 0, "kept for perf events at Debian's level 3");
+        assert_eq!(kept(ThreadKind::Helper, 3), [0, 0]);
     }
 }

@@ -10,8 +10,8 @@ mod serial;
 mod shutdown;
 
 pub use agent::{
-    AgentData, AgentPort, SampleRecord, AGENT_PORT, COUNT_FIXED, COUNT_UNSUPPORTED, DEFAULT_MAX_SAMPLES,
-    MAX_AGENT_MSG, MAX_CALLCHAIN,
+    AgentData, AgentPort, SampleRecord, AGENT_PORT, COUNT_FIXED, COUNT_UNSUPPORTED, DEFAULT_MAX_SAMPLES, MAX_AGENT_MSG,
+    MAX_CALLCHAIN,
 };
 pub use debug_exit::DebugExit;
 pub use fw_cfg::FwCfg;

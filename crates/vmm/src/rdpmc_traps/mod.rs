@@ -18,16 +18,42 @@
 //! trap's byte, the byte at RIP is no longer CC and the site is simply not ours anymore.
 //! The exact backend decodes each instruction before it retires: [`RdpmcTraps::unpatch`]
 //! shows it the original bytes, so it sees the RDPMC and runs it itself.
+//!
+//! On hardware hosts (kvm_amd, kvm_intel) the trap is `OUT imm8, AL` (E6 `RDPMC_TRAP_PORT`)
+//! instead: an INT3 there is a #BP the guest takes, and KVM's #BP interception
+//! (`KVM_GUESTDBG_USE_SW_BP`) is not delivered by every SVM (QEMU's TCG checks only the INTn
+//! intercept on INT3). A port write exits to the VMM on every VMX and SVM, is as long as
+//! RDPMC, and at CPL0 touches nothing else (`host::Breakpoint`).
 
 use crate::kallsyms::KernelSymbol;
 use iced_x86::{Decoder, DecoderOptions, Mnemonic};
 use std::collections::BTreeMap;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-/// The byte a trap puts in place of RDPMC's first (0F).
-const INT3: u8 = 0xcc;
 /// RDPMC's bytes.
 const RDPMC: [u8; 2] = [0x0f, 0x33];
+/// The port an `OUT imm8, AL` trap writes (unused by PC hardware and by perfvm's devices).
+pub const RDPMC_TRAP_PORT: u16 = 0xe3;
+
+/// The two bytes planted over an RDPMC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrapForm {
+    /// INT3 on the first byte (CC 33): kvm_pvm's emulator rejects it.
+    #[default]
+    Int3,
+    /// `OUT RDPMC_TRAP_PORT, AL` (E6 E3): a port exit on hardware hosts.
+    PortOut,
+}
+
+impl TrapForm {
+    /// The trap's bytes.
+    pub fn bytes(self) -> [u8; 2] {
+        match self {
+            TrapForm::Int3 => [0xcc, RDPMC[1]],
+            TrapForm::PortOut => [0xe6, RDPMC_TRAP_PORT as u8],
+        }
+    }
+}
 /// Longest function decoded: larger "functions" are gaps between symbols (data, padding).
 const MAX_FUNCTION: u64 = 1 << 20;
 
@@ -36,12 +62,18 @@ const MAX_FUNCTION: u64 = 1 << 20;
 pub struct RdpmcTraps {
     /// Guest-virtual address -> guest-physical address of each trap.
     sites: BTreeMap<u64, u64>,
+    /// What is planted.
+    form: TrapForm,
 }
 
 impl RdpmcTraps {
     /// The RDPMC instructions in the text of the 64-bit kernel ELF `elf` (its symbols
-    /// found by `kallsyms::of_elf`); none where it has no symbols.
-    pub fn find(elf: &[u8]) -> Self {
+    /// found by `kallsyms::of_elf`), to be trapped by `form`; none where it has no symbols.
+    pub fn find(elf: &[u8], form: TrapForm) -> Self {
+        Self { form, ..Self::find_sites(elf) }
+    }
+
+    fn find_sites(elf: &[u8]) -> Self {
         let Some(symbols) = crate::kallsyms::of_elf(elf) else { return Self::default() };
         let Ok(parsed) = goblin::elf::Elf::parse(elf) else { return Self::default() };
         let loads: Vec<Load> = parsed
@@ -54,9 +86,10 @@ impl RdpmcTraps {
         for (function, end) in extents(&symbols) {
             let Some(load) = loads.iter().find(|l| l.holds(function)) else { continue };
             let end = end.min(load.vaddr + load.size);
-            let (Ok(from), Ok(to)) =
-                (usize::try_from(load.offset + (function - load.vaddr)), usize::try_from(load.offset + (end - load.vaddr)))
-            else {
+            let (Ok(from), Ok(to)) = (
+                usize::try_from(load.offset + (function - load.vaddr)),
+                usize::try_from(load.offset + (end - load.vaddr)),
+            ) else {
                 continue;
             };
             let Some(code) = elf.get(from..to) else { continue };
@@ -64,16 +97,16 @@ impl RdpmcTraps {
                 sites.insert(va, load.paddr + (va - load.vaddr));
             }
         }
-        Self { sites }
+        Self { sites, form: TrapForm::default() }
     }
 
-    /// Put an INT3 on each site's first byte in guest memory (where RDPMC still is).
+    /// Put the trap on each site in guest memory (where RDPMC still is).
     pub fn plant(&self, mem: &GuestMemoryMmap) -> Result<(), vm_memory::GuestMemoryError> {
         for &pa in self.sites.values() {
             let mut bytes = [0u8; 2];
             mem.read_slice(&mut bytes, GuestAddress(pa))?;
             if bytes == RDPMC {
-                mem.write_obj(INT3, GuestAddress(pa))?;
+                mem.write_slice(&self.form.bytes(), GuestAddress(pa))?;
             }
         }
         Ok(())
@@ -89,10 +122,10 @@ impl RdpmcTraps {
         self.sites.is_empty()
     }
 
-    /// Whether the INT3 in `bytes` (read at `rip`) is the VMM's trap: the site is one and
-    /// its bytes are still CC 33.
+    /// Whether the instruction in `bytes` (read at `rip`) is the VMM's trap: the site is one
+    /// and its bytes are still the trap's.
     pub fn is_trap(&self, rip: u64, bytes: &[u8]) -> bool {
-        self.sites.contains_key(&rip) && bytes.starts_with(&[INT3, RDPMC[1]])
+        self.sites.contains_key(&rip) && bytes.starts_with(&self.form.bytes())
     }
 
     /// `code`, read at guest-virtual `va`, as the kernel wrote it: RDPMC where a trap is.
@@ -100,8 +133,12 @@ impl RdpmcTraps {
         let end = va.saturating_add(code.len() as u64);
         for &site in self.sites.range(va..end).map(|(site, _)| site) {
             let at = (site - va) as usize;
-            if code[at] == INT3 && code.get(at + 1).is_none_or(|&b| b == RDPMC[1]) {
+            let trap = self.form.bytes();
+            if code[at] == trap[0] && code.get(at + 1).is_none_or(|&b| b == trap[1]) {
                 code[at] = RDPMC[0];
+                if let Some(second) = code.get_mut(at + 1) {
+                    *second = RDPMC[1];
+                }
             }
         }
     }

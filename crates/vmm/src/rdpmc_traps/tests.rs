@@ -22,7 +22,7 @@ fn functions_end_at_the_next_symbol_and_huge_gaps_are_skipped() {
 
 #[test]
 fn a_trap_is_ours_only_while_its_bytes_are_there_and_unpatching_restores_rdpmc() {
-    let traps = RdpmcTraps { sites: BTreeMap::from([(0x1005, 0x5005)]) };
+    let traps = RdpmcTraps { sites: BTreeMap::from([(0x1005, 0x5005)]), form: TrapForm::Int3 };
     assert!(traps.is_trap(0x1005, &[0xcc, 0x33, 0xc3]));
     assert!(!traps.is_trap(0x1005, &[0xcc, 0x90]), "the kernel wrote over it");
     assert!(!traps.is_trap(0x1006, &[0xcc, 0x33]), "not a site");
@@ -34,6 +34,16 @@ fn a_trap_is_ours_only_while_its_bytes_are_there_and_unpatching_restores_rdpmc()
     assert_eq!(tail, [0x90, 0x0f], "a site at the end of what was read");
 }
 
+#[test]
+fn a_port_trap_is_recognized_and_unpatched_whole() {
+    let traps = RdpmcTraps { sites: BTreeMap::from([(0x1005, 0x5005)]), form: TrapForm::PortOut };
+    assert!(traps.is_trap(0x1005, &[0xe6, RDPMC_TRAP_PORT as u8]));
+    assert!(!traps.is_trap(0x1005, &[0xcc, 0x33]), "another form's bytes");
+    let mut code = [0x90, 0x90, 0x90, 0x90, 0x90, 0xe6, RDPMC_TRAP_PORT as u8, 0xc3];
+    traps.unpatch(0x1000, &mut code);
+    assert_eq!(code[5..7], RDPMC);
+}
+
 /// The kit's conformance guest reads counters with RDPMC: every site found lies in one
 /// of its functions, at 0f 33 in the file.
 #[test]
@@ -42,7 +52,7 @@ fn finds_the_rdpmc_instructions_of_a_guest_with_symbols() {
     let Ok(elf) = std::fs::read(&path) else {
         return crate::kvm::skip_test("rdpmc_traps", "guest/build/pmu_arch.elf not built (cargo build builds it)");
     };
-    let traps = RdpmcTraps::find(&elf);
+    let traps = RdpmcTraps::find(&elf, TrapForm::Int3);
     assert!(!traps.is_empty(), "pmu_arch executes RDPMC");
     let parsed = goblin::elf::Elf::parse(&elf).unwrap();
     for (&va, &pa) in &traps.sites {
@@ -64,7 +74,7 @@ fn finds_the_rdpmc_instructions_of_a_guest_with_symbols() {
 fn finds_the_sites_of_a_real_kernel() {
     let Ok(path) = std::env::var("PERFVM_TEST_VMLINUX") else { return };
     let (_, vmlinux) = crate::loader::load_guest(std::fs::read(path).unwrap(), None, 1 << 30).unwrap();
-    let traps = RdpmcTraps::find(&vmlinux);
+    let traps = RdpmcTraps::find(&vmlinux, TrapForm::Int3);
     let symbols = crate::kallsyms::of_elf(&vmlinux).unwrap();
     for &va in traps.sites.keys() {
         let at = symbols.partition_point(|s| s.addr <= va) - 1;

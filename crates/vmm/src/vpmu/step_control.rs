@@ -140,11 +140,12 @@ impl StepControl {
                 retirement.begin(&mut cpu, &mut counting, regs.rip, wrmsr_completing);
             }
         }
-        // In user mode one instruction per entry, under an interrupt shadow; but an event
-        // owed now enters without it, and its delivery leaves user mode before any user
-        // instruction runs natively.
-        if self.stepper.is_on() && self.retirement.in_user_mode() && owed == Owed::Nothing {
-            crate::user_return::one_instruction(vcpu);
+        // In user mode one instruction per entry, under an interrupt shadow (kvm_pvm runs
+        // user code natively, where TF takes no trap); but an event owed now enters without
+        // it, and its delivery leaves user mode before any user instruction runs natively.
+        let user_native = crate::host::caps().emulates_kernel() && self.retirement.in_user_mode();
+        if self.stepper.is_on() && user_native && owed == Owed::Nothing {
+            crate::host::pvm::user_return::one_instruction(vcpu);
         }
     }
 

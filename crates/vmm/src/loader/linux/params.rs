@@ -11,18 +11,21 @@ use thiserror::Error;
 use vm_memory::{ByteValued, GuestAddress, GuestMemoryMmap};
 
 /// What every Linux guest gets on its command line, before the user's `--cmdline`: the
-/// console on the UART (and early printk there), and what perfvm's machine needs or makes
-/// cheaper under this host's emulator (docs/LINUX.md says what each one saves). No
-/// `nokaslr`: KASLR is the decompressor's work, which perfvm skips (the kernel runs at its
-/// link address), and the kernel proper would hand the unknown word to init: every word
-/// here is one the kernel itself knows. `panic=-1 reboot=panic_warm` make a panic reboot at
-/// once with the BIOS warm-reset flag set, which is how the VMM tells a panic from
-/// `reboot -f`.
+/// console on the UART (and early printk there), and what perfvm's machine needs (no PCI,
+/// no timer but the TSC and LAPIC to check it against; docs/LINUX.md). No `nokaslr`: KASLR
+/// is the decompressor's work, which perfvm skips (the kernel runs at its link address),
+/// and the kernel proper would hand the unknown word to init: every word here is one the
+/// kernel itself knows. `panic=-1 reboot=panic_warm` make a panic reboot at once with the
+/// BIOS warm-reset flag set, which is how the VMM tells a panic from `reboot -f`.
 pub const DEFAULT_CMDLINE: &str = concat!(
     "console=ttyS0 earlyprintk=serial,ttyS0 panic=-1 reboot=panic_warm ",
-    "io_delay=none mitigations=off tsc=reliable no_timer_check cryptomgr.notests ",
-    "random.trust_cpu=on audit=0 pci=off init_on_alloc=0 nosoftlockup"
+    "io_delay=none tsc=reliable no_timer_check pci=off"
 );
+
+/// What makes a boot cheaper where the host emulates kernel code (kvm_pvm), added after
+/// [`DEFAULT_CMDLINE`] there only: a hardware host runs the kernel as a user would have it.
+pub const EMULATED_CMDLINE: &str =
+    "mitigations=off cryptomgr.notests random.trust_cpu=on audit=0 init_on_alloc=0 nosoftlockup";
 
 /// The kernel command line: perfvm's defaults, then the machine's own words (the host's
 /// `clearcpuid=`, features this host shows the guest whatever its CPUID says,

@@ -103,21 +103,6 @@ pub fn decode(bytes: &[u8], rip: u64) -> Instruction {
     Decoder::with_ip(64, bytes, rip, DecoderOptions::NONE).decode()
 }
 
-/// #GP.
-const VECTOR_GP: u8 = 13;
-
-/// Raise #GP(0) at the vCPU's RIP (a fault: KVM delivers it at the next entry, through
-/// the guest's IDT with its IST and error code, as for any exception it re-injects).
-pub fn inject_gp(vcpu: &VcpuFd) -> Result<(), kvm_ioctls::Error> {
-    let mut events = vcpu.get_vcpu_events()?;
-    events.exception.injected = 1;
-    events.exception.nr = VECTOR_GP;
-    events.exception.has_error_code = 1;
-    events.exception.error_code = 0;
-    events.flags = 0;
-    vcpu.set_vcpu_events(&events)
-}
-
 /// The outcome of [`complete`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completed {

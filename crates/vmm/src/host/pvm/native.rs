@@ -3,6 +3,7 @@
 //! the host's instruction emulator. This module decides the mode of a VM (`--native`),
 //! probes host support once per process, and registers or drops a vCPU's VIF page.
 
+use crate::host::HostCaps;
 use crate::layout::VIF_BASE;
 use crate::loader::{BootProtocol, KernelImage};
 use kvm_bindings::{kvm_msr_entry, Msrs};
@@ -35,8 +36,10 @@ pub enum NativeMode {
 /// How a VM's vCPUs execute, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Execution {
-    /// The vCPUs run natively (else emulated).
+    /// The vCPUs run natively (the VIF mode).
     pub native: bool,
+    /// How they run: native, emulated (kvm_pvm's CPL0 emulator) or hardware (VMX/SVM).
+    pub mode: &'static str,
     /// Why the mode was chosen, for `--stats` and `--json`.
     pub reason: String,
 }
@@ -44,11 +47,11 @@ pub struct Execution {
 impl Execution {
     /// The mode's name as shown to users.
     pub fn name(&self) -> &'static str {
-        if self.native {
-            "native"
-        } else {
-            "emulated"
-        }
+        self.mode
+    }
+
+    fn new(host: &HostCaps, native: bool, reason: String) -> Self {
+        Execution { native, mode: host.execution_name(native), reason }
     }
 }
 
@@ -92,6 +95,9 @@ pub enum NativeOnError {
     /// The host cannot.
     #[error("--native on: {0}")]
     NoSupport(&'static NativeError),
+    /// A hardware host has no VIF mode; it runs guest code at full speed anyway.
+    #[error("--native on: {0} runs guest code in hardware and has no native (VIF) mode")]
+    Hardware(&'static str),
 }
 
 /// Whether this host runs vCPUs natively, probed once per process: one `KVM_SET_MSRS` of
@@ -110,9 +116,15 @@ fn probe() -> Result<(), NativeError> {
     register_vif(&scratch.vcpu, VIF_BASE).map_err(NativeError::NoVif)
 }
 
-/// Decide the execution mode of a VM running `image`.
-pub fn decide(mode: NativeMode, image: &KernelImage) -> Result<Execution, NativeOnError> {
-    let emulated = |reason: String| Ok(Execution { native: false, reason });
+/// Decide the execution mode of a VM running `image` on `host`.
+pub fn decide(mode: NativeMode, image: &KernelImage, host: &HostCaps) -> Result<Execution, NativeOnError> {
+    let emulated = |reason: String| Ok(Execution::new(host, false, reason));
+    if !host.emulates_kernel() {
+        return match mode {
+            NativeMode::On => Err(NativeOnError::Hardware(host.flavour.module())),
+            _ => emulated(format!("{} runs guest code in hardware", host.flavour.module())),
+        };
+    }
     if mode == NativeMode::Off {
         return emulated("--native off".into());
     }
@@ -128,11 +140,11 @@ pub fn decide(mode: NativeMode, image: &KernelImage) -> Result<Execution, Native
     match (mode, long_mode, support) {
         (NativeMode::On, false, _) => Err(NativeOnError::NotElf64),
         (NativeMode::On, true, Err(why)) => Err(NativeOnError::NoSupport(why)),
-        (NativeMode::On, true, Ok(())) => Ok(Execution { native: true, reason: "--native on".into() }),
+        (NativeMode::On, true, Ok(())) => Ok(Execution::new(host, true, "--native on".into())),
         (_, false, _) => emulated("32-bit multiboot entry".into()),
         (_, true, Err(why)) => emulated(why.to_string()),
         (_, true, Ok(())) if !image.vif_note => emulated("the guest has no perfvm VIF note".into()),
-        (_, true, Ok(())) => Ok(Execution { native: true, reason: "host support and the guest's VIF note".into() }),
+        (_, true, Ok(())) => Ok(Execution::new(host, true, "host support and the guest's VIF note".into())),
     }
 }
 
@@ -191,7 +203,12 @@ pub fn drop_vif(vcpu: &VcpuFd) -> Result<(), VifError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::Flavour;
+    use crate::identity::CpuVendor;
     use crate::loader::Segment;
+
+    const PVM: HostCaps =
+        HostCaps { flavour: Flavour::Pvm, vif: true, kvm_pmu_disable: false, cpu_vendor: CpuVendor::Intel };
 
     fn image(protocol: BootProtocol, vif_note: bool) -> KernelImage {
         let segments = vec![Segment { paddr: 0x100000, file_offset: 0, filesz: 1, memsz: 1 }];
@@ -200,18 +217,27 @@ mod tests {
 
     #[test]
     fn off_never_probes_and_stays_emulated() {
-        let e = decide(NativeMode::Off, &image(BootProtocol::Direct64, true)).unwrap();
+        let e = decide(NativeMode::Off, &image(BootProtocol::Direct64, true), &PVM).unwrap();
         assert!(!e.native);
         assert_eq!(e.reason, "--native off");
     }
 
     #[test]
     fn multiboot_cannot_run_natively() {
-        let auto = decide(NativeMode::Auto, &image(BootProtocol::Multiboot, true)).unwrap();
+        let auto = decide(NativeMode::Auto, &image(BootProtocol::Multiboot, true), &PVM).unwrap();
         assert!(!auto.native);
         assert!(auto.reason.contains("32-bit"));
-        let on = decide(NativeMode::On, &image(BootProtocol::Multiboot, true)).unwrap_err();
+        let on = decide(NativeMode::On, &image(BootProtocol::Multiboot, true), &PVM).unwrap_err();
         assert!(on.to_string().contains("64-bit ELF"), "{on}");
+    }
+
+    #[test]
+    fn hardware_hosts_run_in_hardware() {
+        let svm = HostCaps { flavour: Flavour::Svm, vif: false, kvm_pmu_disable: true, cpu_vendor: CpuVendor::Amd };
+        let e = decide(NativeMode::Auto, &image(BootProtocol::Direct64, true), &svm).unwrap();
+        assert_eq!((e.native, e.name()), (false, "hardware"));
+        let on = decide(NativeMode::On, &image(BootProtocol::Direct64, true), &svm).unwrap_err();
+        assert!(on.to_string().contains("kvm_amd runs guest code in hardware"), "{on}");
     }
 
     #[test]
