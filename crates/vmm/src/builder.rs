@@ -341,14 +341,14 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool, host: &crate::host:
         ranges.extend(crate::identity::UNADVERTISED_MSRS.iter().map(|&msr| (msr, 1)));
     }
     ranges.extend(crate::identity::LBR_MSR_RANGES);
-    let bitmaps: Vec<Vec<u8>> = ranges.iter().map(|(_, count)| vec![0u8; count.div_ceil(8) as usize]).collect();
-    let mut filter: Vec<MsrFilterRange> = ranges
+    let denied: std::collections::BTreeSet<u32> = ranges.iter().flat_map(|&(base, n)| base..base + n).collect();
+    let grouped = filter_ranges(&denied);
+    let mut filter: Vec<MsrFilterRange> = grouped
         .iter()
-        .zip(&bitmaps)
-        .map(|(&(base, msr_count), bitmap)| MsrFilterRange {
+        .map(|(base, msr_count, bitmap)| MsrFilterRange {
             flags: MsrFilterRangeFlags::READ | MsrFilterRangeFlags::WRITE,
-            base,
-            msr_count,
+            base: *base,
+            msr_count: *msr_count,
             bitmap,
         })
         .collect();
@@ -365,6 +365,34 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool, host: &crate::host:
     }
     vm.set_msr_filter(MsrFilterDefaultAction::ALLOW, &filter).map_err(ioctl("KVM_X86_SET_MSR_FILTER"))?;
     Ok(())
+}
+
+/// MSRs this close share one filter range (KVM takes at most 16 ranges).
+const FILTER_GROUP_GAP: u32 = 128;
+
+/// The filter ranges that send exactly the `denied` MSRs to the VMM: (base, count, bitmap),
+/// MSRs within [`FILTER_GROUP_GAP`] of each other in one range whose bitmap allows (bit
+/// set: KVM handles it) the MSRs between them.
+fn filter_ranges(denied: &std::collections::BTreeSet<u32>) -> Vec<(u32, u32, Vec<u8>)> {
+    let mut groups: Vec<(u32, u32)> = Vec::new();
+    for &msr in denied {
+        match groups.last_mut() {
+            Some((_, last)) if msr - *last <= FILTER_GROUP_GAP => *last = msr,
+            _ => groups.push((msr, msr)),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(first, last)| {
+            let count = last - first + 1;
+            let mut bitmap = vec![0xffu8; count.div_ceil(8) as usize];
+            for msr in denied.range(first..=last) {
+                let bit = msr - first;
+                bitmap[(bit / 8) as usize] &= !(1 << (bit % 8));
+            }
+            (first, count, bitmap)
+        })
+        .collect()
 }
 
 /// Give vCPU `index` its CPUID and entry state; returns the CPUID it got.
@@ -393,4 +421,31 @@ fn setup_vcpu(
         fd.set_mp_state(kvm_mp_state { mp_state: KVM_MP_STATE_RUNNABLE }).map_err(ioctl("KVM_SET_MP_STATE"))?;
     }
     Ok(cpuid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearby_msrs_share_a_filter_range_that_allows_the_ones_between() {
+        let denied = [0x40, 0x41, 0x48, 0x60, 0x1c9, 0x186].into_iter().collect();
+        let ranges = filter_ranges(&denied);
+        assert_eq!(ranges.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(), [(0x40, 0x21), (0x186, 0x44)]);
+        let (base, _, bitmap) = &ranges[0];
+        let allowed = |msr: u32| bitmap[((msr - base) / 8) as usize] & (1 << ((msr - base) % 8)) != 0;
+        assert!(!allowed(0x40) && !allowed(0x41) && !allowed(0x48) && !allowed(0x60));
+        assert!(allowed(0x42) && allowed(0x47) && allowed(0x5f));
+    }
+
+    #[test]
+    fn every_msr_perfvm_routes_fits_kvms_sixteen_ranges() {
+        let mut denied: std::collections::BTreeSet<u32> = crate::identity::PMU_MSR_RANGES
+            .iter()
+            .chain(&crate::identity::LBR_MSR_RANGES)
+            .flat_map(|&(base, n)| base..base + n)
+            .collect();
+        denied.extend(crate::identity::UNADVERTISED_MSRS);
+        assert!(filter_ranges(&denied).len() < 16, "one left for LSTAR");
+    }
 }
