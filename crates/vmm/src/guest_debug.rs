@@ -48,6 +48,16 @@ impl GuestDebug {
         self.update(vcpu, |d| (d.breakpoint, d.stepping_over) = (Some(address), false))
     }
 
+    /// Write the word again while single-stepping: KVM sets TF for a step at the RIP the
+    /// word was last written at, so a VMM that moved RIP since (an instruction it ran)
+    /// re-arms the step there (hardware hosts, `HostCaps::steps_need_rearming`).
+    pub fn rearm_step(&mut self, vcpu: &VcpuFd) -> Result<(), kvm_ioctls::Error> {
+        if self.step == Debug::Off && !self.stepping_over {
+            return Ok(());
+        }
+        vcpu.set_guest_debug(&self.word())
+    }
+
     /// Step over the breakpoint: off for one single-step (`rearm` at its exit).
     pub fn step_over(&mut self, vcpu: &VcpuFd) -> Result<(), kvm_ioctls::Error> {
         self.update(vcpu, |d| d.stepping_over = true)

@@ -95,21 +95,35 @@ impl LinearMemory for VcpuLinear<'_> {
 pub struct PageWalk<'a> {
     mem: &'a GuestMemoryMmap,
     cr3: u64,
+    /// 4, or 5 with CR4.LA57.
+    levels: u32,
 }
 
+/// CR4.LA57: 5-level paging.
+const CR4_LA57: u64 = 1 << 12;
 /// Physical address bits of a page-table entry.
 const ENTRY_ADDR: u64 = 0x000f_ffff_ffff_f000;
 
 impl<'a> PageWalk<'a> {
     /// The address space whose top table CR3 names.
     pub fn new(mem: &'a GuestMemoryMmap, cr3: u64) -> Self {
-        PageWalk { mem, cr3 }
+        PageWalk { mem, cr3, levels: 4 }
+    }
+
+    /// The address space of a vCPU with these CR3 and CR4 (5 levels where CR4.LA57 is set).
+    pub fn of(mem: &'a GuestMemoryMmap, cr3: u64, cr4: u64) -> Self {
+        PageWalk { mem, cr3, levels: if cr4 & CR4_LA57 != 0 { 5 } else { 4 } }
+    }
+
+    /// The physical page of the page at `va`, if mapped.
+    pub fn page(&self, va: u64) -> Option<u64> {
+        self.phys(va & !(PAGE - 1))
     }
 
     /// The physical address of `va`, if mapped (4 KiB, 2 MiB and 1 GiB pages).
     fn phys(&self, va: u64) -> Option<u64> {
         let mut table = self.cr3 & ENTRY_ADDR;
-        for level in (0..4u32).rev() {
+        for level in (0..self.levels).rev() {
             let shift = 12 + 9 * level;
             let entry: u64 = self.mem.read_obj(GuestAddress(table + ((va >> shift) & 0x1ff) * 8)).ok()?;
             if entry & 1 == 0 {
@@ -193,6 +207,21 @@ mod tests {
         assert_eq!(walk.read_u64(0x7f80_8060_0010), Some(0xbeef));
         assert_eq!(walk.read_u64(0x7f80_8020_3000), None, "PT entry not present");
         assert_eq!(walk.read_u64(0x1000), None, "PML4 entry not present");
+    }
+
+    #[test]
+    fn with_la57_the_walk_starts_one_level_higher() {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
+        let entry = |table: u64, index: u64, value: u64| mem.write_obj(value, GuestAddress(table + index * 8)).unwrap();
+        // va 0x0081_0000_0000_0000 = PML5[1] PML4[2] PDPT[0] PD[0] PT[0]
+        let va = 1u64 << 48 | 2u64 << 39;
+        entry(0x1000, 1, 0x2000 | 1);
+        entry(0x2000, 2, 0x3000 | 1);
+        entry(0x3000, 0, 0x4000 | 1);
+        entry(0x4000, 0, 0x5000 | 1);
+        entry(0x5000, 0, 0x8000 | 1);
+        assert_eq!(PageWalk::of(&mem, 0x1000, CR4_LA57).page(va + 0x123), Some(0x8000));
+        assert_eq!(PageWalk::of(&mem, 0x1000, 0).page(va), None, "four levels read another table");
     }
 
     #[test]

@@ -49,8 +49,17 @@ impl InterruptFlag for Rflags {
 
 /// 64-bit mode at CPL 0: the only state the VMM delivers in.
 fn kernel_long_mode(sregs: &kvm_sregs) -> bool {
-    sregs.efer & (1 << 10) != 0 && sregs.cs.l == 1 && sregs.cs.dpl == 0
+    sregs.efer & EFER_LMA != 0 && sregs.cs.l == 1 && sregs.cs.dpl == 0
 }
+
+/// 64-bit mode at CPL 3, where SYSCALL enters the kernel.
+fn user_long_mode(sregs: &kvm_sregs) -> bool {
+    sregs.efer & EFER_LMA != 0 && sregs.cs.l == 1 && sregs.cs.selector & 3 == 3
+}
+
+/// EFER.SCE (SYSCALL enabled) and EFER.LMA (long mode active).
+const EFER_SCE: u64 = 1;
+const EFER_LMA: u64 = 1 << 10;
 
 /// Deliver `int vector` whose instruction (`len` bytes) is at `regs.rip`. On success `regs`
 /// is the state at the handler's first instruction and the frame is on the guest's stack;
@@ -147,6 +156,8 @@ pub enum Run {
     Iret,
     /// `SYSRETQ` (`user_return`).
     Sysret,
+    /// `SYSCALL` from 64-bit user mode (`user_return::syscall`).
+    Syscall,
     /// `SWAPGS`, `len` bytes long: GS.base and IA32_KERNEL_GS_BASE trade places.
     Swapgs {
         /// Length of the instruction, bytes.
@@ -185,7 +196,14 @@ pub fn run_on(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome, what: Run) -
             vcpu.set_sregs(&sregs).ok()?;
             regs.rip += len;
         }
-        Run::Sysret | Run::Swapgs { .. } => return None,
+        Run::Syscall if user_long_mode(&sregs) && sregs.efer & EFER_SCE != 0 => {
+            let msr = |index| crate::vcpu_msr::read(vcpu, index).ok();
+            use crate::host::pvm::syscall_entry::{MSR_FMASK, MSR_LSTAR, MSR_STAR};
+            let (star, lstar, fmask) = (msr(MSR_STAR)?, msr(MSR_LSTAR)?, msr(MSR_FMASK)?);
+            crate::host::pvm::user_return::syscall(&mut regs, &mut sregs, star, lstar, fmask);
+            vcpu.set_sregs(&sregs).ok()?;
+        }
+        Run::Sysret | Run::Swapgs { .. } | Run::Syscall => return None,
         Run::Iret => {
             if iret(&mut regs, &sregs, linear, flag).is_none() {
                 if !kernel_long_mode(&sregs) {

@@ -201,9 +201,17 @@ impl VcpuStep<'_> {
         if let Some(&pa) = self.code_pages.get(&key) {
             return Some(pa);
         }
-        let t = self.vcpu.translate_gva(page).ok().filter(|t| t.valid != 0)?;
-        self.code_pages.insert(key, t.physical_address & !0xfff);
-        Some(t.physical_address & !0xfff)
+        // KVM_TRANSLATE walks as a supervisor data read, which SMAP refuses on a user page
+        // (hardware hosts pass SMAP through): the tables are walked here then.
+        let pa = match self.vcpu.translate_gva(page).ok().filter(|t| t.valid != 0) {
+            Some(t) => t.physical_address & !0xfff,
+            None => {
+                let sregs = &self.vcpu.sync_regs().sregs;
+                crate::linear::PageWalk::of(self.mem, sregs.cr3, sregs.cr4).page(page)?
+            }
+        };
+        self.code_pages.insert(key, pa);
+        Some(pa)
     }
 }
 
@@ -263,6 +271,14 @@ impl StepCpu for VcpuStep<'_> {
 
     fn swapgs(&mut self, len: u64) -> Option<u64> {
         self.run(Run::Swapgs { len }).map(|l| l.rip)
+    }
+
+    /// Where the host steps SYSCALL into the kernel (kvm_pvm), it is left to the host.
+    fn syscall(&mut self) -> Option<u64> {
+        if crate::host::caps().emulates_kernel() {
+            return None;
+        }
+        self.run(Run::Syscall).map(|l| l.rip)
     }
 }
 

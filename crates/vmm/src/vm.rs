@@ -62,6 +62,9 @@ pub struct Vm {
     pub(crate) kernel_cmdline: Option<String>,
 }
 
+/// How long the VMM waits for a vCPU thread to leave its loop once the VM has ended.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
 impl Vm {
     /// Build the VM (see `builder`).
     pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
@@ -145,8 +148,11 @@ impl Vm {
         }
         let end = self.wait_for_end(started, &threads, nmi_target.as_deref());
         self.shared.stop.store(true, Ordering::SeqCst);
-        // Kick until every thread has left KVM_RUN (a halted vCPU blocks there).
-        while threads.iter().any(|t| !t.is_finished()) {
+        // Kick until every thread has left KVM_RUN (a halted vCPU blocks there), for as long
+        // as a stop may take: a thread still busy after that is left behind, so that a run
+        // ends when told whatever a vCPU thread is stuck in.
+        let kicked = Instant::now();
+        while threads.iter().any(|t| !t.is_finished()) && kicked.elapsed() < STOP_GRACE {
             for t in threads.iter().filter(|t| !t.is_finished()) {
                 kick::kick(t.as_pthread_t());
             }
@@ -158,6 +164,11 @@ impl Vm {
         let mut samples = crate::sampler::Samples::default();
         let mut vcpu_counts = Vec::new();
         for t in threads {
+            if !t.is_finished() {
+                let name = t.thread().name().unwrap_or("a vCPU").to_owned();
+                eprintln!("perfvm: {name} did not stop within {STOP_GRACE:?}: left behind, its statistics left out");
+                continue;
+            }
             let mut result = t.join().expect("vCPU thread panicked");
             vcpu_counts.push(std::mem::take(&mut result.counts));
             samples.taken.append(&mut result.samples.taken);

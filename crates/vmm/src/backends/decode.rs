@@ -11,8 +11,12 @@ pub enum InsnClass {
     SoftInt(u8),
     /// `IRETQ` (`REX.W CF`), a branch too.
     Iret,
-    /// SYSCALL, SYSENTER, SYSRET, SYSEXIT: a branch that changes privilege level by design.
+    /// SYSENTER, SYSRET, SYSEXIT, and SYSCALL outside 64-bit mode: a branch that changes
+    /// privilege level by design.
     SysCall,
+    /// `SYSCALL` (`0F 05`) in 64-bit mode, a SYSCALL-class branch the VMM runs while stepping
+    /// on hardware hosts (FMASK clears TF: the kernel half would run unstepped).
+    Syscall64,
     /// `SYSRETQ` (`REX.W 0F 07`), a SYSCALL-class branch the VMM runs while stepping.
     SysRetq,
     /// `0F 33`.
@@ -32,14 +36,22 @@ impl InsnClass {
     pub fn is_branch(self) -> bool {
         matches!(
             self,
-            InsnClass::Branch | InsnClass::SoftInt(_) | InsnClass::Iret | InsnClass::SysCall | InsnClass::SysRetq
+            InsnClass::Branch
+                | InsnClass::SoftInt(_)
+                | InsnClass::Iret
+                | InsnClass::SysCall
+                | InsnClass::Syscall64
+                | InsnClass::SysRetq
         )
     }
 
     /// Whether the instruction moves between user and kernel mode when it retires (the
     /// calls into the kernel and the returns from it), rather than by faulting.
     pub fn changes_privilege(self) -> bool {
-        matches!(self, InsnClass::SoftInt(_) | InsnClass::Iret | InsnClass::SysCall | InsnClass::SysRetq)
+        matches!(
+            self,
+            InsnClass::SoftInt(_) | InsnClass::Iret | InsnClass::SysCall | InsnClass::Syscall64 | InsnClass::SysRetq
+        )
     }
 }
 
@@ -91,6 +103,7 @@ pub fn decode(bytes: &[u8], long_mode: bool) -> Insn {
         0x0f => match (bytes.get(i + 1), bytes.get(i + 2)) {
             (Some(0x80..=0x8f), _) => InsnClass::Branch,
             (Some(0x07), _) if rex_w => return insn(InsnClass::SysRetq, 2),
+            (Some(0x05), _) if long_mode => return insn(InsnClass::Syscall64, 2),
             (Some(0x05 | 0x07 | 0x34 | 0x35), _) => InsnClass::SysCall,
             (Some(0x33), _) => return insn(InsnClass::Rdpmc, 2),
             (Some(0x01), Some(0xf8)) => return insn(InsnClass::Swapgs, 3),
@@ -161,11 +174,14 @@ mod tests {
 
     #[test]
     fn system_calls_and_returns_change_privilege() {
-        for bytes in [&[0x0f, 0x05][..], &[0x0f, 0x34], &[0x0f, 0x07], &[0x0f, 0x35]] {
+        for bytes in [&[0x0f, 0x34][..], &[0x0f, 0x07], &[0x0f, 0x35]] {
             let class = classify(bytes, true);
             assert_eq!(class, SysCall, "{bytes:02x?}");
             assert!(class.is_branch() && class.changes_privilege());
         }
+        assert_eq!(classify(&[0x0f, 0x05], false), SysCall, "SYSCALL in 32-bit mode");
+        assert_eq!(decode(&[0x0f, 0x05], true), Insn { class: Syscall64, len: 2 }, "the VMM may run SYSCALL");
+        assert!(Syscall64.is_branch() && Syscall64.changes_privilege());
         assert!(SoftInt(0x80).changes_privilege() && Iret.changes_privilege());
         assert_eq!(decode(&[0x48, 0x0f, 0x07], true), Insn { class: SysRetq, len: 3 }, "the VMM runs SYSRETQ");
         assert!(SysRetq.is_branch() && SysRetq.changes_privilege());

@@ -46,6 +46,8 @@ pub trait StepCpu {
     fn iret(&mut self) -> Option<(u64, bool)>;
     /// SYSRETQ at RIP; the return RIP (in user mode).
     fn sysretq(&mut self) -> Option<u64>;
+    /// SYSCALL (64-bit) at RIP; the kernel's entry RIP, or None where the host runs it.
+    fn syscall(&mut self) -> Option<u64>;
     /// SWAPGS (`len` bytes) at RIP; the new RIP.
     fn swapgs(&mut self, len: u64) -> Option<u64>;
 }
@@ -104,6 +106,7 @@ impl Retirement {
                     rip
                 }),
                 InsnClass::SysRetq => cpu.sysretq().inspect(|_| self.user = true),
+                InsnClass::Syscall64 => cpu.syscall().inspect(|_| self.user = false),
                 _ => None,
             };
             if ran.is_none() && self.insn.class == InsnClass::Rdpmc {
@@ -182,6 +185,8 @@ mod tests {
         stack: Vec<u64>,
         gp_on_rdpmc: bool,
         user: bool,
+        /// The VMM runs SYSCALL (hardware hosts), entering the kernel at `handler`.
+        runs_syscall: bool,
     }
 
     impl StepCpu for Mock {
@@ -221,6 +226,14 @@ mod tests {
         fn sysretq(&mut self) -> Option<u64> {
             self.user = true;
             self.rip = self.stack.pop()?;
+            Some(self.rip)
+        }
+        fn syscall(&mut self) -> Option<u64> {
+            if !self.runs_syscall {
+                return None;
+            }
+            self.stack.push(self.rip + 2);
+            (self.user, self.rip) = (false, self.handler);
             Some(self.rip)
         }
     }
@@ -378,6 +391,19 @@ mod tests {
         step(&mut r, &mut cpu, &mut log, 0x104);
         assert_eq!(log.retired.len(), 5);
         assert_eq!(log.user, vec![0x100, 0x101, 0x103]);
+    }
+
+    #[test]
+    fn a_syscall_the_vmm_runs_retires_in_user_mode_and_stepping_goes_on_in_the_kernel() {
+        const SYSCALL: &[u8] = &[0x0f, 0x05];
+        let mut cpu = mock(&[(0x100, SYSCALL), (0x900, NOP), (0x901, NOP)]);
+        (cpu.user, cpu.runs_syscall, cpu.handler) = (true, true, 0x900);
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x100, false);
+        assert_eq!(cpu.rip, 0x900, "the kernel's entry is stepped from its first instruction");
+        step(&mut r, &mut cpu, &mut log, 0x901);
+        assert_eq!(log.retired, vec![(0x100, InsnClass::Syscall64), (0x900, InsnClass::Other)]);
+        assert_eq!(log.user, vec![0x100]);
     }
 
     #[test]

@@ -123,6 +123,13 @@ impl HostCaps {
         }
     }
 
+    /// A single-step must be armed again after the VMM moves RIP: VMX and SVM KVM set TF
+    /// only at the RIP guest debug was set at (KVM_SET_REGS elsewhere drops it); kvm_pvm
+    /// steps whatever the RIP.
+    pub fn steps_need_rearming(&self) -> bool {
+        !self.emulates_kernel()
+    }
+
     /// A Linux guest's user-mode SYSCALL needs the VMM's repair (kvm_pvm with native mode,
     /// `pvm::syscall_entry`).
     pub fn needs_syscall_repair(&self) -> bool {

@@ -147,6 +147,10 @@ impl StepControl {
         if self.stepper.is_on() && user_native && owed == Owed::Nothing {
             crate::host::pvm::user_return::one_instruction(vcpu);
         }
+        // Last: the instructions the VMM ran above moved RIP after the step was armed.
+        if self.stepper.is_on() && crate::host::caps().steps_need_rearming() {
+            let _ = debug.rearm_step(vcpu);
+        }
     }
 
     /// A single-step completed at `pc`: retire what ran (see `backends::retire`).

@@ -88,6 +88,21 @@ pub fn sysretq(regs: &mut kvm_regs, sregs: &mut kvm_sregs, star: u64) {
     regs.rflags = (regs.r11 & SYSRET_RFLAGS) | 2;
 }
 
+/// `SYSCALL` from 64-bit user mode (SDM vol. 2): RCX the next RIP, R11 RFLAGS, RFLAGS
+/// masked by FMASK (and RF), CS and SS the flat kernel segments STAR's bits 47:32 select,
+/// RIP LSTAR. The VMM runs it while stepping on hardware hosts, where FMASK clears TF and
+/// the kernel's entry would run unstepped. RFLAGS as KVM gives it has no stepping TF.
+pub fn syscall(regs: &mut kvm_regs, sregs: &mut kvm_sregs, star: u64, lstar: u64, fmask: u64) {
+    let base = ((star >> 32) & 0xfffc) as u16;
+    let flat = kvm_segment { limit: 0xffff_ffff, present: 1, s: 1, g: 1, dpl: 0, ..Default::default() };
+    sregs.cs = kvm_segment { selector: base, type_: 0xb, l: 1, ..flat };
+    sregs.ss = kvm_segment { selector: base + 8, type_: 0x3, db: 1, ..flat };
+    regs.rcx = regs.rip + 2;
+    regs.r11 = regs.rflags;
+    regs.rflags = (regs.rflags & !fmask & !RFLAGS_RF) | 2;
+    regs.rip = lstar;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +166,18 @@ mod tests {
         sysretq(&mut regs, &mut sregs, star);
         assert_eq!((regs.rip, regs.rflags), (0x40_1234, 0x0000_0346 | 0x0010_0000 | 0x0020_0000 | 2));
         assert_eq!((sregs.cs.selector, sregs.cs.l, sregs.ss.selector), (0x33, 1, 0x2b));
+    }
+
+    #[test]
+    fn syscall_enters_lstar_with_the_return_in_rcx_and_r11() {
+        let (_, mut sregs) = setup();
+        let star = 0x0023_0010_0000_0000u64;
+        // Linux's FMASK: TF, DF, IF, IOPL, AC, NT.
+        let fmask = 0x4_7700;
+        let mut regs = kvm_regs { rip: 0x40_1000, rflags: 0x246, ..Default::default() };
+        syscall(&mut regs, &mut sregs, star, 0xffff_ffff_8160_0000, fmask);
+        assert_eq!((regs.rip, regs.rcx, regs.r11), (0xffff_ffff_8160_0000, 0x40_1002, 0x246));
+        assert_eq!(regs.rflags, 0x46, "IF cleared by FMASK");
+        assert_eq!((sregs.cs.selector, sregs.cs.dpl, sregs.cs.l, sregs.ss.selector), (0x10, 0, 1, 0x18));
     }
 }
