@@ -23,6 +23,8 @@ pub struct GuestDebug {
     /// The breakpoint is off for one single-step (stepping over it: this host's emulator
     /// takes an execution breakpoint again whatever RFLAGS.RF says).
     stepping_over: bool,
+    /// Every #DB exits to the VMM, also while nothing is stepped (`catch_stray_steps`).
+    catching: bool,
     /// The word KVM holds (None: never set, i.e. off).
     applied: Option<(u32, u64)>,
 }
@@ -56,6 +58,14 @@ impl GuestDebug {
             return Ok(());
         }
         vcpu.set_guest_debug(&self.word())
+    }
+
+    /// Have every #DB exit to the VMM from now on (hardware hosts, once stepping may begin):
+    /// a frame or a saved RFLAGS the guest pushed while stepped holds TF, and when it is
+    /// restored after stepping ended the single-step trap is the VMM's to drop, not the
+    /// guest's to take (KVM_GUESTDBG_USE_HW_BP with no breakpoint armed).
+    pub fn catch_stray_steps(&mut self, vcpu: &VcpuFd) -> Result<(), kvm_ioctls::Error> {
+        self.update(vcpu, |d| d.catching = true)
     }
 
     /// Step over the breakpoint: off for one single-step (`rearm` at its exit).
@@ -101,6 +111,9 @@ impl GuestDebug {
             dbg.arch.debugreg[0] = address;
             dbg.arch.debugreg[7] = DR7_L0_EXEC;
         }
+        if self.catching {
+            dbg.control |= KVM_GUESTDBG_USE_HW_BP;
+        }
         if dbg.control != 0 {
             dbg.control |= KVM_GUESTDBG_ENABLE;
         }
@@ -113,7 +126,7 @@ mod tests {
     use super::*;
 
     fn word(step: Debug, breakpoint: Option<u64>, stepping_over: bool) -> kvm_guest_debug {
-        GuestDebug { step, breakpoint, stepping_over, applied: None }.word()
+        GuestDebug { step, breakpoint, stepping_over, catching: false, applied: None }.word()
     }
 
     #[test]
@@ -138,6 +151,16 @@ mod tests {
         assert_eq!(alone.arch.debugreg[7], 0);
         let blocked = word(Debug::Blocked, Some(0x1000), true);
         assert_eq!(blocked.control, KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP | KVM_GUESTDBG_BLOCKIRQ);
+    }
+
+    #[test]
+    fn catching_keeps_every_debug_exception_without_arming_a_breakpoint() {
+        let d = GuestDebug { catching: true, ..Default::default() };
+        let w = d.word();
+        assert_eq!(w.control, KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_USE_HW_BP);
+        assert_eq!(w.arch.debugreg[7], 0, "no breakpoint armed");
+        let stepping = GuestDebug { catching: true, step: Debug::Blocked, ..Default::default() }.word();
+        assert_ne!(stepping.control & KVM_GUESTDBG_SINGLESTEP, 0);
     }
 
     #[test]

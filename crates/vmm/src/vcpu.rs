@@ -143,6 +143,11 @@ impl Vcpu {
         if self.pmu.as_ref().is_some_and(VcpuPmu::steps_from_start) {
             // Each step retires at the privilege level in CS: have KVM copy it out.
             self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::SystemRegister);
+            if crate::host::caps().steps_need_rearming() {
+                if let Err(e) = self.guest_debug.catch_stray_steps(&self.fd) {
+                    self.common.shared.end(self.failed(format!("KVM_SET_GUEST_DEBUG: {e}")));
+                }
+            }
         }
         // A PMI's NMI rides the next KVM_RUN in the synced events instead of a KVM_NMI
         // ioctl of its own (`nmi`): KVM copies the events out at every exit.
@@ -311,11 +316,30 @@ impl Vcpu {
 
     /// A single-step of the exact backend completed at `pc`; a requested NMI may fall due.
     fn stepped(&mut self, pc: u64) {
+        let stepping = self.pmu.as_ref().is_some_and(VcpuPmu::is_stepping);
+        if !stepping && self.guest_debug.step() == crate::stepping::Debug::Off && crate::host::caps().steps_need_rearming() {
+            self.drop_stray_step();
+            return;
+        }
         if let Some(pmu) = &mut self.pmu {
             pmu.on_step(&self.fd, &self.common.mem, pc);
             if self.nmi_due.is_some_and(|due| pmu.stats().steps >= due) {
                 self.nmi_due = None;
                 self.nmi_request.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// A single-step trap while nothing is stepped: TF the guest saved while it was stepped
+    /// (PUSHF, an exception's frame) came back after stepping ended. It is the VMM's: clear
+    /// it, so the guest never sees a #DB of ours (a guest's own TF is taken for one too).
+    fn drop_stray_step(&mut self) {
+        const RFLAGS_TF: u64 = 1 << 8;
+        if let Ok(mut regs) = self.fd.get_regs() {
+            if regs.rflags & RFLAGS_TF != 0 {
+                regs.rflags &= !RFLAGS_TF;
+                let _ = self.fd.set_regs(&regs);
+                *self.stats.completed.entry("stray-step").or_default() += 1;
             }
         }
     }
