@@ -317,7 +317,10 @@ impl Vcpu {
     /// A single-step of the exact backend completed at `pc`; a requested NMI may fall due.
     fn stepped(&mut self, pc: u64) {
         let stepping = self.pmu.as_ref().is_some_and(VcpuPmu::is_stepping);
-        if !stepping && self.guest_debug.step() == crate::stepping::Debug::Off && crate::host::caps().steps_need_rearming() {
+        if !stepping
+            && self.guest_debug.step() == crate::stepping::Debug::Off
+            && crate::host::caps().steps_need_rearming()
+        {
             self.drop_stray_step();
             return;
         }
