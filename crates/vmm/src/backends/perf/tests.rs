@@ -84,3 +84,33 @@ fn a_counter_rearmed_by_the_model_is_not_rearmed_again() {
     let after = syscalls_of(&mut src, &|s| s.rearm_after_notification());
     assert_eq!(after, both / 2, "only p1 is re-issued; p0's period is new already");
 }
+
+/// The hardware-event path has never run on a host with a PMU (docs/DESIGN.md, "Hosts"):
+/// what it asks of perf_event_open is checked here instead.
+#[test]
+fn hardware_events_count_the_guest_only_at_its_programmed_levels() {
+    let src = PerfSource::new(PerfMode::Hardware, EventBudget::new(4));
+    let expected = [
+        (ArchEvent::CoreCycles, PERF_COUNT_HW_CPU_CYCLES),
+        (ArchEvent::Instructions, PERF_COUNT_HW_INSTRUCTIONS),
+        (ArchEvent::RefCycles, PERF_COUNT_HW_REF_CPU_CYCLES),
+        (ArchEvent::LlcReferences, PERF_COUNT_HW_CACHE_REFERENCES),
+        (ArchEvent::LlcMisses, PERF_COUNT_HW_CACHE_MISSES),
+        (ArchEvent::Branches, PERF_COUNT_HW_BRANCH_INSTRUCTIONS),
+        (ArchEvent::BranchMisses, PERF_COUNT_HW_BRANCH_MISSES),
+    ];
+    for (event, config) in expected {
+        let attr = src.attr(&HostEventConfig { event, usr: true, ..cycles() }).expect("a hardware event");
+        assert_eq!((attr.type_, attr.config), (PERF_TYPE_HARDWARE, config), "{event:?}");
+        assert_ne!(attr.flags & FLAG_EXCLUDE_HOST, 0, "{event:?}: guest mode only");
+        assert_ne!(attr.flags & FLAG_EXCLUDE_HV, 0);
+        assert_eq!(attr.flags & (FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_USER), 0, "both levels");
+        assert_ne!(attr.flags & FLAG_DISABLED, 0, "opened disabled, enabled by the model");
+    }
+    let kernel_only = src.attr(&cycles()).unwrap();
+    assert_eq!(kernel_only.flags & (FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_USER), FLAG_EXCLUDE_USER);
+    let user_only = src.attr(&HostEventConfig { usr: true, os: false, ..cycles() }).unwrap();
+    assert_eq!(user_only.flags & (FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_USER), FLAG_EXCLUDE_KERNEL);
+    assert!(src.attr(&HostEventConfig { inv: true, ..cycles() }).is_none(), "no filter it cannot honour");
+    assert_eq!(src.floor_in_event_units(), 1, "the kernel throttles hardware events itself");
+}
