@@ -52,7 +52,7 @@ impl GuestDebug {
 
     /// Write the word again while single-stepping: KVM sets TF for a step at the RIP the
     /// word was last written at, so a VMM that moved RIP since (an instruction it ran)
-    /// re-arms the step there (hardware hosts, `HostCaps::steps_need_rearming`).
+    /// re-arms the step there (hardware hosts, `HostCaps::steps_by_cpu_tf`).
     pub fn rearm_step(&mut self, vcpu: &VcpuFd) -> Result<(), kvm_ioctls::Error> {
         if self.step == Debug::Off && !self.stepping_over {
             return Ok(());

@@ -275,7 +275,7 @@ impl StepCpu for VcpuStep<'_> {
 
     /// Where the host steps SYSCALL into the kernel (kvm_pvm), it is left to the host.
     fn syscall(&mut self) -> Option<u64> {
-        if crate::host::caps().emulates_kernel() {
+        if !crate::host::caps().steps_by_cpu_tf() {
             return None;
         }
         self.run(Run::Syscall).map(|l| l.rip)

@@ -143,7 +143,7 @@ impl Vcpu {
         if self.pmu.as_ref().is_some_and(VcpuPmu::steps_from_start) {
             // Each step retires at the privilege level in CS: have KVM copy it out.
             self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::SystemRegister);
-            if crate::host::caps().steps_need_rearming() {
+            if crate::host::caps().steps_by_cpu_tf() {
                 if let Err(e) = self.guest_debug.catch_stray_steps(&self.fd) {
                     self.common.shared.end(self.failed(format!("KVM_SET_GUEST_DEBUG: {e}")));
                 }
@@ -316,11 +316,7 @@ impl Vcpu {
 
     /// A single-step of the exact backend completed at `pc`; a requested NMI may fall due.
     fn stepped(&mut self, pc: u64) {
-        let stepping = self.pmu.as_ref().is_some_and(VcpuPmu::is_stepping);
-        if !stepping
-            && self.guest_debug.step() == crate::stepping::Debug::Off
-            && crate::host::caps().steps_need_rearming()
-        {
+        if self.guest_debug.step() == crate::stepping::Debug::Off && crate::host::caps().steps_by_cpu_tf() {
             self.drop_stray_step();
             return;
         }

@@ -123,10 +123,11 @@ impl HostCaps {
         }
     }
 
-    /// A single-step must be armed again after the VMM moves RIP: VMX and SVM KVM set TF
-    /// only at the RIP guest debug was set at (KVM_SET_REGS elsewhere drops it); kvm_pvm
-    /// steps whatever the RIP.
-    pub fn steps_need_rearming(&self) -> bool {
+    /// Single-steps are the CPU's TF traps (VMX, SVM), with what follows from that: KVM sets
+    /// TF only at the RIP guest debug was set at (the VMM re-arms a step after it moves RIP),
+    /// SYSCALL's FMASK clears it (the VMM runs SYSCALL), and a TF the guest saved while
+    /// stepped outlives stepping (the VMM drops its trap). kvm_pvm's emulator steps itself.
+    pub fn steps_by_cpu_tf(&self) -> bool {
         !self.emulates_kernel()
     }
 

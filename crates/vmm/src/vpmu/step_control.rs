@@ -148,7 +148,7 @@ impl StepControl {
             crate::host::pvm::user_return::one_instruction(vcpu);
         }
         // Last: the instructions the VMM ran above moved RIP after the step was armed.
-        if self.stepper.is_on() && crate::host::caps().steps_need_rearming() {
+        if self.stepper.is_on() && crate::host::caps().steps_by_cpu_tf() {
             let _ = debug.rearm_step(vcpu);
         }
     }

@@ -118,21 +118,21 @@ fn probe() -> Result<(), NativeError> {
 
 /// Decide the execution mode of a VM running `image` on `host`.
 pub fn decide(mode: NativeMode, image: &KernelImage, host: &HostCaps) -> Result<Execution, NativeOnError> {
-    let emulated = |reason: String| Ok(Execution::new(host, false, reason));
+    let not_native = |reason: String| Ok(Execution::new(host, false, reason));
     if !host.emulates_kernel() {
         return match mode {
             NativeMode::On => Err(NativeOnError::Hardware(host.flavour.module())),
-            _ => emulated(format!("{} runs guest code in hardware", host.flavour.module())),
+            _ => not_native(format!("{} runs guest code in hardware", host.flavour.module())),
         };
     }
     if mode == NativeMode::Off {
-        return emulated("--native off".into());
+        return not_native("--native off".into());
     }
     if image.protocol == BootProtocol::Linux64 {
         // Linux toggles IF with cli/sti and pushf/popf: natively it would lose interrupts.
         return match mode {
             NativeMode::On => Err(NativeOnError::Linux),
-            _ => emulated("Linux kernel (no VIF convention)".into()),
+            _ => not_native("Linux kernel (no VIF convention)".into()),
         };
     }
     let long_mode = image.protocol == BootProtocol::Direct64;
@@ -141,9 +141,9 @@ pub fn decide(mode: NativeMode, image: &KernelImage, host: &HostCaps) -> Result<
         (NativeMode::On, false, _) => Err(NativeOnError::NotElf64),
         (NativeMode::On, true, Err(why)) => Err(NativeOnError::NoSupport(why)),
         (NativeMode::On, true, Ok(())) => Ok(Execution::new(host, true, "--native on".into())),
-        (_, false, _) => emulated("32-bit multiboot entry".into()),
-        (_, true, Err(why)) => emulated(why.to_string()),
-        (_, true, Ok(())) if !image.vif_note => emulated("the guest has no perfvm VIF note".into()),
+        (_, false, _) => not_native("32-bit multiboot entry".into()),
+        (_, true, Err(why)) => not_native(why.to_string()),
+        (_, true, Ok(())) if !image.vif_note => not_native("the guest has no perfvm VIF note".into()),
         (_, true, Ok(())) => Ok(Execution::new(host, true, "host support and the guest's VIF note".into())),
     }
 }
