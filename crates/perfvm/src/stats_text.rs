@@ -25,7 +25,7 @@ pub fn vm_stats(s: &VmStats) -> String {
     }
     if !s.completed.is_empty() {
         let kinds: Vec<String> = s.completed.iter().map(|(k, n)| format!("{k} {n}")).collect();
-        out.push_str(&format!("  completed for the host's emulator: {}\n", kinds.join(", ")));
+        out.push_str(&format!("  completed by the VMM: {}\n", kinds.join(", ")));
     }
     if let Some(e) = &s.execution {
         out.push_str(&format!("  execution: {} ({})\n", e.name(), e.reason));

@@ -5,12 +5,17 @@ mod common;
 use common::*;
 
 /// Run pmu_arch in each execution mode and return its consoles, asserting the suite's last
-/// line says no failures. The guest learns its backend from the VMM's CPUID leaf: no
-/// `--cmdline`.
+/// line says no failures (`--stats` on stderr). The guest learns its backend from the VMM's
+/// CPUID leaf: no `--cmdline`.
 fn pmu_arch(backend: &str, policy: &str) -> Vec<String> {
+    pmu_arch_stats(backend, policy).into_iter().map(|(out, _)| out).collect()
+}
+
+/// `pmu_arch`, with each run's `--stats` (stderr) beside its console.
+fn pmu_arch_stats(backend: &str, policy: &str) -> Vec<(String, String)> {
     let mut outs = Vec::new();
     for mode in modes(&format!("pmu_arch {backend}/{policy}")) {
-        let args = ["run", "pmu_arch", "--backend", backend, "--policy", policy, "--native", mode];
+        let args = ["run", "pmu_arch", "--backend", backend, "--policy", policy, "--native", mode, "--stats"];
         let o = perfvm(&[&args[..], &["--timeout", "300"]].concat());
         let out = stdout(&o);
         let what = format!("pmu_arch {backend}/{policy}, --native {mode}");
@@ -18,7 +23,7 @@ fn pmu_arch(backend: &str, policy: &str) -> Vec<String> {
         let last = out.trim_end().lines().last().unwrap_or("");
         assert!(last.contains(" passed, 0 failed"), "{what}: {last}\n{out}");
         assert!(!out.contains("FAIL:"), "{what}: {out}");
-        outs.push(out);
+        outs.push((out, stderr(&o)));
     }
     outs
 }
@@ -49,8 +54,10 @@ fn conformance_perf_backend_legacy() {
 #[test]
 fn conformance_exact_backend_reuse() {
     require_kvm!();
-    for out in pmu_arch("exact", "reuse") {
+    for (out, stats) in pmu_arch_stats("exact", "reuse") {
         assert!(out.contains("pmu_arch: exact counts"), "{out}");
+        // The #GPs of RDPMC and the kinds' #UD stop the step at their handlers' entries.
+        assert!(stats.contains("exception-entry 3"), "{stats}");
         assert!(out.contains("PASS: gp: PMC0 instructions = 2005 (expect 2005)"), "{out}");
         assert!(out.contains("PASS: gp: PMC0 branches = 1000 (expect 1000)"), "{out}");
         assert!(out.contains("PASS: pmi-rip: PMI after 8 instructions at jnz"), "{out}");

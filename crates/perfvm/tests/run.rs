@@ -216,5 +216,5 @@ fn an_instruction_the_host_emulator_rejects_ends_the_run_with_6() {
     let err = stderr(&o);
     assert_eq!(code(&o), 6, "{err}");
     assert!(err.contains("KVM internal error, suberror 1 at RIP=0x100000 on vcpu 0 (clac [0f 01 ca])"), "{err}");
-    assert!(err.contains("completed for the host's emulator: re-entered 1"), "{err}");
+    assert!(err.contains("completed by the VMM: re-entered 1"), "{err}");
 }

@@ -48,7 +48,7 @@ fn a_user_syscall_enters_the_kernel_with_the_repair() {
     // 7 where the host enters SYSCALL correctly, 199 on this kvm_pvm (measured).
     assert!([7, 199].contains(&code(&without)), "{}", stderr(&without));
     if code(&without) == 199 {
-        assert!(stderr(&o).contains("completed for the host's emulator: syscall 3"), "{}", stderr(&o));
+        assert!(stderr(&o).contains("completed by the VMM: syscall 3"), "{}", stderr(&o));
     }
 }
 

@@ -18,8 +18,8 @@ pub(crate) enum Next {
     PvDoorbell,
     /// Programming changed: refresh the PV page's published counters.
     PvPublish,
-    /// A single-step finished at this RIP.
-    Step(u64),
+    /// A #DB exit at this RIP, with this DR6 (a single-step, or a breakpoint of ours).
+    Step(u64, u64),
     /// The guest wrote the RDPMC trap's port (`rdpmc_traps`, hardware hosts).
     RdpmcTrap,
     End(VmEnd),
@@ -121,7 +121,7 @@ pub(crate) fn dispatch(
             let next = if p.pv_publishing() { Next::PvPublish } else { Next::Continue };
             ("msr-write", next)
         }
-        VcpuExit::Debug(debug) => ("debug", Next::Step(debug.pc)),
+        VcpuExit::Debug(debug) => ("debug", Next::Step(debug.pc, debug.dr6)),
         VcpuExit::SystemEvent(kind, _) => (
             "system-event",
             Next::End(VmEnd::Failed {
@@ -229,7 +229,7 @@ mod tests {
         assert!(matches!(run(VcpuExit::InternalError), ("internal-error", Next::InternalError)));
         assert!(matches!(run(VcpuExit::Hlt), ("hlt", Next::Continue)));
         let debug = kvm_bindings::kvm_debug_exit_arch { pc: 0x1234, ..Default::default() };
-        assert!(matches!(run(VcpuExit::Debug(debug)), ("debug", Next::Step(0x1234))));
+        assert!(matches!(run(VcpuExit::Debug(debug)), ("debug", Next::Step(0x1234, _))));
         assert!(matches!(run(VcpuExit::SystemEvent(2, &[])).1, Next::End(VmEnd::Failed { .. })));
     }
 }

@@ -1,6 +1,7 @@
-//! The one owner of a vCPU's KVM guest-debug word. Two users set it: the exact backend's
-//! single-stepping (`stepping`) and the SYSCALL repair's execution breakpoint on the #PF
-//! handler (`syscall_entry`). `KVM_SET_GUEST_DEBUG` replaces the whole word, so each user
+//! The one owner of a vCPU's KVM guest-debug word. Three users set it: the exact backend's
+//! single-stepping (`stepping`), the SYSCALL repair's execution breakpoint on the #PF
+//! handler (`syscall_entry`, kvm_pvm) and the breakpoints on exception handlers while
+//! stepping (`handler_watch`). `KVM_SET_GUEST_DEBUG` replaces the whole word, so each user
 //! says only what it wants and the word written is always both wishes composed: stepping a
 //! Linux guest keeps the breakpoint, and stepping over the breakpoint keeps BLOCKIRQ.
 
@@ -12,6 +13,11 @@ use kvm_ioctls::VcpuFd;
 
 /// DR7: L0, breakpoint 0 on execution (R/W0 = 00, LEN0 = 00).
 const DR7_L0_EXEC: u64 = 1;
+
+/// DR7's local enable of breakpoint `n` on execution (R/Wn = 00, LENn = 00).
+const fn dr7_local_exec(n: usize) -> u64 {
+    1 << (2 * n)
+}
 
 /// What the users of guest debug want, and what KVM was last given.
 #[derive(Debug, Default)]
@@ -25,8 +31,14 @@ pub struct GuestDebug {
     stepping_over: bool,
     /// Every #DB exits to the VMM, also while nothing is stepped (`catch_stray_steps`).
     catching: bool,
+    /// Exception handlers watched while stepping, in DR0-DR3 (`handler_watch`; never
+    /// beside `breakpoint`, which is kvm_pvm's).
+    watch: [Option<u64>; 4],
+    /// Where the coming step begins: a watched handler there is off for it (it would
+    /// trap before its first instruction again).
+    at: u64,
     /// The word KVM holds (None: never set, i.e. off).
-    applied: Option<(u32, u64)>,
+    applied: Option<(u32, [u64; 8])>,
 }
 
 impl GuestDebug {
@@ -50,14 +62,32 @@ impl GuestDebug {
         self.update(vcpu, |d| (d.breakpoint, d.stepping_over) = (Some(address), false))
     }
 
-    /// Write the word again while single-stepping: KVM sets TF for a step at the RIP the
-    /// word was last written at, so a VMM that moved RIP since (an instruction it ran)
-    /// re-arms the step there (hardware hosts, `HostCaps::steps_by_cpu_tf`).
-    pub fn rearm_step(&mut self, vcpu: &VcpuFd) -> Result<(), kvm_ioctls::Error> {
+    /// Before a step beginning at `rip`, with exception handlers `watch` watched: write the
+    /// word if it changed, and on hosts whose CPU steps by TF (`HostCaps::steps_by_cpu_tf`)
+    /// always: KVM sets TF for a step at the RIP the word was last written at, so a VMM
+    /// that moved RIP since (an instruction it ran) re-arms the step there.
+    pub fn before_step(&mut self, vcpu: &VcpuFd, rip: u64, watch: [Option<u64>; 4]) -> Result<(), kvm_ioctls::Error> {
         if self.step == Debug::Off && !self.stepping_over {
             return Ok(());
         }
-        vcpu.set_guest_debug(&self.word())
+        (self.at, self.watch) = (rip, watch);
+        let word = self.word();
+        let key = (word.control, word.arch.debugreg);
+        if self.applied == Some(key) && !crate::host::caps().steps_by_cpu_tf() {
+            return Ok(());
+        }
+        vcpu.set_guest_debug(&word)?;
+        self.applied = Some(key);
+        Ok(())
+    }
+
+    /// The watched handler (`handler_watch::VECTORS` index) whose breakpoint a #DB with
+    /// `dr6` hit, if any.
+    pub fn watched_hit(&self, dr6: u64) -> Option<usize> {
+        if self.breakpoint.is_some() {
+            return None;
+        }
+        (0..4).find(|&n| dr6 & (1 << n) != 0 && self.watch[n].is_some())
     }
 
     /// Have every #DB exit to the VMM from now on (hardware hosts, once stepping may begin):
@@ -84,8 +114,8 @@ impl GuestDebug {
         let before = (self.step, self.breakpoint, self.stepping_over);
         change(self);
         let word = self.word();
-        let key = (word.control, word.arch.debugreg[0]);
-        if self.applied.unwrap_or((0, 0)) == key {
+        let key = (word.control, word.arch.debugreg);
+        if self.applied.unwrap_or_default() == key {
             return Ok(());
         }
         if let Err(e) = vcpu.set_guest_debug(&word) {
@@ -110,6 +140,14 @@ impl GuestDebug {
             dbg.control |= KVM_GUESTDBG_USE_HW_BP;
             dbg.arch.debugreg[0] = address;
             dbg.arch.debugreg[7] = DR7_L0_EXEC;
+        } else if self.breakpoint.is_none() && self.step != Debug::Off {
+            for (n, &handler) in self.watch.iter().enumerate() {
+                if let Some(address) = handler.filter(|&a| a != self.at) {
+                    dbg.control |= KVM_GUESTDBG_USE_HW_BP;
+                    dbg.arch.debugreg[n] = address;
+                    dbg.arch.debugreg[7] |= dr7_local_exec(n);
+                }
+            }
         }
         if self.catching {
             dbg.control |= KVM_GUESTDBG_USE_HW_BP;
@@ -126,7 +164,7 @@ mod tests {
     use super::*;
 
     fn word(step: Debug, breakpoint: Option<u64>, stepping_over: bool) -> kvm_guest_debug {
-        GuestDebug { step, breakpoint, stepping_over, catching: false, applied: None }.word()
+        GuestDebug { step, breakpoint, stepping_over, ..Default::default() }.word()
     }
 
     #[test]
@@ -161,6 +199,20 @@ mod tests {
         assert_eq!(w.arch.debugreg[7], 0, "no breakpoint armed");
         let stepping = GuestDebug { catching: true, step: Debug::Blocked, ..Default::default() }.word();
         assert_ne!(stepping.control & KVM_GUESTDBG_SINGLESTEP, 0);
+    }
+
+    #[test]
+    fn stepping_watches_the_handlers_but_not_the_one_it_begins_at() {
+        let watch = [Some(0x9000), None, Some(0xa000), Some(0xb000)];
+        let d = GuestDebug { step: Debug::Blocked, watch, at: 0xb000, ..Default::default() };
+        let w = d.word();
+        assert_ne!(w.control & KVM_GUESTDBG_USE_HW_BP, 0);
+        assert_eq!(w.arch.debugreg[..4], [0x9000, 0, 0xa000, 0]);
+        assert_eq!(w.arch.debugreg[7], dr7_local_exec(0) | dr7_local_exec(2));
+        assert_eq!(d.watched_hit(1 << 2 | 1 << 14), Some(2));
+        assert_eq!(d.watched_hit(1 << 14), None, "a single-step");
+        let off = GuestDebug { watch, ..Default::default() }.word();
+        assert_eq!(off.arch.debugreg[7], 0, "nothing watched while not stepping");
     }
 
     #[test]

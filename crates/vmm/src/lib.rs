@@ -15,6 +15,7 @@ pub mod exit;
 pub mod guest_abi;
 pub mod guest_debug;
 pub mod guest_tsc;
+pub mod handler_watch;
 pub mod host;
 pub mod host_profile;
 pub mod identity;

@@ -31,7 +31,8 @@ pub struct VcpuStats {
     pub kvm: BTreeMap<String, u64>,
     /// Exits while the guest agent's workload ran (between its START and END marks), by reason.
     pub workload_exits: BTreeMap<&'static str, u64>,
-    /// Instructions the host's emulator rejected that the VMM completed, by kind (`complete`).
+    /// What the VMM completed for the guest, by kind: instructions the host's emulator
+    /// rejected (`complete`), SYSCALLs and RDPMCs it ran, exception entries while stepping.
     pub completed: BTreeMap<&'static str, u64>,
 }
 
@@ -104,7 +105,7 @@ pub struct VmStats {
     pub cpu: Option<crate::identity::CpuReport>,
     /// Per vCPU: its mode, exits, and KVM's own statistics.
     pub vcpus: Vec<VcpuStats>,
-    /// Instructions the VMM completed for the host's emulator, by kind, all vCPUs.
+    /// What the VMM completed for the guest, by kind, all vCPUs.
     pub completed: BTreeMap<&'static str, u64>,
     /// A Linux guest's whole kernel command line.
     pub kernel_cmdline: Option<String>,

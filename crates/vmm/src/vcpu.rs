@@ -290,10 +290,13 @@ impl Vcpu {
                 }
                 None
             }
-            Next::Step(pc) => {
+            Next::Step(pc, dr6) => {
                 let (fd, debug, mem) = (&mut self.fd, &mut self.guest_debug, &self.common.mem);
                 match self.syscall_repair.debug_exit(fd, debug, mem, pc) {
-                    Ok(DebugExit::Step) => self.stepped(pc),
+                    Ok(DebugExit::Step) => match self.guest_debug.watched_hit(dr6) {
+                        Some(n) => self.delivered(pc, crate::handler_watch::VECTORS[n]),
+                        None => self.stepped(pc),
+                    },
                     Ok(DebugExit::Syscall) => {
                         *self.stats.completed.entry("syscall").or_default() += 1;
                         // The SYSCALL retired; stepping goes on at its entry.
@@ -326,6 +329,14 @@ impl Vcpu {
                 self.nmi_due = None;
                 self.nmi_request.store(true, Ordering::Release);
             }
+        }
+    }
+
+    /// Exception `vector` was delivered while stepping: the step stopped at its handler.
+    fn delivered(&mut self, pc: u64, vector: u8) {
+        *self.stats.completed.entry("exception-entry").or_default() += 1;
+        if let Some(pmu) = &mut self.pmu {
+            pmu.on_delivery(&self.fd, &self.common.mem, pc, vector);
         }
     }
 

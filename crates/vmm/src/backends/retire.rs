@@ -15,7 +15,9 @@
 //!   (`user_return`);
 //! * an exception the host delivers while stepping traps after the handler's first
 //!   instruction: the faulting instruction is counted in its place (the total is right;
-//!   the class is the faulting one's, the privilege level the handler's).
+//!   the class is the faulting one's, the privilege level the handler's). Where the
+//!   handler is watched (`handler_watch`), the step stops at its entry instead, on every
+//!   host: the faulting instruction retires nothing (`delivered`).
 //!
 //! Each instruction counts at the privilege level it began at (user mode for CPL > 0),
 //! which for SYSCALL-class instructions, INT n and IRET is the level they leave. An
@@ -132,6 +134,18 @@ impl Retirement {
             counting.retire(self.rip, self.insn.class, user);
         }
         self.start(cpu, counting, pc);
+    }
+
+    /// The CPU delivered an exception whose handler begins at `pc` (`handler_watch`): the
+    /// instruction being stepped faulted and retired nothing; stepping goes on in the handler.
+    pub fn delivered(&mut self, cpu: &mut impl StepCpu, counting: &mut impl Counting, pc: u64) {
+        self.accounted = None;
+        self.start(cpu, counting, pc);
+    }
+
+    /// Where the coming step begins.
+    pub fn rip(&self) -> u64 {
+        self.rip
     }
 
     /// The privilege level the step that just ended retired its instruction at: the one
@@ -404,6 +418,18 @@ mod tests {
         step(&mut r, &mut cpu, &mut log, 0x901);
         assert_eq!(log.retired, vec![(0x100, InsnClass::Syscall64), (0x900, InsnClass::Other)]);
         assert_eq!(log.user, vec![0x100]);
+    }
+
+    #[test]
+    fn a_delivered_fault_retires_nothing_and_its_handler_is_stepped() {
+        let mut cpu = mock(&[(0x400, &[0x0f, 0x0b]), (0x700, &[0x90])]); // ud2; the #UD handler's nop
+        let (mut r, mut log) = (Retirement::new(true), Log::default());
+        begin(&mut r, &mut cpu, &mut log, 0x400, false);
+        r.delivered(&mut cpu, &mut log, 0x700);
+        assert!(log.retired.is_empty(), "the UD2 faulted");
+        assert_eq!(r.rip(), 0x700);
+        step(&mut r, &mut cpu, &mut log, 0x701);
+        assert_eq!(log.retired.len(), 1, "the handler's NOP: {:?}", log.retired);
     }
 
     #[test]

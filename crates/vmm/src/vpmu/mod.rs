@@ -284,6 +284,11 @@ impl VcpuPmu {
         self.steps.stepped(&mut self.pmu, self.account.stats_mut(), vcpu, mem, pc);
     }
 
+    /// The CPU delivered exception `vector` while stepping; its handler begins at `pc`.
+    pub fn on_delivery(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64, vector: u8) {
+        self.steps.delivered(&mut self.pmu, self.account.stats_mut(), vcpu, mem, pc, vector);
+    }
+
     /// An exit for a guest write (OUT, MMIO store): while stepping, it may have retired.
     pub fn on_write_exit(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
         self.steps.write_exit(&mut self.pmu, self.account.stats_mut(), vcpu, mem);

@@ -5,6 +5,7 @@ use crate::backends::decode::InsnClass;
 use crate::backends::retire::{Counting, Retirement};
 use crate::backends::{Backend, VmmSource};
 use crate::guest_debug::GuestDebug;
+use crate::linear::PageWalk;
 use crate::rdpmc_traps::RdpmcTraps;
 use crate::softint::FlagHome;
 use crate::stepping::{CodePages, Owed, Stepper, VcpuStep};
@@ -147,10 +148,37 @@ impl StepControl {
         if self.stepper.is_on() && user_native && owed == Owed::Nothing {
             crate::host::pvm::user_return::one_instruction(vcpu);
         }
-        // Last: the instructions the VMM ran above moved RIP after the step was armed.
-        if self.stepper.is_on() && crate::host::caps().steps_by_cpu_tf() {
-            let _ = debug.rearm_step(vcpu);
+        // Last: the instructions the VMM ran above moved RIP after the step was armed, and
+        // the guest may have moved a handler since the last step (a gate it rewrote).
+        if self.stepper.is_on() {
+            let sregs = &vcpu.sync_regs().sregs;
+            let watch = crate::handler_watch::entries(&mut PageWalk::of(mem, sregs.cr3, sregs.cr4), sregs);
+            let _ = debug.before_step(vcpu, self.retirement.rip(), watch);
         }
+    }
+
+    /// The CPU delivered exception `vector` while stepping, stopping at its handler's entry
+    /// `pc` (`handler_watch`): the faulting instruction retired nothing, the
+    /// frame loses the VMM's TF, and the handler is stepped.
+    pub(super) fn delivered(
+        &mut self,
+        pmu: &mut Pmu<Backend>,
+        stats: &mut VpmuStats,
+        vcpu: &VcpuFd,
+        mem: &GuestMemoryMmap,
+        pc: u64,
+        vector: u8,
+    ) {
+        if !self.stepper.is_on() {
+            return;
+        }
+        if let Ok(regs) = vcpu.get_regs() {
+            let sregs = &vcpu.sync_regs().sregs;
+            let _ =
+                crate::handler_watch::clear_saved_tf(&mut PageWalk::of(mem, sregs.cr3, sregs.cr4), regs.rsp, vector);
+        }
+        let (retirement, mut cpu, mut counting) = self.parts(pmu, stats, vcpu, mem);
+        retirement.delivered(&mut cpu, &mut counting, pc);
     }
 
     /// A single-step completed at `pc`: retire what ran (see `backends::retire`).
