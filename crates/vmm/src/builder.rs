@@ -240,18 +240,13 @@ fn write_linux_boot(
     host: &crate::host::HostCaps,
 ) -> Result<String, VmError> {
     use crate::loader::linux::{acpi, mptable, params};
-    // Where CPUID is not what KVM_SET_CPUID2 says (kvm_pvm), Linux is told what to ignore.
-    let clearcpuid = (!host.cpuid_authoritative()).then(|| {
-        let mut leaves = crate::identity::hardware_leaves();
-        leaves.extend_from_slice(host_cpuid.as_slice());
-        crate::identity::linux_clearcpuid(&leaves)
-    });
-    let emulated = host.emulates_kernel().then(|| params::EMULATED_CMDLINE.to_owned());
+    let mut machine: Vec<Option<String>> = host.linux_cmdline(host_cpuid.as_slice()).into_iter().map(Some).collect();
     // The Intel identity tells the TSC rate in CPUID 0x15/0x16; Linux reads those only on
     // Intel, so the AMD identity says it on the command line.
     let amd_tsc = (config.cpu_vendor == crate::identity::CpuVendor::Amd && tsc_khz > 0)
         .then(|| params::tsc_early_khz(tsc_khz.saturating_mul(host.linux_tsc_scale(tsc_khz))));
-    let cmdline = params::compose_cmdline(&[emulated, clearcpuid.flatten(), amd_tsc], &config.cmdline);
+    machine.push(amd_tsc);
+    let cmdline = params::compose_cmdline(&machine, &config.cmdline);
     let rsdp = acpi::write(mem, config.vcpus as u8).map_err(memory("writing the ACPI tables"))?;
     params::write(mem, boot, mem_size, &cmdline, rsdp).map_err(|e| VmError::Config(e.to_string()))?;
     mptable::write(mem, config.vcpus as u8).map_err(memory("writing the MP table"))?;
@@ -336,10 +331,8 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool, host: &crate::host:
             p.model().msr_ranges().iter().map(|r| (r.base.0, r.count)).filter(|&(base, _)| !covered(base)).collect();
         ranges.extend(own);
     }
-    // kvm_pvm accepts the speculation MSRs its CPUID no longer advertises: they #GP here.
-    if !host.cpuid_authoritative() {
-        ranges.extend(crate::identity::UNADVERTISED_MSRS.iter().map(|&msr| (msr, 1)));
-    }
+    // MSRs the host's KVM would take that its CPUID no longer advertises: they #GP here.
+    ranges.extend(host.unadvertised_msrs().iter().map(|&msr| (msr, 1)));
     ranges.extend(crate::identity::LBR_MSR_RANGES);
     let denied: std::collections::BTreeSet<u32> = ranges.iter().flat_map(|&(base, n)| base..base + n).collect();
     let grouped = filter_ranges(&denied);
@@ -406,7 +399,7 @@ fn setup_vcpu(
     tsc_khz: u64,
 ) -> Result<CpuId, VmError> {
     let host = crate::host::caps();
-    let mut cpuid = crate::cpuid::for_vcpu(supported, index, pmu, vendor, host.emulates_kernel());
+    let mut cpuid = crate::cpuid::for_vcpu(supported, index, pmu, vendor, host);
     let scale = if image.protocol == BootProtocol::Linux64 { host.linux_tsc_scale(tsc_khz) } else { 1 };
     crate::cpuid::add_tsc_leaves(&mut cpuid, vendor, tsc_khz, scale);
     fd.set_cpuid2(&cpuid).map_err(ioctl("KVM_SET_CPUID2"))?;
@@ -445,7 +438,7 @@ mod tests {
             .chain(&crate::identity::LBR_MSR_RANGES)
             .flat_map(|&(base, n)| base..base + n)
             .collect();
-        denied.extend(crate::identity::UNADVERTISED_MSRS);
+        denied.extend(crate::host::pvm::emulator_cpuid::UNADVERTISED_MSRS);
         assert!(filter_ranges(&denied).len() < 16, "one left for LSTAR");
     }
 }

@@ -22,14 +22,13 @@ const LEAF1_ECX_DTES64: u32 = 1 << 2;
 const LEAF6_ECX_APERFMPERF: u32 = 1 << 0;
 
 /// CPUID for vCPU `index` (APIC ID == index), with the PMU described by `pmu` (None: no PMU,
-/// architectural perfmon version 0), within the host emulator's limits where it has them
-/// (`identity::apply`).
+/// architectural perfmon version 0), within what `host` can run (`HostCaps::limit_cpuid`).
 pub fn for_vcpu(
     supported: &CpuId,
     index: u32,
     pmu: Option<&PmuCaps>,
     vendor: crate::identity::CpuVendor,
-    emulator_limits: bool,
+    host: &crate::host::HostCaps,
 ) -> CpuId {
     let mut entries: Vec<kvm_cpuid_entry2> = supported.as_slice().to_vec();
     // The PMU leaves exist whatever the host reports (zero where there is no such PMU).
@@ -59,7 +58,8 @@ pub fn for_vcpu(
             _ => {}
         }
     }
-    crate::identity::apply(&mut entries, vendor, emulator_limits);
+    crate::identity::apply(&mut entries, vendor);
+    host.limit_cpuid(&mut entries, vendor);
     // The vPMU's own bits, from the model: Intel's leaf 0xA or AMD's PerfCtrExtCore and
     // PerfMonV2 leaf (each vendor clears the other's).
     for bits in pmu.map(PmuCaps::cpuid_bits).unwrap_or_default() {
@@ -76,7 +76,7 @@ pub fn for_vcpu(
 /// knows the TSC frequency (X86_FEATURE_TSC_KNOWN_FREQ) instead of calibrating it against
 /// the PIT, which takes long and reads wrong under this host's emulator. The crystal runs
 /// at the TSC's rate and the TSC is said to be `scale` times the crystal (1: the truth;
-/// Linux guests get a dilated clock, `loader::linux::tsc_scale`). AMD has no such leaves
+/// Linux guests get a dilated clock, `HostCaps::linux_tsc_scale`). AMD has no such leaves
 /// (Linux reads them only on Intel).
 pub fn add_tsc_leaves(cpuid: &mut CpuId, vendor: crate::identity::CpuVendor, tsc_khz: u64, scale: u64) {
     let claimed_khz = tsc_khz.saturating_mul(scale);
@@ -144,7 +144,13 @@ mod tests {
                 ..Default::default()
             },
         ];
-        let cpuid = for_vcpu(&CpuId::from_entries(&leaves).unwrap(), 3, None, Default::default(), true);
+        let cpuid = for_vcpu(
+            &CpuId::from_entries(&leaves).unwrap(),
+            3,
+            None,
+            Default::default(),
+            &crate::host::HostCaps::pvm(),
+        );
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
         let n = write_table(&mem, 0x1000, &cpuid).unwrap();
         assert_eq!(n as usize, cpuid.as_slice().len());
@@ -176,7 +182,8 @@ mod tests {
     #[test]
     fn the_intel_identity_agrees_with_its_pmu_on_any_host() {
         let caps = PmuCaps::new(4, true, pmu::EventSet::ALL).unwrap();
-        let cpuid = for_vcpu(&amd_host(), 0, Some(&caps), crate::identity::CpuVendor::Intel, true);
+        let cpuid =
+            for_vcpu(&amd_host(), 0, Some(&caps), crate::identity::CpuVendor::Intel, &crate::host::HostCaps::pvm());
         assert_eq!(crate::identity::vendor_string(cpuid.as_slice()), "GenuineIntel");
         assert_eq!(leaf(&cpuid, 0xa).eax & 0xff, 2, "architectural perfmon v2");
         assert_eq!(leaf(&cpuid, 1).eax >> 8 & 0xf, 6, "family 6");
@@ -189,7 +196,8 @@ mod tests {
     #[test]
     fn the_amd_identity_gets_the_amd_pmu_leaves() {
         let caps = PmuCaps::amd(pmu::AmdPerfMon::PerfMonV2, 4, pmu::EventSet::ALL).unwrap();
-        let cpuid = for_vcpu(&amd_host(), 0, Some(&caps), crate::identity::CpuVendor::Amd, true);
+        let cpuid =
+            for_vcpu(&amd_host(), 0, Some(&caps), crate::identity::CpuVendor::Amd, &crate::host::HostCaps::pvm());
         assert_eq!(crate::identity::vendor_string(cpuid.as_slice()), "AuthenticAMD");
         assert_eq!(leaf(&cpuid, 0xa).eax, 0, "no Intel PMU leaf");
         assert_eq!(leaf(&cpuid, 0x8000_0001).ecx & 1 << 23, 1 << 23, "PerfCtrExtCore");
@@ -201,7 +209,8 @@ mod tests {
 
     #[test]
     fn intel_gets_the_tsc_frequency_leaves() {
-        let mut cpuid = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Intel, true);
+        let mut cpuid =
+            for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Intel, &crate::host::HostCaps::pvm());
         add_tsc_leaves(&mut cpuid, crate::identity::CpuVendor::Intel, 2_445_000, 1);
         let l15 = leaf(&cpuid, 0x15);
         assert_eq!(u64::from(l15.ecx) * u64::from(l15.ebx) / u64::from(l15.eax), 2_445_000_000, "TSC Hz");
@@ -211,14 +220,14 @@ mod tests {
         let l15 = leaf(&cpuid, 0x15);
         assert_eq!(u64::from(l15.ecx) / 1000 * u64::from(l15.ebx) / u64::from(l15.eax), 2_445_000 * 128, "dilated");
         assert_eq!(cpuid.as_slice().iter().filter(|e| e.function == 0x15).count(), 1);
-        let mut amd = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd, true);
+        let mut amd = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd, &crate::host::HostCaps::pvm());
         add_tsc_leaves(&mut amd, crate::identity::CpuVendor::Amd, 2_445_000, 1);
         assert!(!amd.as_slice().iter().any(|e| e.function == 0x15), "not on AMD");
     }
 
     #[test]
     fn without_a_pmu_no_pmu_leaf_survives() {
-        let cpuid = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd, true);
+        let cpuid = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd, &crate::host::HostCaps::pvm());
         assert_eq!(leaf(&cpuid, 0xa).eax, 0);
         assert_eq!(leaf(&cpuid, 0x8000_0001).ecx & 1 << 23, 0);
         assert_eq!([leaf(&cpuid, 0x8000_0022).eax, leaf(&cpuid, 0x8000_0022).ebx], [0, 0]);

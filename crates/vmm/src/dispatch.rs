@@ -87,11 +87,11 @@ pub(crate) fn dispatch(
         VcpuExit::Shutdown => ("shutdown", Next::TripleFault),
         VcpuExit::InternalError => ("internal-error", Next::InternalError),
         // Only the PMU's MSRs (and unadvertised ones, which #GP) are routed to user space.
-        VcpuExit::X86Rdmsr(msr) if crate::identity::UNADVERTISED_MSRS.contains(&msr.index) => {
+        VcpuExit::X86Rdmsr(msr) if crate::host::pvm::emulator_cpuid::UNADVERTISED_MSRS.contains(&msr.index) => {
             *msr.error = 1;
             ("msr-read", Next::Continue)
         }
-        VcpuExit::X86Wrmsr(msr) if crate::identity::UNADVERTISED_MSRS.contains(&msr.index) => {
+        VcpuExit::X86Wrmsr(msr) if crate::host::pvm::emulator_cpuid::UNADVERTISED_MSRS.contains(&msr.index) => {
             *msr.error = 1;
             ("msr-write", Next::Continue)
         }
@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn msrs_without_a_pmu_and_unadvertised_ones_fault() {
-        for index in [crate::identity::UNADVERTISED_MSRS[0], 0x38f] {
+        for index in [crate::host::pvm::emulator_cpuid::UNADVERTISED_MSRS[0], 0x38f] {
             let (mut error, mut data) = (0u8, 0u64);
             let exit = ReadMsrExit { error: &mut error, reason: MsrExitReason::Filter, index, data: &mut data };
             assert!(matches!(run(VcpuExit::X86Rdmsr(exit)), ("msr-read", Next::Continue)));

@@ -15,7 +15,7 @@ pub mod pvm;
 
 use crate::identity::CpuVendor;
 use crate::rdpmc_traps::TrapForm;
-use kvm_bindings::{kvm_enable_cap, KVM_CAP_PMU_CAPABILITY, KVM_PMU_CAP_DISABLE};
+use kvm_bindings::{kvm_cpuid_entry2, kvm_enable_cap, KVM_CAP_PMU_CAPABILITY, KVM_PMU_CAP_DISABLE};
 use kvm_ioctls::{Kvm, VmFd};
 use serde::Serialize;
 use std::sync::OnceLock;
@@ -104,14 +104,46 @@ fn flavour_from_cpuid() -> Flavour {
 }
 
 impl HostCaps {
+    /// kvm_pvm with its VIF mode on an Intel CPU, for unit tests of what follows from it.
+    #[cfg(test)]
+    pub(crate) fn pvm() -> Self {
+        HostCaps { flavour: Flavour::Pvm, vif: true, kvm_pmu_disable: false, cpu_vendor: CpuVendor::Intel }
+    }
+
     /// Guest kernel code runs in KVM's instruction emulator (unless native).
     pub fn emulates_kernel(&self) -> bool {
         self.flavour == Flavour::Pvm
     }
 
-    /// Guest CPUID follows KVM_SET_CPUID2 (kvm_pvm shows some leaves from the hardware).
-    pub fn cpuid_authoritative(&self) -> bool {
-        self.flavour != Flavour::Pvm
+    /// Hide from a vCPU's CPUID `entries` (with `vendor`'s identity) what the host cannot
+    /// run: on kvm_pvm what its CPL0 emulator rejects (`pvm::emulator_cpuid`); a hardware
+    /// host's features pass through as KVM offers them.
+    pub fn limit_cpuid(&self, entries: &mut [kvm_cpuid_entry2], vendor: CpuVendor) {
+        if self.flavour == Flavour::Pvm {
+            pvm::emulator_cpuid::hide(entries, vendor);
+        }
+    }
+
+    /// MSRs that #GP because the host's CPUID no longer advertises them but its KVM would
+    /// take them (kvm_pvm's speculation controls); the filter routes them to the VMM.
+    pub fn unadvertised_msrs(&self) -> &'static [u32] {
+        match self.flavour {
+            Flavour::Pvm => &pvm::emulator_cpuid::UNADVERTISED_MSRS,
+            Flavour::Vmx | Flavour::Svm => &[],
+        }
+    }
+
+    /// The host's words on a Linux guest's command line, given KVM's supported CPUID
+    /// `supported`: on kvm_pvm a cheaper boot and `clearcpuid=` for the features it shows
+    /// from the hardware whatever KVM_SET_CPUID2 says; nothing on hardware hosts.
+    pub fn linux_cmdline(&self, supported: &[kvm_cpuid_entry2]) -> Vec<String> {
+        if self.flavour != Flavour::Pvm {
+            return Vec::new();
+        }
+        let mut leaves = pvm::emulator_cpuid::hardware_leaves();
+        leaves.extend_from_slice(supported);
+        let clearcpuid = pvm::emulator_cpuid::linux_clearcpuid(&leaves);
+        std::iter::once(pvm::linux::EMULATED_CMDLINE.to_owned()).chain(clearcpuid).collect()
     }
 
     /// What the VMM plants over a guest's RDPMC to get an exit (`rdpmc_traps`): an INT3
@@ -138,10 +170,10 @@ impl HostCaps {
     }
 
     /// How much faster than it runs a Linux guest is told its TSC runs: dilated where kernel
-    /// code is emulated (`loader::linux::tsc_scale`), the truth on hardware.
+    /// code is emulated (`pvm::linux::tsc_scale`), the truth on hardware.
     pub fn linux_tsc_scale(&self, tsc_khz: u64) -> u64 {
         match self.emulates_kernel() {
-            true => crate::loader::linux::tsc_scale(tsc_khz),
+            true => pvm::linux::tsc_scale(tsc_khz),
             false => 1,
         }
     }
@@ -198,8 +230,10 @@ mod tests {
     fn each_flavour_answers_the_seam_questions() {
         let pvm = HostCaps { flavour: Flavour::Pvm, vif: true, kvm_pmu_disable: false, cpu_vendor: CpuVendor::Amd };
         let svm = HostCaps { flavour: Flavour::Svm, vif: false, kvm_pmu_disable: true, cpu_vendor: CpuVendor::Amd };
-        assert!(pvm.emulates_kernel() && !pvm.cpuid_authoritative() && pvm.needs_syscall_repair());
-        assert!(!svm.emulates_kernel() && svm.cpuid_authoritative() && !svm.needs_syscall_repair());
+        assert!(pvm.emulates_kernel() && pvm.needs_syscall_repair() && !pvm.unadvertised_msrs().is_empty());
+        assert!(!svm.emulates_kernel() && !svm.needs_syscall_repair() && svm.unadvertised_msrs().is_empty());
+        assert!(svm.linux_cmdline(&[]).is_empty(), "a hardware host's Linux boots as a user has it");
+        assert!(pvm.linux_cmdline(&[])[0].starts_with("mitigations=off"));
         assert_eq!((pvm.rdpmc_trap(), svm.rdpmc_trap()), (TrapForm::Int3, TrapForm::PortOut));
         assert_eq!((pvm.linux_tsc_scale(2_500_000), svm.linux_tsc_scale(2_500_000)), (13, 1));
         assert_eq!(

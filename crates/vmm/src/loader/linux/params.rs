@@ -22,14 +22,8 @@ pub const DEFAULT_CMDLINE: &str = concat!(
     "io_delay=none tsc=reliable no_timer_check pci=off"
 );
 
-/// What makes a boot cheaper where the host emulates kernel code (kvm_pvm), added after
-/// [`DEFAULT_CMDLINE`] there only: a hardware host runs the kernel as a user would have it.
-pub const EMULATED_CMDLINE: &str =
-    "mitigations=off cryptomgr.notests random.trust_cpu=on audit=0 init_on_alloc=0 nosoftlockup";
-
-/// The kernel command line: perfvm's defaults, then the machine's own words (the host's
-/// `clearcpuid=`, features this host shows the guest whatever its CPUID says,
-/// `identity::linux_clearcpuid`; the TSC rate, `tsc_early_khz`), then the user's text.
+/// The kernel command line: perfvm's defaults, then the machine's own words (the host's,
+/// `HostCaps::linux_cmdline`; the TSC rate, `tsc_early_khz`), then the user's text.
 pub fn compose_cmdline(machine: &[Option<String>], user: &str) -> String {
     let machine = machine.iter().flatten().map(String::as_str);
     std::iter::once(DEFAULT_CMDLINE)

@@ -62,18 +62,3 @@ fn bad_payloads_are_one_line_errors() {
         assert_eq!(e.to_string().lines().count(), 1);
     }
 }
-
-#[test]
-fn the_dilated_tsc_fits_linuxs_deadline_clockevent() {
-    // Linux registers its TSC-deadline clockevent at tsc_khz * 125 Hz, a u32.
-    let fits = |tsc_khz: u64| tsc_khz * tsc_scale(tsc_khz) * 125 <= u64::from(u32::MAX);
-    assert_eq!(tsc_scale(2_499_998), 13, "a 2.5 GHz TSC: 13 x (14 x would wrap)");
-    assert!(2_499_998 * 14 * 125 > u64::from(u32::MAX));
-    for tsc_khz in [1_000, 100_000, 1_999_999, 2_445_000, 2_499_998, 3_700_000, 5_000_000] {
-        assert!(fits(tsc_khz) || tsc_scale(tsc_khz) == 1, "{tsc_khz} kHz");
-        assert!((1..=MAX_TSC_SCALE).contains(&tsc_scale(tsc_khz)));
-    }
-    assert_eq!(tsc_scale(100_000), MAX_TSC_SCALE, "a slow TSC gets the whole dilation");
-    assert_eq!(tsc_scale(40_000_000), 1, "a TSC past 34 GHz is told as it is");
-    assert_eq!(tsc_scale(0), MAX_TSC_SCALE, "unknown rate: the tables leave it out anyway");
-}
