@@ -44,6 +44,19 @@ pub enum Owed {
     Interrupt,
 }
 
+/// How a stepped entry ended (a #DB exit while stepping).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepExit {
+    /// The single-step trap: one instruction ran.
+    Stepped,
+    /// The CPU delivered exception `vector`: the step stopped at its handler's entry, on
+    /// the breakpoint there (`handler_watch`).
+    Delivered {
+        /// The exception's vector.
+        vector: u8,
+    },
+}
+
 /// What the next entry does about single-stepping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Debug {

@@ -9,6 +9,7 @@ use crate::kick;
 use crate::requests::RequestOrder;
 use crate::softint::FlagHome;
 use crate::stats::VcpuStats;
+use crate::stepping::StepExit;
 use crate::vpmu::{NmiSource, Owed, VcpuPmu};
 use kvm_ioctls::{VcpuExit, VcpuFd, VmFd};
 use pmu::MsrAccess;
@@ -293,15 +294,18 @@ impl Vcpu {
             Next::Step(pc, dr6) => {
                 let (fd, debug, mem) = (&mut self.fd, &mut self.guest_debug, &self.common.mem);
                 match self.syscall_repair.debug_exit(fd, debug, mem, pc) {
-                    Ok(DebugExit::Step) => match self.guest_debug.watched_hit(dr6) {
-                        Some(n) => self.delivered(pc, crate::handler_watch::VECTORS[n]),
-                        None => self.stepped(pc),
-                    },
+                    Ok(DebugExit::Step) => {
+                        let exit = match self.guest_debug.watched_hit(dr6) {
+                            Some(n) => StepExit::Delivered { vector: crate::handler_watch::VECTORS[n] },
+                            None => StepExit::Stepped,
+                        };
+                        self.stepped(pc, exit);
+                    }
                     Ok(DebugExit::Syscall) => {
                         *self.stats.completed.entry("syscall").or_default() += 1;
                         // The SYSCALL retired; stepping goes on at its entry.
                         let entry = self.fd.sync_regs().regs.rip;
-                        self.stepped(entry);
+                        self.stepped(entry, StepExit::Stepped);
                     }
                     Ok(DebugExit::Fault) => {}
                     Err(e) => return Some(self.failed(e.to_string())),
@@ -317,26 +321,21 @@ impl Vcpu {
         }
     }
 
-    /// A single-step of the exact backend completed at `pc`; a requested NMI may fall due.
-    fn stepped(&mut self, pc: u64) {
+    /// A step of the exact backend ended at `pc` as `exit` says; a requested NMI may fall due.
+    fn stepped(&mut self, pc: u64, exit: StepExit) {
         if self.guest_debug.step() == crate::stepping::Debug::Off && crate::host::caps().steps_by_cpu_tf() {
             self.drop_stray_step();
             return;
         }
+        if let StepExit::Delivered { .. } = exit {
+            *self.stats.completed.entry("exception-entry").or_default() += 1;
+        }
         if let Some(pmu) = &mut self.pmu {
-            pmu.on_step(&self.fd, &self.common.mem, pc);
+            pmu.on_step(&self.fd, &self.common.mem, pc, exit);
             if self.nmi_due.is_some_and(|due| pmu.stats().steps >= due) {
                 self.nmi_due = None;
                 self.nmi_request.store(true, Ordering::Release);
             }
-        }
-    }
-
-    /// Exception `vector` was delivered while stepping: the step stopped at its handler.
-    fn delivered(&mut self, pc: u64, vector: u8) {
-        *self.stats.completed.entry("exception-entry").or_default() += 1;
-        if let Some(pmu) = &mut self.pmu {
-            pmu.on_delivery(&self.fd, &self.common.mem, pc, vector);
         }
     }
 

@@ -279,14 +279,9 @@ impl VcpuPmu {
         self.steps.is_on()
     }
 
-    /// A single-step completed at `pc`: retire what ran (see `backends::retire`).
-    pub fn on_step(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64) {
-        self.steps.stepped(&mut self.pmu, self.account.stats_mut(), vcpu, mem, pc);
-    }
-
-    /// The CPU delivered exception `vector` while stepping; its handler begins at `pc`.
-    pub fn on_delivery(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64, vector: u8) {
-        self.steps.delivered(&mut self.pmu, self.account.stats_mut(), vcpu, mem, pc, vector);
+    /// A step ended at `pc` as `exit` says: retire what ran (see `backends::retire`).
+    pub fn on_step(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64, exit: crate::stepping::StepExit) {
+        self.steps.stepped(&mut self.pmu, self.account.stats_mut(), vcpu, mem, pc, exit);
     }
 
     /// An exit for a guest write (OUT, MMIO store): while stepping, it may have retired.

@@ -8,7 +8,7 @@ use crate::guest_debug::GuestDebug;
 use crate::linear::PageWalk;
 use crate::rdpmc_traps::RdpmcTraps;
 use crate::softint::FlagHome;
-use crate::stepping::{CodePages, Owed, Stepper, VcpuStep};
+use crate::stepping::{CodePages, Owed, StepExit, Stepper, VcpuStep};
 use crate::vmm_counts::Retired;
 use crate::vpmu_stats::VpmuStats;
 use kvm_ioctls::VcpuFd;
@@ -157,31 +157,10 @@ impl StepControl {
         }
     }
 
-    /// The CPU delivered exception `vector` while stepping, stopping at its handler's entry
-    /// `pc` (`handler_watch`): the faulting instruction retired nothing, the
-    /// frame loses the VMM's TF, and the handler is stepped.
-    pub(super) fn delivered(
-        &mut self,
-        pmu: &mut Pmu<Backend>,
-        stats: &mut VpmuStats,
-        vcpu: &VcpuFd,
-        mem: &GuestMemoryMmap,
-        pc: u64,
-        vector: u8,
-    ) {
-        if !self.stepper.is_on() {
-            return;
-        }
-        if let Ok(regs) = vcpu.get_regs() {
-            let sregs = &vcpu.sync_regs().sregs;
-            let _ =
-                crate::handler_watch::clear_saved_tf(&mut PageWalk::of(mem, sregs.cr3, sregs.cr4), regs.rsp, vector);
-        }
-        let (retirement, mut cpu, mut counting) = self.parts(pmu, stats, vcpu, mem);
-        retirement.delivered(&mut cpu, &mut counting, pc);
-    }
-
-    /// A single-step completed at `pc`: retire what ran (see `backends::retire`).
+    /// A single-step exit at `pc`: retire what ran (see `backends::retire`). Where the CPU
+    /// delivered an exception instead, stopping at its handler's entry (`handler_watch`),
+    /// the faulting instruction retired nothing, the frame loses the VMM's TF, and the
+    /// handler is stepped.
     pub(super) fn stepped(
         &mut self,
         pmu: &mut Pmu<Backend>,
@@ -189,8 +168,19 @@ impl StepControl {
         vcpu: &VcpuFd,
         mem: &GuestMemoryMmap,
         pc: u64,
+        exit: StepExit,
     ) {
         if !self.stepper.is_on() {
+            return;
+        }
+        if let StepExit::Delivered { vector } = exit {
+            if let Ok(regs) = vcpu.get_regs() {
+                let sregs = &vcpu.sync_regs().sregs;
+                let mut stack = PageWalk::of(mem, sregs.cr3, sregs.cr4);
+                let _ = crate::handler_watch::clear_saved_tf(&mut stack, regs.rsp, vector);
+            }
+            let (retirement, mut cpu, mut counting) = self.parts(pmu, stats, vcpu, mem);
+            retirement.delivered(&mut cpu, &mut counting, pc);
             return;
         }
         self.stepper.stepped();
