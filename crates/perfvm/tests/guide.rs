@@ -51,7 +51,7 @@ fn the_guide_guest_profiles_as_shown() {
     let out = build("guide-profile");
     let path = |name: &str| out.join(name).display().to_string();
     let (elf, json, pb) = (path("myguest.elf"), path("my.json"), path("my.pb.gz"));
-    let o = perfvm(&["record", "-a", "-g", "-F", "1000", "-o", &json, &elf]);
+    let o = perfvm(&["record", "-a", "-g", "-F", "10000", "-o", &json, &elf]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let o = perfvm(&["report", "-i", &json, "--no-children"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));

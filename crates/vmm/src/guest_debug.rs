@@ -11,9 +11,6 @@ use kvm_bindings::{
 };
 use kvm_ioctls::VcpuFd;
 
-/// DR7: L0, breakpoint 0 on execution (R/W0 = 00, LEN0 = 00).
-const DR7_L0_EXEC: u64 = 1;
-
 /// DR7's local enable of breakpoint `n` on execution (R/Wn = 00, LENn = 00).
 const fn dr7_local_exec(n: usize) -> u64 {
     1 << (2 * n)
@@ -139,7 +136,7 @@ impl GuestDebug {
         if let (Some(address), false) = (self.breakpoint, self.stepping_over) {
             dbg.control |= KVM_GUESTDBG_USE_HW_BP;
             dbg.arch.debugreg[0] = address;
-            dbg.arch.debugreg[7] = DR7_L0_EXEC;
+            dbg.arch.debugreg[7] = dr7_local_exec(0);
         } else if self.breakpoint.is_none() && self.step != Debug::Off {
             for (n, &handler) in self.watch.iter().enumerate() {
                 if let Some(address) = handler.filter(|&a| a != self.at) {
@@ -177,7 +174,7 @@ mod tests {
         let w = word(Debug::Blocked, Some(0xffff_ffff_8100_0000), false);
         let all = KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_SINGLESTEP | KVM_GUESTDBG_BLOCKIRQ | KVM_GUESTDBG_USE_HW_BP;
         assert_eq!(w.control, all);
-        assert_eq!((w.arch.debugreg[0], w.arch.debugreg[7]), (0xffff_ffff_8100_0000, DR7_L0_EXEC));
+        assert_eq!((w.arch.debugreg[0], w.arch.debugreg[7]), (0xffff_ffff_8100_0000, dr7_local_exec(0)));
         let window = word(Debug::Window, Some(0x1000), false);
         assert_eq!(window.control, all & !KVM_GUESTDBG_BLOCKIRQ, "the event window lets interrupts in");
     }
