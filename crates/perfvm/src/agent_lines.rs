@@ -91,7 +91,7 @@ impl AgentLinesToStderr {
             return None;
         }
         drop(writer); // fd 1 is now the pipe's only write end: restoring it ends the thread
-        let thread = std::thread::spawn(move || {
+        let thread = std::thread::Builder::new().name("agent-lines".into()).spawn(move || {
             // A helper: it only reads the pipe and writes to stdout and stderr.
             let confined = vmm::confine::confine_thread(vmm::confine::ThreadKind::Helper);
             if let Err(e) = &confined {
@@ -105,6 +105,7 @@ impl AgentLinesToStderr {
             }
             let _ = splitter.finish(&mut out, &mut err);
         });
+        let thread = thread.expect("spawning the agent-lines thread");
         Some(AgentLinesToStderr { stdout, thread: Some(thread) })
     }
 }

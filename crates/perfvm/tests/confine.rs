@@ -1,6 +1,7 @@
 //! Confinement (docs/SECURITY.md): every thread of a running VMM has its seccomp filter and
 //! no_new_privs; a forbidden system call kills the process with SIGSYS and one line saying
-//! which (through the test-only hook, vmm's `test-hooks` feature); `--seccomp off` warns.
+//! which (the call injected from outside with ptrace: `common::ptrace`); `--seccomp off`
+//! warns.
 
 mod common;
 use common::*;
@@ -58,19 +59,40 @@ fn every_thread_of_a_running_vm_is_confined() {
     }
 }
 
-/// Run `args` with the test hook making a forbidden call in the `kind` thread.
+/// The thread of each kind the confinement knows: the main one, a vCPU, stat's helper.
+fn thread_name(kind: &str) -> Option<&str> {
+    match kind {
+        "vmm" => None,
+        "vcpu" => Some("vcpu0"),
+        _ => Some("agent-lines"),
+    }
+}
+
+/// Run `args` and, once its `kind` thread is confined (with `--seccomp off`: once it runs),
+/// have that thread make a forbidden system call (getppid, which no filter allows).
 fn forbidden_call_in(kind: &str, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_perfvm")).args(args).env("PERFVM_TEST_FORBIDDEN_SYSCALL", kind).output().unwrap()
+    let child = Command::new(env!("CARGO_BIN_EXE_perfvm"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let confined = !args.contains(&"off");
+    let tid = ptrace::thread(child.id(), thread_name(kind), confined, Duration::from_secs(60)).unwrap();
+    ptrace::inject_syscall(tid, libc::SYS_getppid).unwrap();
+    child.wait_with_output().unwrap()
 }
 
 #[test]
 fn a_forbidden_call_kills_with_sigsys_and_one_line() {
     require_kvm!();
+    // Runs that last until the call comes: spin never exits, ftest runs for seconds.
+    let spin = &["run", "spin", "--timeout", "60"][..];
     for (kind, args) in [
-        ("vmm", &["run", "hello"][..]),
-        ("vcpu", &["run", "hello"]),
+        ("vmm", spin),
+        ("vcpu", spin),
         // stat's agent-line splitter is a helper thread.
-        ("helper", &["stat", "--native", "off", "hello"]),
+        ("helper", &["stat", "--native", "off", "ftest"]),
     ] {
         let o = forbidden_call_in(kind, args);
         assert_eq!(o.status.signal(), Some(libc::SIGSYS), "{kind}: {o:?}");
@@ -87,7 +109,7 @@ fn a_forbidden_call_kills_with_sigsys_and_one_line() {
 #[test]
 fn seccomp_off_warns_and_runs_unfiltered() {
     require_kvm!();
-    let o = forbidden_call_in("vcpu", &["run", "hello", "--seccomp", "off"]);
+    let o = forbidden_call_in("vmm", &["run", "hello", "--seccomp", "off"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(stderr(&o).contains("perfvm: warning: --seccomp off"), "{}", stderr(&o));
     assert!(stdout(&o).contains("Hello from perfvm"));
@@ -95,10 +117,17 @@ fn seccomp_off_warns_and_runs_unfiltered() {
 
 #[test]
 fn report_and_script_run_confined() {
-    // A hostile record file meets a confined reader: the hook fires in report's thread.
-    let rec = record_file("confined.json", &symbol_elf(), &[(0x210, &[], 1000)]);
-    let o = forbidden_call_in("vmm", &["report", "-i", &rec]);
+    // A hostile record file meets a confined reader: report confines its thread before it
+    // opens the file, here a FIFO nobody writes, where it waits for the injected call.
+    let fifo = std::env::temp_dir().join(format!("perfvm-confined-{}.fifo", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path we own.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "{}", std::io::Error::last_os_error());
+    let o = forbidden_call_in("vmm", &["report", "-i", fifo.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&fifo);
     assert_eq!(o.status.signal(), Some(libc::SIGSYS), "{o:?}");
+    let rec = record_file("confined.json", &symbol_elf(), &[(0x210, &[], 1000)]);
     let o = perfvm(&["script", "-i", &rec]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }

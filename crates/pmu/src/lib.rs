@@ -70,7 +70,6 @@ mod event;
 mod eventsel;
 mod filter;
 mod host;
-#[cfg(any(test, feature = "mock"))]
 mod mock;
 mod msr;
 mod overflow;
@@ -94,7 +93,8 @@ pub use error::{BackendError, ConfigError, RestoreError};
 pub use event::{ArchEvent, EventSet, FIXED_EVENTS};
 pub use eventsel::{EventSel, FixedCtrl};
 pub use filter::{FilterAction, FilterError, FilterFormat, PmuEventFilter};
-#[cfg(any(test, feature = "mock"))]
+/// The recording test double of `CountSource`, for tests of this crate and its users (no
+/// feature gate: the binary the tests run is the one a release build makes).
 pub use mock::{MockCall, MockEvent, MockSource};
 pub use msr::{Initiator, MsrAccess, MsrIndex, MsrRange};
 pub use pebs::{

@@ -1,4 +1,4 @@
-//! [`MockSource`]: a recording [`CountSource`] test double (feature `mock`).
+//! [`MockSource`]: a recording [`CountSource`] test double.
 
 use crate::backend::{CountSource, HostEventConfig};
 use crate::error::BackendError;

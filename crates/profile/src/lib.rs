@@ -45,7 +45,7 @@ pub mod symbols;
 pub mod table;
 #[cfg(test)]
 mod testdata;
-#[cfg(any(test, feature = "testing"))]
+/// Builders of small ELF images with function symbols, for tests of this crate and its users.
 pub mod testelf;
 #[cfg(test)]
 mod views;

@@ -1,6 +1,8 @@
 //! Helpers shared by the CLI integration tests.
 #![allow(dead_code)]
 
+pub mod ptrace;
+
 use std::io::Write;
 use std::process::{Command, Output};
 

@@ -115,20 +115,5 @@ pub fn confine_thread(kind: ThreadKind) -> Result<(), ConfineError> {
         }
         CONFINED.with(|c| c.set(true));
     }
-    test_hook(kind);
     Ok(())
 }
-
-/// Tests only (vmm's `test-hooks` feature, which perfvm's tests turn on): make a forbidden
-/// system call in the thread kind named by PERFVM_TEST_FORBIDDEN_SYSCALL, right after its
-/// filter is in, to prove the trap and its one-line explanation.
-#[cfg(feature = "test-hooks")]
-fn test_hook(kind: ThreadKind) {
-    if std::env::var("PERFVM_TEST_FORBIDDEN_SYSCALL").as_deref() == Ok(kind.name()) {
-        // SAFETY: getppid has no arguments and no effect; no filter allows it.
-        unsafe { libc::syscall(libc::SYS_getppid) };
-    }
-}
-
-#[cfg(not(feature = "test-hooks"))]
-fn test_hook(_: ThreadKind) {}

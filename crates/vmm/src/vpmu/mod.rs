@@ -25,8 +25,6 @@ use accounting::Accounting;
 pub use accounting::NmiSource;
 use kvm_ioctls::{VcpuFd, VmFd};
 use notifications::Notifications;
-#[cfg(feature = "test-hooks")]
-pub use notifications::DROP_ENV;
 use pmu::{Initiator, MsrAccess, MsrIndex, Pmu, PmuStats};
 use pv_state::PvState;
 use std::collections::HashMap;
