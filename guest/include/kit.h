@@ -28,8 +28,8 @@ void exit(int code) __attribute__((noreturn));
 extern int kit_full_speed;
 
 /* A workload's size: argv[i] (strtoul base 0) when given, else the default for its speed:
- * `emulated` (~1 us per instruction, or single-stepped) or `native` (host speed; see
- * README.md). */
+ * `emulated` (~1 us per instruction, or single-stepped) or `native` (host speed, natively
+ * or in hardware; docs/BACKENDS.md, "Native speed, measured"). */
 unsigned long size_arg(int argc, char **argv, int i, unsigned long emulated, unsigned long native);
 
 /* Iterations of a busy-wait sized for the emulator (~10^6 instructions/s), scaled by 1000
