@@ -1,6 +1,6 @@
 /*
  * syscall_probe: how a host enters SYSCALL from (native) user mode, and perfvm's repair
- * (crates/vmm/src/syscall_entry.rs). Booted as a "Linux" kernel (wrapped in a bzImage by
+ * (crates/vmm/src/host/pvm/syscall_entry.rs). Booted as a "Linux" kernel (wrapped in a bzImage by
  * crates/perfvm/tests/syscall_probe.rs) so perfvm treats it as one. Shaped like Linux: its
  * GDT (kernel CS 0x10, user CS 0x33), STAR/LSTAR/FMASK, a TSS, an IDT with a #PF handler, a
  * supervisor-only entry page, and an entry that does SWAPGS, switches to a per-CPU stack

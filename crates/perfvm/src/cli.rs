@@ -303,7 +303,7 @@ pub struct PmuArgs {
     /// Most share of vCPU time (percent) the VMM spends handling overflow notifications
     /// before it stretches sampling periods, like perf's perf_cpu_time_max_percent (100:
     /// never throttle).
-    #[arg(long, value_name = "PCT", default_value_t = vmm::throttle::DEFAULT_MAX_PERCENT,
+    #[arg(long, value_name = "PCT", default_value_t = vmm::vpmu::throttle::DEFAULT_MAX_PERCENT,
           value_parser = clap::value_parser!(u8).range(1..=100))]
     pub pmi_max_percent: u8,
 }
@@ -321,11 +321,11 @@ pub enum VendorArg {
     Amd,
 }
 
-impl From<VendorArg> for vmm::identity::CpuVendor {
+impl From<VendorArg> for vmm::arch::x86_64::identity::CpuVendor {
     fn from(v: VendorArg) -> Self {
         match v {
-            VendorArg::Intel => vmm::identity::CpuVendor::Intel,
-            VendorArg::Amd => vmm::identity::CpuVendor::Amd,
+            VendorArg::Intel => vmm::arch::x86_64::identity::CpuVendor::Intel,
+            VendorArg::Amd => vmm::arch::x86_64::identity::CpuVendor::Amd,
         }
     }
 }

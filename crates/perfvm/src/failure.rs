@@ -23,7 +23,7 @@ pub enum Failure {
         message: String,
     },
     /// SIGINT or SIGTERM stopped the work (exit 130 or 143, as a shell reports it).
-    #[error("{what} interrupted by {}", vmm::exit::stop_signal_name(*signal))]
+    #[error("{what} interrupted by {}", vmm::vstate::exit::stop_signal_name(*signal))]
     Interrupted {
         /// What was stopped.
         what: String,

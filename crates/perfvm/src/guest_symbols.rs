@@ -33,7 +33,7 @@ pub fn resolver(bytes: &[u8], name: &str, lines: bool) -> (Resolver, Vec<String>
         Ok(elf) => elf,
         Err(e) => return (Resolver::default(), vec![format!("{name}: {e}: addresses show as [unknown]")]),
     };
-    let Some(kernel) = vmm::kallsyms::of_elf(&elf) else {
+    let Some(kernel) = vmm::profiling::kallsyms::of_elf(&elf) else {
         return (
             Resolver::default(),
             vec![format!("{name}: no symbols and no kallsyms tables: addresses show as [unknown]")],

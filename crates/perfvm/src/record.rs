@@ -13,8 +13,8 @@ use profile::agent::Order;
 use profile::events::{self, Event};
 use profile::{Mode, Notifications, Profile, Record, Sample, SampledEvent, FORMAT};
 use std::time::Instant;
-use vmm::sampler::CallGraph;
-use vmm::unwind::cfi_section;
+use vmm::profiling::sampler::CallGraph;
+use vmm::profiling::unwind::cfi_section;
 use vmm::VmConfig;
 
 /// What one recorded run gives.
@@ -126,8 +126,11 @@ pub fn record(
         Mode::Sampled => Order::Record { events: events.to_vec(), period, callchain: callgraph.is_some() }
             .cmdline(vendor, args, &extra),
         Mode::Vcpus => {
-            config.sampling =
-                Some(vmm::sampler::SamplingConfig { period, callchain: callgraph, max_samples: config.max_samples });
+            config.sampling = Some(vmm::profiling::sampler::SamplingConfig {
+                period,
+                callchain: callgraph,
+                max_samples: config.max_samples,
+            });
             [args.join(" "), extra].iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>().join(" ")
         }
     };

@@ -5,7 +5,7 @@ use crate::guests;
 use crate::Failure;
 use serde_json::json;
 use std::time::{Duration, Instant};
-use vmm::vm::{BackendKind, PmuSettings};
+use vmm::vstate::vm::{BackendKind, PmuSettings};
 use vmm::{RunReport, Vm, VmConfig};
 
 /// The PMU options as VM settings.
@@ -91,8 +91,8 @@ pub fn vm_config(args: &VmArgs, capture_console: bool) -> Result<VmConfig, Failu
         native: args.native.into(),
         cpu_vendor: args.cpu_vendor.map_or_else(|| vmm::host::caps().default_identity(), Into::into),
         request_order: match args.pmu.request_order {
-            OrderArg::PmiFirst => vmm::requests::RequestOrder::PmiFirst,
-            OrderArg::Legacy => vmm::requests::RequestOrder::Legacy,
+            OrderArg::PmiFirst => vmm::vstate::requests::RequestOrder::PmiFirst,
+            OrderArg::Legacy => vmm::vstate::requests::RequestOrder::Legacy,
         },
         nmi_interval: match args.pmu.nmi_every {
             Some(ms) if !(ms > 0.0 && ms.is_finite()) => {

@@ -12,7 +12,7 @@ use profile::events;
 use serde_json::json;
 use std::time::Instant;
 use vmm::devices::{AgentData, COUNT_UNSUPPORTED};
-use vmm::vm::BackendKind;
+use vmm::vstate::vm::BackendKind;
 use vmm::RunReport;
 
 /// The events the exact backend counts.

@@ -8,8 +8,8 @@ use pmu::{ArchEvent, EventSet};
 use profile::counts::{Count, Run};
 use profile::counts::{Line, Status};
 use profile::events::{self, Event, Levels};
-use vmm::vm::BackendKind;
-use vmm::vmm_counts::{Retired, VcpuCounts};
+use vmm::profiling::counts::{Retired, VcpuCounts};
+use vmm::vstate::vm::BackendKind;
 use vmm::RunReport;
 
 /// The events `stat -a` counts on `backend`.
@@ -133,7 +133,7 @@ pub fn apply_levels(lines: &mut [Line], events: &[Event], clock: bool) -> Vec<St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vmm::vmm_counts::{CounterView, Retired};
+    use vmm::profiling::counts::{CounterView, Retired};
 
     fn view(event: ArchEvent, value: u64) -> CounterView {
         let (select, umask) = event.select();

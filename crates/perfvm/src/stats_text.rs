@@ -1,7 +1,7 @@
 //! `--stats` as text: the VM's and the vPMU's statistics in the tables perf users read.
 
-use vmm::pmu_report::PmuReport;
 use vmm::stats::VmStats;
+use vmm::vpmu::report::PmuReport;
 
 /// KVM statistics `--stats` shows per vCPU (all are in `--json`).
 const KVM_STATS_SHOWN: [&str; 6] =

@@ -83,7 +83,7 @@ fn seeds(name: &str) -> Vec<Vec<u8>> {
         // (MSR, pad, value): EVENTSEL0, PMC0, GLOBAL_CTRL, and one that faults.
         "pv_page" => (1..=3)
             .map(|v| {
-                let size = vmm::pv::expected_size(v).unwrap_or(64);
+                let size = vmm::vpmu::pv::expected_size(v).unwrap_or(64);
                 let head = u32s(&[v, 0, size, 0, 4, 0, 0, 0]);
                 let entries = u32s(&[0x186, 0, 0x43_003c, 0, 0xc1, 0, 5, 0, 0x38f, 0, 1, 0, 0x999, 0, 1, 0]);
                 [head, entries].concat()

@@ -38,7 +38,7 @@ fn legacy_order_cancels_an_entry_per_late_pmi() {
 #[test]
 fn idle_pmu_costs_no_syscall_per_exit() {
     require_kvm!();
-    if let Some(reason) = vmm::syscount::unavailable_reason() {
+    if let Some(reason) = vmm::stats::syscount::unavailable_reason() {
         common::skip("idle_pmu_costs_no_syscall_per_exit", &reason);
         return;
     }

@@ -1,23 +1,23 @@
 //! The one place that wires a VM: KVM objects, guest memory, the image and boot data,
 //! CPUID and identity, the vPMUs and the MSR filter, devices and vCPUs.
 
+use crate::arch::x86_64::boot::{self, BootParams};
+use crate::arch::x86_64::layout::{MAX_MEM_MIB, MAX_VCPUS, MIN_MEM_MIB};
 use crate::backends::clock::ClockSource;
 use crate::backends::exact::ExactSource;
 use crate::backends::perf::{EventBudget, PerfMode, PerfSource};
 use crate::backends::Backend;
-use crate::boot::{self, BootParams};
 use crate::config::{BackendKind, PmuSettings, VmConfig};
 use crate::devices::{AgentPort, Console, FwCfg, PcDevices, PioBus, SerialIrq, SerialPort, SERIAL_IRQ};
 use crate::error::{ioctl, memory, VmError};
 use crate::host::pvm::native;
-use crate::kvm::open_kvm;
-use crate::layout::{MAX_MEM_MIB, MAX_VCPUS, MIN_MEM_MIB};
 use crate::loader::{load_guest, BootProtocol, KernelImage};
-use crate::pmu_report::PmuReport;
-use crate::rdpmc_traps::RdpmcTraps;
-use crate::vcpu::{Shared, Vcpu, VcpuCommon};
-use crate::vm::Vm;
+use crate::vpmu::rdpmc_traps::RdpmcTraps;
+use crate::vpmu::report::PmuReport;
 use crate::vpmu::{VcpuPmu, VpmuOptions};
+use crate::vstate::kvm::open_kvm;
+use crate::vstate::vcpu::{Shared, Vcpu, VcpuCommon};
+use crate::vstate::vm::Vm;
 use kvm_bindings::{kvm_enable_cap, KVM_CAP_X86_USER_SPACE_MSR, KVM_MSR_EXIT_REASON_FILTER};
 use kvm_bindings::{kvm_mp_state, kvm_userspace_memory_region, CpuId, KVM_MAX_CPUID_ENTRIES, KVM_MP_STATE_RUNNABLE};
 use kvm_ioctls::{MsrFilterDefaultAction, MsrFilterRange, MsrFilterRangeFlags};
@@ -74,7 +74,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         // SAFETY: the region maps memory owned by `mem`, which outlives the VM fd (both in Vm).
         unsafe { vm.set_user_memory_region(region) }.map_err(ioctl("KVM_SET_USER_MEMORY_REGION"))?;
     }
-    vm.set_tss_address(crate::layout::KVM_TSS_ADDR as usize).map_err(ioctl("KVM_SET_TSS_ADDR"))?;
+    vm.set_tss_address(crate::arch::x86_64::layout::KVM_TSS_ADDR as usize).map_err(ioctl("KVM_SET_TSS_ADDR"))?;
     vm.create_irq_chip().map_err(ioctl("KVM_CREATE_IRQCHIP"))?;
     let linux = image.protocol == BootProtocol::Linux64;
     if linux {
@@ -84,8 +84,8 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     }
     boot::load_image(&mem, &image, &bytes).map_err(memory("loading the kernel"))?;
     // The CFI is read once per VM, only for call chains that use it.
-    let dwarf = config.sampling.is_some_and(|s| s.callchain == Some(crate::sampler::CallGraph::Dwarf));
-    let unwinder = dwarf.then(|| crate::unwind::GuestUnwinder::from_elf(&bytes).map(Arc::new)).flatten();
+    let dwarf = config.sampling.is_some_and(|s| s.callchain == Some(crate::profiling::sampler::CallGraph::Dwarf));
+    let unwinder = dwarf.then(|| crate::profiling::unwind::GuestUnwinder::from_elf(&bytes).map(Arc::new)).flatten();
     // RDPMC gives the VMM no exit on any host (KVM #GPs it, or answers from its own PMU):
     // a guest gets its RDPMC instructions trapped wherever its symbols show them (Linux reads
     // every counter so), with the trap the host exits on (`HostCaps::rdpmc_trap`). In
@@ -100,8 +100,8 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
 
     let cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES).map_err(ioctl("KVM_GET_SUPPORTED_CPUID"))?;
     // Guests learn how their vPMU counts from perfvm's own leaf.
-    let backend = crate::perfvm_leaf::Backend::from(config.pmu.as_ref().map(|p| p.backend));
-    let guest_cpuid = crate::perfvm_leaf::with_leaves(&cpuid, backend);
+    let backend = crate::arch::x86_64::perfvm_leaf::Backend::from(config.pmu.as_ref().map(|p| p.backend));
+    let guest_cpuid = crate::arch::x86_64::perfvm_leaf::with_leaves(&cpuid, backend);
     let mut fds = Vec::new();
     for index in 0..config.vcpus {
         fds.push(vm.create_vcpu(u64::from(index)).map_err(ioctl("KVM_CREATE_VCPU"))?);
@@ -127,7 +127,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
             _ => host.needs_syscall_repair(),
         };
     route_msrs(&vm, pmus.first(), syscall_repair, host)?;
-    let mut cpu = crate::identity::CpuReport {
+    let mut cpu = crate::arch::x86_64::identity::CpuReport {
         pmu: match pmus.first() {
             Some(p) => describe_pmu(p.model().caps()),
             None => "none (--pmu off)".into(),
@@ -138,10 +138,10 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     for (index, fd) in fds.iter().enumerate() {
         let caps = pmus.get(index).map(|p| *p.model().caps());
         let vcpu_cpuid = setup_vcpu(fd, &guest_cpuid, index as u32, &image, caps.as_ref(), config.cpu_vendor, tsc_khz)?;
-        cpu.vendor = crate::identity::vendor_string(vcpu_cpuid.as_slice());
-        let table = crate::layout::CPUID_TABLE_BASE + index as u64 * 0x1000;
-        cpuid_entries =
-            crate::cpuid::write_table(&mem, table, &vcpu_cpuid).map_err(memory("writing the CPUID table"))?;
+        cpu.vendor = crate::arch::x86_64::identity::vendor_string(vcpu_cpuid.as_slice());
+        let table = crate::arch::x86_64::layout::CPUID_TABLE_BASE + index as u64 * 0x1000;
+        cpuid_entries = crate::arch::x86_64::cpuid::write_table(&mem, table, &vcpu_cpuid)
+            .map_err(memory("writing the CPUID table"))?;
         if execution.native {
             native::register_vif(fd, native::vif_page(index as u32)).map_err(VmError::Vif)?;
         }
@@ -152,7 +152,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     } else {
         format!("{} {}", config.kernel_arg0, config.cmdline)
     };
-    let vif_base = execution.native.then_some(crate::layout::VIF_BASE);
+    let vif_base = execution.native.then_some(crate::arch::x86_64::layout::VIF_BASE);
     let stepped = config.pmu.as_ref().is_some_and(|p| p.backend == BackendKind::Exact);
     let hardware = !host.emulates_kernel();
     let params =
@@ -243,7 +243,7 @@ fn write_linux_boot(
     let mut machine: Vec<Option<String>> = host.linux_cmdline(host_cpuid.as_slice()).into_iter().map(Some).collect();
     // The Intel identity tells the TSC rate in CPUID 0x15/0x16; Linux reads those only on
     // Intel, so the AMD identity says it on the command line.
-    let amd_tsc = (config.cpu_vendor == crate::identity::CpuVendor::Amd && tsc_khz > 0)
+    let amd_tsc = (config.cpu_vendor == crate::arch::x86_64::identity::CpuVendor::Amd && tsc_khz > 0)
         .then(|| params::tsc_early_khz(tsc_khz.saturating_mul(host.linux_tsc_scale(tsc_khz))));
     machine.push(amd_tsc);
     let cmdline = params::compose_cmdline(&machine, &config.cmdline);
@@ -301,8 +301,8 @@ fn build_pmus(
                 long_mode,
                 vif: native.then(|| native::vif_page(index)),
                 throttle: throttled.then(|| {
-                    let exit_ns = crate::transition::roundtrip_ns(native).unwrap_or(0);
-                    crate::throttle::Throttle::new(settings.pmi_max_percent, exit_ns)
+                    let exit_ns = crate::vpmu::transition::roundtrip_ns(native).unwrap_or(0);
+                    crate::vpmu::throttle::Throttle::new(settings.pmi_max_percent, exit_ns)
                 }),
                 pv_offered: settings.pv,
                 trace_rips: settings.trace_rips && exact,
@@ -325,7 +325,7 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool, host: &crate::host:
     if let Some(p) = pmu {
         // Every PMU MSR of either vendor goes to the model, which #GPs what this PMU lacks
         // (KVM's own fallback reads 0 from some of them, e.g. the P6 and K7 counters).
-        ranges.extend(crate::identity::PMU_MSR_RANGES);
+        ranges.extend(crate::arch::x86_64::identity::PMU_MSR_RANGES);
         let covered = |msr: u32| ranges.iter().any(|&(base, n)| (base..base + n).contains(&msr));
         let own: Vec<(u32, u32)> =
             p.model().msr_ranges().iter().map(|r| (r.base.0, r.count)).filter(|&(base, _)| !covered(base)).collect();
@@ -333,7 +333,7 @@ fn route_msrs(vm: &VmFd, pmu: Option<&VcpuPmu>, linux: bool, host: &crate::host:
     }
     // MSRs the host's KVM would take that its CPUID no longer advertises: they #GP here.
     ranges.extend(host.unadvertised_msrs().iter().map(|&msr| (msr, 1)));
-    ranges.extend(crate::identity::LBR_MSR_RANGES);
+    ranges.extend(crate::arch::x86_64::identity::LBR_MSR_RANGES);
     let denied: std::collections::BTreeSet<u32> = ranges.iter().flat_map(|&(base, n)| base..base + n).collect();
     let grouped = filter_ranges(&denied);
     let mut filter: Vec<MsrFilterRange> = grouped
@@ -395,13 +395,13 @@ fn setup_vcpu(
     index: u32,
     image: &KernelImage,
     pmu: Option<&pmu::PmuCaps>,
-    vendor: crate::identity::CpuVendor,
+    vendor: crate::arch::x86_64::identity::CpuVendor,
     tsc_khz: u64,
 ) -> Result<CpuId, VmError> {
     let host = crate::host::caps();
-    let mut cpuid = crate::cpuid::for_vcpu(supported, index, pmu, vendor, host);
+    let mut cpuid = crate::arch::x86_64::cpuid::for_vcpu(supported, index, pmu, vendor, host);
     let scale = if image.protocol == BootProtocol::Linux64 { host.linux_tsc_scale(tsc_khz) } else { 1 };
-    crate::cpuid::add_tsc_leaves(&mut cpuid, vendor, tsc_khz, scale);
+    crate::arch::x86_64::cpuid::add_tsc_leaves(&mut cpuid, vendor, tsc_khz, scale);
     fd.set_cpuid2(&cpuid).map_err(ioctl("KVM_SET_CPUID2"))?;
     let mut sregs = fd.get_sregs().map_err(ioctl("KVM_GET_SREGS"))?;
     boot::setup_sregs(&mut sregs, image.protocol);
@@ -433,9 +433,9 @@ mod tests {
 
     #[test]
     fn every_msr_perfvm_routes_fits_kvms_sixteen_ranges() {
-        let mut denied: std::collections::BTreeSet<u32> = crate::identity::PMU_MSR_RANGES
+        let mut denied: std::collections::BTreeSet<u32> = crate::arch::x86_64::identity::PMU_MSR_RANGES
             .iter()
-            .chain(&crate::identity::LBR_MSR_RANGES)
+            .chain(&crate::arch::x86_64::identity::LBR_MSR_RANGES)
             .flat_map(|&(base, n)| base..base + n)
             .collect();
         denied.extend(crate::host::pvm::emulator_cpuid::UNADVERTISED_MSRS);

@@ -2,7 +2,7 @@
 
 use crate::devices::DEFAULT_MAX_SAMPLES;
 use crate::host::pvm::native::NativeMode;
-use crate::requests::RequestOrder;
+use crate::vstate::requests::RequestOrder;
 use pmu::Policy;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -42,9 +42,9 @@ pub struct VmConfig {
     /// Whether the vCPUs run natively (`--native`).
     pub native: NativeMode,
     /// The CPU the guest is told it runs on (`identity.rs`).
-    pub cpu_vendor: crate::identity::CpuVendor,
+    pub cpu_vendor: crate::arch::x86_64::identity::CpuVendor,
     /// Sample every vCPU from the VMM (`record -a`).
-    pub sampling: Option<crate::sampler::SamplingConfig>,
+    pub sampling: Option<crate::profiling::sampler::SamplingConfig>,
 }
 
 /// Which backend counts for the virtual counters.
@@ -95,7 +95,7 @@ impl Default for PmuSettings {
             pv: true,
             filter: None,
             pebs: false,
-            pmi_max_percent: crate::throttle::DEFAULT_MAX_PERCENT,
+            pmi_max_percent: crate::vpmu::throttle::DEFAULT_MAX_PERCENT,
             count_retired: false,
         }
     }

@@ -1,7 +1,7 @@
 //! Why a VM could not be built: one variant per kind of failure, each a one-line message.
 
-use crate::kvm::KvmError;
 use crate::loader::LoadError;
+use crate::vstate::kvm::KvmError;
 use thiserror::Error;
 
 /// Why a VM could not be built. All are the user's input or the host, reported in one line.

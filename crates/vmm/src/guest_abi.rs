@@ -265,8 +265,8 @@ layouts! {
 
 /// The headers' constants both sides use, by their C names (compared by `tests/guest_abi.rs`).
 pub const CONSTANTS: &[(&str, u64)] = {
-    use crate::layout::*;
-    use crate::perfvm_leaf::{Backend, SIGNATURE, SIGNATURE_LEAF, VPMU_LEAF};
+    use crate::arch::x86_64::layout::*;
+    use crate::arch::x86_64::perfvm_leaf::{Backend, SIGNATURE, SIGNATURE_LEAF, VPMU_LEAF};
     &[
         ("PERFVM_AGENT_MAGIC", AGENT_MAGIC as u64),
         ("PERFVM_PORT_AGENT", crate::devices::AGENT_PORT as u64),
@@ -289,12 +289,12 @@ pub const CONSTANTS: &[(&str, u64)] = {
         ("PERFVM_BACKEND_NONE", Backend::None as u64),
         ("PERFVM_BACKEND_PERF", Backend::Perf as u64),
         ("PERFVM_BACKEND_EXACT", Backend::Exact as u64),
-        ("PERFVM_PORT_PV_REGISTER", crate::pv::REGISTER_PORT as u64),
-        ("PERFVM_PORT_PV_DOORBELL", crate::pv::DOORBELL_PORT as u64),
-        ("PV_HOST_VERSION", crate::pv::HOST_VERSION as u64),
+        ("PERFVM_PORT_PV_REGISTER", crate::vpmu::pv::REGISTER_PORT as u64),
+        ("PERFVM_PORT_PV_DOORBELL", crate::vpmu::pv::DOORBELL_PORT as u64),
+        ("PV_HOST_VERSION", crate::vpmu::pv::HOST_VERSION as u64),
         ("PV_COUNTERS", pmu::PMC_SLOTS as u64),
-        ("sizeof(struct pv_page_v2)", crate::pv::V2_SIZE as u64),
-        ("sizeof(struct pv_sampling)", crate::pv_sampling::SIZE as u64),
+        ("sizeof(struct pv_page_v2)", crate::vpmu::pv::V2_SIZE as u64),
+        ("sizeof(struct pv_sampling)", crate::vpmu::pv::sampling::SIZE as u64),
     ]
 };
 

@@ -1,54 +1,37 @@
-//! perfvm's KVM plumbing: guest memory, boot, loaders, devices, vCPU run loop.
+//! perfvm's VMM: KVM state and the vCPU loop, x86 guest setup, loaders, devices, the vPMU's
+//! VMM side, the counting backends, the host seam, profiling, confinement and statistics.
 #![deny(missing_docs)]
 
+// x86-64 guest setup: boot structures, memory layout, CPUID and the guest's CPU identity.
+pub mod arch;
+// Counting backends: host perf events, one software clock, the exact (single-step) backend.
 pub mod backends;
-pub mod boot;
+// Reading a user-named file with a bound on its size.
 pub mod bounded;
+// The one place that wires a VM.
 pub mod builder;
+// What a VM is built from: the configuration the CLI fills in.
 pub mod config;
+// Confining the VMM's threads: seccomp filters, no_new_privs, dropped capabilities.
 pub mod confine;
-pub mod cpuid;
+// Port-IO devices and the bus that routes guest IN/OUT to them.
 pub mod devices;
-mod dispatch;
+// Why a VM could not be built.
 pub mod error;
-pub mod exit;
+// The guest ABIs' structs and constants as the C headers in guest/include/abi lay them out.
 pub mod guest_abi;
-pub mod guest_debug;
-pub mod guest_tsc;
-pub mod handler_watch;
+// The host seam: which KVM this is, and every answer that differs between hosts.
 pub mod host;
-pub mod host_profile;
-pub mod identity;
-pub mod inject;
-pub mod kallsyms;
-pub mod kick;
-pub mod kvm;
-pub mod kvm_stats;
-pub mod layout;
-pub mod linear;
+// Guest images: ELF, multiboot, Linux bzImage, synthetic test guests.
 pub mod loader;
-pub mod pebs;
-pub mod perfvm_leaf;
-pub mod pmi;
-pub mod pmu_report;
-pub mod pv;
-pub mod pv_sampling;
-pub mod rdpmc_traps;
-pub mod requests;
-pub mod sampler;
-pub mod softint;
+// Profiling from the VMM: vCPU sampling and unwinding, VMM-side counts, kernel symbols.
+pub mod profiling;
+// Run statistics: VM exits, KVM's own per-vCPU statistics, syscall counts.
 pub mod stats;
-pub mod stepping;
-pub mod syscount;
-pub mod throttle;
-pub mod transition;
-pub mod unwind;
-pub mod vcpu;
-pub mod vcpu_msr;
-pub mod vm;
-pub mod vmm_counts;
+// The vPMU's VMM side: `VcpuPmu`, PMI delivery, the PV page, PEBS, RDPMC traps, its costs.
 pub mod vpmu;
-pub mod vpmu_stats;
+// KVM state and the vCPU loop: /dev/kvm, the VM, vCPU threads, exits, and vCPU state.
+pub mod vstate;
 
-pub use exit::VmEnd;
-pub use vm::{RunReport, Vm, VmConfig, VmError};
+pub use vstate::exit::VmEnd;
+pub use vstate::vm::{RunReport, Vm, VmConfig, VmError};

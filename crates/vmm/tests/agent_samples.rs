@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use vmm::host::pvm::native::NativeMode;
-use vmm::vm::PmuSettings;
+use vmm::vstate::vm::PmuSettings;
 use vmm::{Vm, VmConfig};
 
 fn skip(reason: &str) {
-    vmm::kvm::skip_test("agent_samples", reason);
+    vmm::vstate::kvm::skip_test("agent_samples", reason);
 }
 
 fn run(kernel: &Path, native: NativeMode, orders: &str) -> vmm::RunReport {
@@ -28,7 +28,7 @@ fn run(kernel: &Path, native: NativeMode, orders: &str) -> vmm::RunReport {
 
 #[test]
 fn samples_have_time_and_frame_pointer_call_chains() {
-    if let Some(reason) = vmm::kvm::unavailable_reason() {
+    if let Some(reason) = vmm::vstate::kvm::unavailable_reason() {
         return skip(&format!("needs /dev/kvm: {reason}"));
     }
     let kernel = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../guest/build/ftest.elf");

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::time::Instant;
-use vmm::vm::PmuSettings;
+use vmm::vstate::vm::PmuSettings;
 use vmm::{Vm, VmConfig};
 
 fn open_fds() -> usize {
@@ -17,12 +17,12 @@ fn guest(name: &str) -> Option<PathBuf> {
 
 #[test]
 fn fds_return_to_baseline_after_each_vm() {
-    if let Some(reason) = vmm::kvm::unavailable_reason() {
-        vmm::kvm::skip_test("fds_return_to_baseline_after_each_vm", &format!("needs /dev/kvm: {reason}"));
+    if let Some(reason) = vmm::vstate::kvm::unavailable_reason() {
+        vmm::vstate::kvm::skip_test("fds_return_to_baseline_after_each_vm", &format!("needs /dev/kvm: {reason}"));
         return;
     }
     let Some(kernel) = guest("pmu_arch") else {
-        vmm::kvm::skip_test(
+        vmm::vstate::kvm::skip_test(
             "fds_return_to_baseline_after_each_vm",
             "guest/build/pmu_arch.elf not built (cargo build builds it)",
         );

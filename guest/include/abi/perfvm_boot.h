@@ -1,5 +1,5 @@
 /*
- * The perfvm direct-boot protocol: the contract between the VMM (crates/vmm/src/boot.rs)
+ * The perfvm direct-boot protocol: the contract between the VMM (crates/vmm/src/arch/x86_64/boot.rs)
  * and guest kernels built from guest/. Keep both sides in step.
  *
  * Every vCPU starts in 64-bit long mode at the ELF entry point with:

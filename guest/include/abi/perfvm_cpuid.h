@@ -1,5 +1,5 @@
 /*
- * perfvm's own CPUID leaves: the contract between the VMM (crates/vmm/src/cpuid.rs,
+ * perfvm's own CPUID leaves: the contract between the VMM (crates/vmm/src/arch/x86_64/cpuid.rs,
  * `perfvm_leaves`) and any guest, so a guest learns from the VMM how its vPMU counts instead
  * of being told on its command line. Outside KVM's 0x40000000 range, at the next hypervisor
  * base (as a second hypervisor interface sits beside KVM's or Hyper-V's).

@@ -1,6 +1,6 @@
 /*
  * The perfvm paravirtual PMU page: one 4 KiB page per vCPU, shared by guest and VMM
- * (crates/vmm/src/pv.rs). Modelled on KVM's first paravirt interface (kvm_vcpu_para_state):
+ * (crates/vmm/src/vpmu/pv/mod.rs). Modelled on KVM's first paravirt interface (kvm_vcpu_para_state):
  * versioned, and "new host + old guest and new host + new guest" both work; a guest newer
  * than the host, or a size the host does not expect, is refused and the guest falls back to
  * plain MSRs.

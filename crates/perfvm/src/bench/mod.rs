@@ -28,7 +28,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use vmm::host::pvm::native::NativeMode;
-use vmm::vm::PmuSettings;
+use vmm::vstate::vm::PmuSettings;
 use vmm::{RunReport, Vm, VmConfig};
 
 /// The suites, in the order `perfvm bench` runs them.
@@ -89,7 +89,7 @@ pub fn runs_natively(config: &VmConfig, mode: NativeMode) -> bool {
     match mode {
         NativeMode::Off => false,
         NativeMode::On => true,
-        NativeMode::Auto => vmm::vm::prepare(config)
+        NativeMode::Auto => vmm::vstate::vm::prepare(config)
             .ok()
             .and_then(|(image, _)| vmm::host::pvm::native::decide(mode, &image, vmm::host::caps()).ok())
             .is_some_and(|e| e.native),
@@ -118,7 +118,7 @@ impl Bench {
         measure: impl FnOnce() -> Result<T, Failure>,
     ) -> Result<Option<T>, Failure> {
         let result = self.attempt_in_mode(mode, what, measure);
-        match vmm::kick::termination() {
+        match vmm::vstate::kick::termination() {
             Some(signal) => Err(Failure::interrupted("bench", signal)),
             None => result,
         }
@@ -279,7 +279,7 @@ pub fn run(args: BenchArgs) -> Result<i32, Failure> {
     let reps = repetitions(&args)?;
     let _warm = keep_perf_warm();
     // From here a Ctrl-C (between runs too) ends the bench at the next run, with exit 130.
-    vmm::kick::catch_termination();
+    vmm::vstate::kick::catch_termination();
     let mut modes = args.native.list();
     let mut results = serde_json::Map::new();
     results.insert("machine".into(), machine());
@@ -371,7 +371,7 @@ pub fn sample_cycles(hz: u64, workload: &str) -> String {
 }
 
 /// PMU settings with a backend and policy, the rest default.
-pub fn pmu(backend: vmm::vm::BackendKind, policy: pmu::Policy) -> Option<PmuSettings> {
+pub fn pmu(backend: vmm::vstate::vm::BackendKind, policy: pmu::Policy) -> Option<PmuSettings> {
     Some(PmuSettings { backend, policy, ..Default::default() })
 }
 

@@ -11,10 +11,10 @@ use profile::measure::{fmt, ratio, Summary};
 use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use vmm::arch::x86_64::identity::CpuVendor;
 use vmm::host::pvm::native::NativeMode;
-use vmm::identity::CpuVendor;
-use vmm::vm::{BackendKind, PmuSettings};
-use vmm::vpmu::PmuOp;
+use vmm::vpmu::stats::PmuOp;
+use vmm::vstate::vm::{BackendKind, PmuSettings};
 
 /// The operations the tables show, in order (counter writes, GLOBAL_STATUS, OVF_CTRL and
 /// other MSRs are left out).

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Instant;
 use vmm::host::pvm::native::NativeMode;
-use vmm::vm::BackendKind;
+use vmm::vstate::vm::BackendKind;
 use vmm::VmConfig;
 
 /// ftest's VM in `mode` with this backend and policy.

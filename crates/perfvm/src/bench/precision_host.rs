@@ -61,7 +61,7 @@ pub fn host_run(rep: usize) -> Result<HostSamples, Failure> {
 pub fn profile_host_ftest(units: u64, hz: u64) -> Result<HostSamples, Failure> {
     let exe = crate::guests::guest_dir().join("host/ftest");
     let period_ns = 1_000_000_000 / hz.max(1);
-    let run = vmm::host_profile::profile(Command::new(&exe).arg(units.to_string()), period_ns)
+    let run = vmm::profiling::host_profile::profile(Command::new(&exe).arg(units.to_string()), period_ns)
         .map_err(|e| Failure::failed(format!("cannot profile {}: {e}", exe.display())))?;
     if !run.status.success() {
         return Err(Failure::failed(format!("{} {units} ended with {}", exe.display(), run.status)));

@@ -15,7 +15,7 @@ use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::time::Instant;
 use vmm::host::pvm::native::NativeMode;
-use vmm::vm::PmuSettings;
+use vmm::vstate::vm::PmuSettings;
 use vmm::RunReport;
 
 /// Loop iterations: ~1 s natively and on the host (several 10^9 instructions/s), ~2 s
@@ -153,9 +153,9 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
                     ftest.extend(guest_ftest_seconds(&r));
                 }
             }
-            cfg.sampling = Some(vmm::sampler::SamplingConfig {
+            cfg.sampling = Some(vmm::profiling::sampler::SamplingConfig {
                 period: SamplePeriod::Hz(crate::cli::default_record_freq(native)),
-                callchain: Some(vmm::sampler::CallGraph::Dwarf),
+                callchain: Some(vmm::profiling::sampler::CallGraph::Dwarf),
                 max_samples: cfg.max_samples,
             });
             if let Some(r) = b.run(&cfg, mode)? {

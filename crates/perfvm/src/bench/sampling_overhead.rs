@@ -15,9 +15,9 @@ use pmu::Policy;
 use profile::measure::{fmt, Summary};
 use profile::table::{Cell, Column, Table};
 use vmm::host::pvm::native::NativeMode;
-use vmm::sampler::{CallGraph, SamplingConfig};
+use vmm::profiling::sampler::{CallGraph, SamplingConfig};
 use vmm::stats::VmStats;
-use vmm::vm::BackendKind;
+use vmm::vstate::vm::BackendKind;
 use vmm::{RunReport, VmConfig};
 
 /// The sweep's rates (-F), in samples per second of guest cycles.

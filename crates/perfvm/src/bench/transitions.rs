@@ -6,7 +6,7 @@ use crate::Failure;
 use profile::measure::{fmt, Summary};
 use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
-use vmm::vm::PmuSettings;
+use vmm::vstate::vm::PmuSettings;
 use vmm::RunReport;
 
 /// The OUT roundtrip in ns from portio's first line, `portio: median <c> cycles, <ns> ns`.
@@ -46,7 +46,7 @@ fn roundtrips(
     let (mut ns, mut per_run) = (Vec::new(), Vec::new());
     for _ in 0..b.reps {
         let mut cfg = config("portio", cmdline, pmu.clone());
-        cfg.count_syscalls = vmm::syscount::unavailable_reason().is_none();
+        cfg.count_syscalls = vmm::stats::syscount::unavailable_reason().is_none();
         let Some(r) = b.run(&cfg, mode)? else { break };
         ns.extend(portio_ns(&r));
         if let Some(n) = r.stats.vcpu_syscalls {
@@ -64,7 +64,7 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         ("vPMU on, counting", Some(PmuSettings::default()), "count"),
         ("vPMU on, PEBS counting", Some(pebs), "count pebs"),
     ];
-    let counting = vmm::syscount::unavailable_reason();
+    let counting = vmm::stats::syscount::unavailable_reason();
     let mut table = Table::new(&[
         Column::left("configuration", 22),
         Column::left("mode", 8),

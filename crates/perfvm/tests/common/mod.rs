@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 #[macro_export]
 macro_rules! require_kvm {
     () => {
-        if let Some(reason) = vmm::kvm::unavailable_reason() {
+        if let Some(reason) = vmm::vstate::kvm::unavailable_reason() {
             common::skip(module_path!(), &format!("needs /dev/kvm: {reason}"));
             return;
         }
@@ -45,7 +45,7 @@ pub fn modes(test: &str) -> Vec<&'static str> {
 /// Say loudly that `test` skips and why; a failure where CI requires every test to run
 /// (`PERFVM_REQUIRE_KVM=1`).
 pub fn skip(test: &str, reason: &str) {
-    vmm::kvm::skip_test(test, reason);
+    vmm::vstate::kvm::skip_test(test, reason);
 }
 
 /// Run the perfvm binary.

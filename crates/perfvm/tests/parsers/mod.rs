@@ -41,14 +41,14 @@ pub fn pv_page(data: &[u8]) {
     let mem = memory();
     let gpa = 0x2000;
     let _ = mem.write_slice(&data[..data.len().min(4096)], GuestAddress(gpa));
-    let Ok(page) = vmm::pv::register(&mem, gpa, true, true) else { return };
+    let Ok(page) = vmm::vpmu::pv::register(&mem, gpa, true, true) else { return };
     let mut pmu = pmu::Pmu::new(pmu::PmuConfig::default(), pmu::MockSource::new()).expect("default vPMU");
-    vmm::pv::apply_batch(&mem, page, &mut pmu);
-    let mut share = vmm::pv::CpuShare::default();
+    vmm::vpmu::pv::apply_batch(&mem, page, &mut pmu);
+    let mut share = vmm::vpmu::pv::CpuShare::default();
     // The backend read at host TSC 1_500 (a version-4 page gets the stamp).
     let mut clocks = |at: Option<u64>| (at.unwrap_or(1_000), at.is_some(), 2_000u64, 3_000u64);
-    let rate = |_| vmm::pv::Extrapolation::TscRate;
-    vmm::pv::publish(&mem, page, &mut pmu, rate, |_| Some(1_500), &mut share, &mut clocks);
+    let rate = |_| vmm::vpmu::pv::Extrapolation::TscRate;
+    vmm::vpmu::pv::publish(&mem, page, &mut pmu, rate, |_| Some(1_500), &mut share, &mut clocks);
 }
 
 /// Guest images: perfvm's ELF64 and multiboot guests, a Linux bzImage or vmlinux, each

@@ -7,11 +7,9 @@ use perf::{NotificationStats, PerfMode, PerfSource};
 use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx};
 
 pub mod clock;
-pub mod decode;
 pub mod exact;
 pub mod perf;
 pub mod perf_sys;
-pub mod retire;
 
 /// What the vCPU loop asks of a backend beyond counting. The defaults are a backend that
 /// neither single-steps nor takes notifications.
@@ -55,7 +53,7 @@ pub trait VmmSource: CountSource {
     }
     /// Single-stepping: one instruction of `class` retired, in user mode (`user`) or the
     /// kernel.
-    fn retire(&mut self, _class: decode::InsnClass, _user: bool) {}
+    fn retire(&mut self, _class: exact::decode::InsnClass, _user: bool) {}
     /// Single-stepping: the WRMSR now exiting retires before its write takes effect.
     fn retire_early(&mut self) {}
     /// Single-stepping: what `retire_early` retired faulted instead.
@@ -125,7 +123,7 @@ impl VmmSource for ExactSource {
     fn wants_steps(&self, any_programmed: bool) -> bool {
         self.counting() || any_programmed
     }
-    fn retire(&mut self, class: decode::InsnClass, user: bool) {
+    fn retire(&mut self, class: exact::decode::InsnClass, user: bool) {
         ExactSource::retire(self, class, user);
     }
     fn retire_early(&mut self) {
@@ -205,7 +203,7 @@ impl VmmSource for Backend {
         fn wants_steps(&self, any_programmed: bool) -> bool;
         fn counts_at_tsc_rate(&self, event: ArchEvent) -> bool;
         fn read_tsc(&self) -> Option<u64>;
-        fn retire(&mut self, class: decode::InsnClass, user: bool);
+        fn retire(&mut self, class: exact::decode::InsnClass, user: bool);
         fn retire_early(&mut self);
         fn faulted(&mut self);
     }

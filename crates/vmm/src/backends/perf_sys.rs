@@ -341,7 +341,7 @@ mod tests {
         let ev = match PerfEvent::open(&task_clock()) {
             Ok(ev) => ev,
             Err(e) => {
-                crate::kvm::skip_test("task_clock_counts_only_while_enabled", &format!("perf_event_open: {e}"));
+                crate::vstate::kvm::skip_test("task_clock_counts_only_while_enabled", &format!("perf_event_open: {e}"));
                 return;
             }
         };

@@ -105,7 +105,7 @@ pub fn confine_thread(kind: ThreadKind) -> Result<(), ConfineError> {
     privileges::drop_capabilities(kind)?;
     if kind == ThreadKind::Vmm {
         // The syscall tracepoint's id, read now: the filters forbid the read later.
-        crate::syscount::prime();
+        crate::stats::syscount::prime();
     }
     if enabled() {
         sigsys::install(kind)?;

@@ -3,7 +3,7 @@
 //! makes the reader wait for the guest, and end of input (or an unreadable stdin, as under
 //! a test harness) ends the reader.
 
-use crate::vcpu::Shared;
+use crate::vstate::vcpu::Shared;
 use std::io::Read;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

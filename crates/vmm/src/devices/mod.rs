@@ -148,8 +148,8 @@ impl PioBus {
             }
             FW_CFG_DATA => DeviceAction::Continue,
             SHUTDOWN_PORT => self.shutdown.write(data),
-            crate::pv::REGISTER_PORT => DeviceAction::PvRegister(u64::from(le_u32(data))),
-            crate::pv::DOORBELL_PORT => DeviceAction::PvDoorbell,
+            crate::vpmu::pv::REGISTER_PORT => DeviceAction::PvRegister(u64::from(le_u32(data))),
+            crate::vpmu::pv::DOORBELL_PORT => DeviceAction::PvDoorbell,
             NMI_REQUEST_PORT => DeviceAction::Nmi(le_u32(data)),
             AGENT_PORT if self.agent.is_some() => {
                 self.agent.as_mut().unwrap().write(data);

@@ -13,8 +13,8 @@
 
 pub mod pvm;
 
-use crate::identity::CpuVendor;
-use crate::rdpmc_traps::TrapForm;
+use crate::arch::x86_64::identity::CpuVendor;
+use crate::vpmu::rdpmc_traps::TrapForm;
 use kvm_bindings::{kvm_cpuid_entry2, kvm_enable_cap, KVM_CAP_PMU_CAPABILITY, KVM_PMU_CAP_DISABLE};
 use kvm_ioctls::{Kvm, VmFd};
 use serde::Serialize;
@@ -67,7 +67,7 @@ fn probe() -> HostCaps {
     let flavour = flavour_from_modules(|m| std::path::Path::new(&format!("/sys/module/{m}")).exists())
         .unwrap_or_else(flavour_from_cpuid);
     let vif = flavour == Flavour::Pvm && pvm::native::host_support().is_ok();
-    let kvm_pmu_disable = crate::kvm::open_kvm()
+    let kvm_pmu_disable = crate::vstate::kvm::open_kvm()
         .is_ok_and(|kvm: Kvm| kvm.check_extension_raw(KVM_CAP_PMU_CAPABILITY.into()) as u32 & KVM_PMU_CAP_DISABLE != 0);
     HostCaps { flavour, vif, kvm_pmu_disable, cpu_vendor: host_vendor() }
 }

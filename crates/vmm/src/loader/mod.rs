@@ -9,7 +9,7 @@ pub mod synthetic;
 pub use elf::{parse_segments, Segment};
 pub use multiboot::{find_header, MultibootHeader, MULTIBOOT_BOOTLOADER_MAGIC};
 
-use crate::layout::{BOOT_AREA_END, BOOT_AREA_START};
+use crate::arch::x86_64::layout::{BOOT_AREA_END, BOOT_AREA_START};
 use thiserror::Error;
 
 /// Why a guest image cannot be loaded. Each message is one line for the CLI.

@@ -1,6 +1,6 @@
 //! What the VMM side of one vPMU did and what it cost (`--stats`, `bench pmu-ops`).
 
-use crate::vpmu_stats::{OpStart, PmuOp, VpmuStats};
+use crate::vpmu::stats::{OpStart, PmuOp, VpmuStats};
 use pmu::tsc::TscRate;
 
 /// Why the loop issued a `KVM_NMI`.

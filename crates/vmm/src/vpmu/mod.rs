@@ -6,29 +6,44 @@
 //! `VcpuPmu` owns the model and hands each job to one part: `accounting` (what it did and
 //! cost), `step_control` (single-stepping), `pv_state` (the PV page) and `notifications`
 //! (overflow signals and the PMI throttle).
+//!
+//! Beside it, the rest of the vPMU's VMM side: `pmi` (delivery through LVTPC), `throttle`
+//! and `transition` (the PMI throttle and the exit cost it adds), `pv` (the paravirtual
+//! page), `guest_tsc` (the TSC its publishes carry), `pebs` (software PEBS records),
+//! `rdpmc_traps` (a guest kernel's RDPMC on hosts without an RDPMC exit), `stats` (what the
+//! vPMU costs) and `report` (its part of `--stats`).
 
 mod accounting;
+pub mod guest_tsc;
 mod notifications;
+pub mod pebs;
+pub mod pmi;
+pub mod pv;
 mod pv_state;
+pub mod rdpmc_traps;
+pub mod report;
+pub mod stats;
 mod step_control;
+pub mod throttle;
+pub mod transition;
 
+pub use crate::backends::exact::stepping::Owed;
 pub use crate::backends::Backend;
 use crate::backends::VmmSource;
-use crate::guest_debug::GuestDebug;
-use crate::pmi::{self, PmiOutcome};
-use crate::pv::PvStats;
-use crate::rdpmc_traps::RdpmcTraps;
-pub use crate::stepping::Owed;
-use crate::throttle::Throttle;
-pub use crate::vpmu_stats::{OpStart, OpTime, PmuOp, VpmuStats};
+use crate::vstate::guest_debug::GuestDebug;
 use accounting::Accounting;
 pub use accounting::NmiSource;
 use kvm_ioctls::{VcpuFd, VmFd};
 use notifications::Notifications;
+use pmi::PmiOutcome;
 use pmu::{Initiator, MsrAccess, MsrIndex, Pmu, PmuStats};
+use pv::PvStats;
 use pv_state::PvState;
+use rdpmc_traps::RdpmcTraps;
+use stats::{OpStart, PmuOp, VpmuStats};
 use std::collections::HashMap;
 use std::sync::Arc;
+use throttle::Throttle;
 use vm_memory::GuestMemoryMmap;
 
 /// CPU time of the calling thread.
@@ -183,7 +198,7 @@ impl VcpuPmu {
             // PEBS assists found by the fold: records into the guest's DS buffer (pebs.rs).
             let pebs = self.pmu.take_pebs_overflows();
             if pebs != 0 {
-                pmi |= crate::pebs::run_assists(&mut self.pmu, vcpu, mem, pebs);
+                pmi |= crate::vpmu::pebs::run_assists(&mut self.pmu, vcpu, mem, pebs);
             }
             if notified {
                 self.pmu.backend_mut().after_notification();
@@ -278,7 +293,13 @@ impl VcpuPmu {
     }
 
     /// A step ended at `pc` as `exit` says: retire what ran (see `backends::retire`).
-    pub fn on_step(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, pc: u64, exit: crate::stepping::StepExit) {
+    pub fn on_step(
+        &mut self,
+        vcpu: &VcpuFd,
+        mem: &GuestMemoryMmap,
+        pc: u64,
+        exit: crate::backends::exact::stepping::StepExit,
+    ) {
         self.steps.stepped(&mut self.pmu, self.account.stats_mut(), vcpu, mem, pc, exit);
     }
 
@@ -291,8 +312,10 @@ impl VcpuPmu {
     /// counters the guest left counting, as the model holds them (what a run cut short
     /// before the guest's agent reported has of its counts), and what the VMM counted as
     /// retired itself (`VpmuOptions::count_retired`).
-    pub fn finish(&mut self) -> (Vec<crate::vmm_counts::CounterView>, Option<crate::vmm_counts::Retired>) {
-        let counters = crate::vmm_counts::counters(&mut self.pmu);
+    pub fn finish(
+        &mut self,
+    ) -> (Vec<crate::profiling::counts::CounterView>, Option<crate::profiling::counts::Retired>) {
+        let counters = crate::profiling::counts::counters(&mut self.pmu);
         self.pmu.sched_out();
         (counters, self.steps.retired())
     }

@@ -1,8 +1,8 @@
 //! Overflow notifications of one vCPU: taking them from the signal handler's flag, and
 //! feeding their cost to the PMI throttle.
 
-use crate::kick;
-use crate::throttle::Throttle;
+use crate::vpmu::throttle::Throttle;
+use crate::vstate::kick;
 
 /// The notifications of one vCPU.
 #[derive(Debug)]

@@ -3,8 +3,8 @@
 
 use super::thread_cpu_ns;
 use crate::backends::{Backend, VmmSource};
-use crate::guest_tsc::GuestTsc;
-use crate::pv::{self, CpuShare, PvPage, PvStats};
+use crate::vpmu::guest_tsc::GuestTsc;
+use crate::vpmu::pv::{self, CpuShare, PvPage, PvStats};
 use kvm_ioctls::VcpuFd;
 use pmu::{ArchEvent, PmcIdx, Pmu};
 use std::time::Instant;
@@ -64,7 +64,7 @@ impl PvState {
             Ok(page) => {
                 self.stats.registrations += 1;
                 self.page = Some(page);
-                self.pmi_no_mask = crate::pv_sampling::configure(mem, page, pmu);
+                self.pmi_no_mask = crate::vpmu::pv::sampling::configure(mem, page, pmu);
                 self.publish(pmu, vcpu, mem);
             }
             Err(_) => self.stats.refusals += 1,
@@ -87,7 +87,7 @@ impl PvState {
     pub(super) fn doorbell(&mut self, pmu: &mut Pmu<Backend>, vcpu: &VcpuFd, mem: &GuestMemoryMmap) -> bool {
         let Some(page) = self.page else { return false };
         self.stats.doorbells += 1;
-        self.pmi_no_mask = crate::pv_sampling::configure(mem, page, pmu);
+        self.pmi_no_mask = crate::vpmu::pv::sampling::configure(mem, page, pmu);
         self.stats.batched_writes += u64::from(pv::apply_batch(mem, page, pmu));
         self.publish(pmu, vcpu, mem);
         true
@@ -122,7 +122,7 @@ impl PvState {
         let reloaded = pmu.take_auto_reloaded();
         if let (true, Some(page)) = (reloaded != 0, self.page) {
             self.stats.auto_reloads += u64::from(reloaded.count_ones());
-            crate::pv_sampling::publish_reloads(mem, page, pmu, reloaded);
+            crate::vpmu::pv::sampling::publish_reloads(mem, page, pmu, reloaded);
         }
     }
 }

@@ -1,16 +1,16 @@
 //! Single-stepping for the exact backend (and `stat -a --backend exact`): when to step,
 //! event windows for owed NMIs and PMIs, and where each retired instruction is counted.
 
-use crate::backends::decode::InsnClass;
-use crate::backends::retire::{Counting, Retirement};
+use crate::backends::exact::decode::InsnClass;
+use crate::backends::exact::retire::{Counting, Retirement};
+use crate::backends::exact::stepping::{CodePages, Owed, StepExit, Stepper, VcpuStep};
 use crate::backends::{Backend, VmmSource};
-use crate::guest_debug::GuestDebug;
-use crate::linear::PageWalk;
-use crate::rdpmc_traps::RdpmcTraps;
-use crate::softint::FlagHome;
-use crate::stepping::{CodePages, Owed, StepExit, Stepper, VcpuStep};
-use crate::vmm_counts::Retired;
-use crate::vpmu_stats::VpmuStats;
+use crate::profiling::counts::Retired;
+use crate::vpmu::rdpmc_traps::RdpmcTraps;
+use crate::vpmu::stats::VpmuStats;
+use crate::vstate::guest_debug::GuestDebug;
+use crate::vstate::linear::PageWalk;
+use crate::vstate::softint::FlagHome;
 use kvm_ioctls::VcpuFd;
 use pmu::{MsrAccess, Pmu, RdpmcIdx};
 use std::collections::HashMap;
@@ -127,7 +127,7 @@ impl StepControl {
         // An NMI that KVM holds (NMIs blocked in another NMI's handler) would wait behind
         // BLOCKIRQ until stepping ends: windows open until KVM has delivered it.
         if owed == Owed::Nothing && self.nmi_waiting {
-            self.nmi_waiting = crate::stepping::nmi_pending(vcpu);
+            self.nmi_waiting = crate::backends::exact::stepping::nmi_pending(vcpu);
             if self.nmi_waiting {
                 owed = Owed::Nmi;
             }
@@ -152,7 +152,8 @@ impl StepControl {
         // the guest may have moved a handler since the last step (a gate it rewrote).
         if self.stepper.is_on() {
             let sregs = &vcpu.sync_regs().sregs;
-            let watch = crate::handler_watch::entries(&mut PageWalk::of(mem, sregs.cr3, sregs.cr4), sregs);
+            let watch =
+                crate::backends::exact::handler_watch::entries(&mut PageWalk::of(mem, sregs.cr3, sregs.cr4), sregs);
             let _ = debug.before_step(vcpu, self.retirement.rip(), watch);
         }
     }
@@ -177,7 +178,7 @@ impl StepControl {
             if let Ok(regs) = vcpu.get_regs() {
                 let sregs = &vcpu.sync_regs().sregs;
                 let mut stack = PageWalk::of(mem, sregs.cr3, sregs.cr4);
-                let _ = crate::handler_watch::clear_saved_tf(&mut stack, regs.rsp, vector);
+                let _ = crate::backends::exact::handler_watch::clear_saved_tf(&mut stack, regs.rsp, vector);
             }
             let (retirement, mut cpu, mut counting) = self.parts(pmu, stats, vcpu, mem);
             retirement.delivered(&mut cpu, &mut counting, pc);

@@ -112,7 +112,7 @@ mod tests {
         let clock = match PerfEvent::open_untracked(&attr) {
             Ok(c) => c,
             Err(e) => {
-                crate::kvm::skip_test("self_read", &format!("perf_event_open: {e}"));
+                crate::vstate::kvm::skip_test("self_read", &format!("perf_event_open: {e}"));
                 return None;
             }
         };

@@ -28,7 +28,7 @@ fn four_counters(name: &str) -> Option<(ClockSource, Arc<EventBudget>, u64)> {
     let mask = (0..4).fold(0, |m, i| m | PmcIdx::gp(i).unwrap().mask());
     for pmc in PmcIdx::iter_mask(mask) {
         if let Err(e) = src.open(pmc, &cycles()) {
-            crate::kvm::skip_test(name, &format!("perf_event_open: {e:?}"));
+            crate::vstate::kvm::skip_test(name, &format!("perf_event_open: {e:?}"));
             return None;
         }
     }

@@ -2,7 +2,7 @@
 //! became of overflow notifications.
 
 use crate::backends::perf_sys::{gettid, PerfEvent, PerfEventAttr};
-use crate::kick;
+use crate::vstate::kick;
 use pmu::BackendError;
 use serde::Serialize;
 use std::sync::atomic::{AtomicUsize, Ordering};

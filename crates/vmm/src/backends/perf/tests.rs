@@ -38,7 +38,7 @@ fn budget_caps_open_events() {
     let mut src = PerfSource::new(PerfMode::SoftwareClock { tsc_khz: 1_000_000 }, budget.clone());
     let (p0, p1) = (PmcIdx::gp(0).unwrap(), PmcIdx::gp(1).unwrap());
     if let Err(e) = src.open(p0, &cycles()) {
-        crate::kvm::skip_test("budget_caps_open_events", &format!("perf_event_open: {e}"));
+        crate::vstate::kvm::skip_test("budget_caps_open_events", &format!("perf_event_open: {e}"));
         return;
     }
     assert_eq!(src.open(p1, &cycles()), Err(BackendError::LimitReached));

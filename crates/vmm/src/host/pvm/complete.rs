@@ -14,8 +14,8 @@
 //! breakpoint the VMM plants itself (e.g. to emulate RDPMC) is to be recognized in
 //! [`plan`] before the #BP is delivered to the guest.
 
-use crate::linear::{LinearMemory, VcpuLinear};
-use crate::softint::{FlagHome, Run};
+use crate::vstate::linear::{LinearMemory, VcpuLinear};
+use crate::vstate::softint::{FlagHome, Run};
 use iced_x86::{Decoder, DecoderOptions, Formatter as _, Instruction, Mnemonic};
 use kvm_ioctls::VcpuFd;
 use vm_memory::GuestMemoryMmap;
@@ -116,7 +116,7 @@ pub enum Completed {
 pub fn complete(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome) -> Completed {
     let Some((insn, bytes)) = fetch(vcpu, mem) else { return Completed::Left(None) };
     let left = |why: &str| Completed::Left(Some(format!("{}{why}", describe(&insn, &bytes))));
-    let deliver = |vector: u8, len: u64, kind: &'static str| match crate::softint::run_on(
+    let deliver = |vector: u8, len: u64, kind: &'static str| match crate::vstate::softint::run_on(
         vcpu,
         mem,
         home,

@@ -12,7 +12,7 @@
 //! (`clearcpuid=`). And it accepts the speculation-control MSRs even where CPUID does not
 //! advertise them: [`UNADVERTISED_MSRS`] #GP as on hardware (the MSR filter sends them here).
 
-use crate::identity::CpuVendor;
+use crate::arch::x86_64::identity::CpuVendor;
 use kvm_bindings::kvm_cpuid_entry2;
 
 /// IA32_SPEC_CTRL, IA32_PRED_CMD, IA32_FLUSH_CMD: #GP, as CPUID no longer advertises them.

@@ -3,8 +3,8 @@
 //! the host's instruction emulator. This module decides the mode of a VM (`--native`),
 //! probes host support once per process, and registers or drops a vCPU's VIF page.
 
+use crate::arch::x86_64::layout::VIF_BASE;
 use crate::host::HostCaps;
-use crate::layout::VIF_BASE;
 use crate::loader::{BootProtocol, KernelImage};
 use kvm_bindings::{kvm_msr_entry, Msrs};
 use kvm_ioctls::VcpuFd;
@@ -63,7 +63,7 @@ pub enum NativeError {
     ProbeMadeToFail,
     /// The probe's scratch VM could not be set up.
     #[error(transparent)]
-    Scratch(#[from] crate::kvm::ScratchError),
+    Scratch(#[from] crate::vstate::kvm::ScratchError),
     /// The host refused the VIF page.
     #[error("the host does not take the VIF MSR {VIF_MSR:#x}: {0}")]
     NoVif(VifError),
@@ -112,7 +112,7 @@ fn probe() -> Result<(), NativeError> {
         return Err(NativeError::ProbeMadeToFail);
     }
     // The host takes the MSR only for an address backed by guest memory.
-    let scratch = crate::kvm::ScratchVm::new(VIF_BASE as usize + 0x1000)?;
+    let scratch = crate::vstate::kvm::ScratchVm::new(VIF_BASE as usize + 0x1000)?;
     register_vif(&scratch.vcpu, VIF_BASE).map_err(NativeError::NoVif)
 }
 
@@ -162,7 +162,7 @@ pub struct VifFlag<'a> {
     pub gpa: u64,
 }
 
-impl crate::softint::InterruptFlag for VifFlag<'_> {
+impl crate::vstate::softint::InterruptFlag for VifFlag<'_> {
     fn get(&mut self, _regs: &kvm_bindings::kvm_regs) -> bool {
         vif_interrupts_on(self.mem, self.gpa)
     }
@@ -203,8 +203,8 @@ pub fn drop_vif(vcpu: &VcpuFd) -> Result<(), VifError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::x86_64::identity::CpuVendor;
     use crate::host::Flavour;
-    use crate::identity::CpuVendor;
     use crate::loader::Segment;
 
     const PVM: HostCaps =
@@ -244,6 +244,8 @@ mod tests {
     fn vif_pages_are_one_per_vcpu_in_the_boot_area() {
         assert_eq!(vif_page(0), VIF_BASE);
         assert_eq!(vif_page(7), VIF_BASE + 7 * 0x1000);
-        assert!(vif_page(crate::layout::MAX_VCPUS - 1) + 0x1000 <= crate::layout::BOOT_AREA_END);
+        assert!(
+            vif_page(crate::arch::x86_64::layout::MAX_VCPUS - 1) + 0x1000 <= crate::arch::x86_64::layout::BOOT_AREA_END
+        );
     }
 }

@@ -30,9 +30,9 @@
 //! Linux does (kernel CS 0x10, SWAPGS, SYSRETQ; tests/syscall_probe.rs). On Debian's kernel
 //! (docs/LINUX.md, boots 9-11) init's system calls go through it to `reboot -f`.
 
-use crate::guest_debug::GuestDebug;
-use crate::linear::{LinearMemory, VcpuLinear};
-use crate::vcpu_msr;
+use crate::vstate::guest_debug::GuestDebug;
+use crate::vstate::linear::{LinearMemory, VcpuLinear};
+use crate::vstate::vcpu_msr;
 use kvm_bindings::kvm_segment;
 use kvm_ioctls::VcpuFd;
 use vm_memory::GuestMemoryMmap;
@@ -59,7 +59,7 @@ pub enum SyscallEntryError {
 
 /// Write LSTAR as the guest asked (the MSR filter kept the write from KVM).
 pub fn set_lstar(vcpu: &VcpuFd, entry: u64) -> Result<(), kvm_ioctls::Error> {
-    crate::vcpu_msr::write(vcpu, MSR_LSTAR, entry)
+    crate::vstate::vcpu_msr::write(vcpu, MSR_LSTAR, entry)
 }
 
 /// The guest wrote LSTAR = `entry`: make the write and return the address of the #PF

@@ -7,7 +7,7 @@
 //! 6.14.3) and the vCPU enters user mode under an STI interrupt shadow: a vCPU with an
 //! interrupt shadow is never run natively, so the host emulates one instruction and traps.
 
-use crate::linear::LinearMemory;
+use crate::vstate::linear::LinearMemory;
 use kvm_bindings::{kvm_regs, kvm_segment, kvm_sregs, KVM_VCPUEVENT_VALID_SHADOW, KVM_X86_SHADOW_INT_STI};
 use kvm_ioctls::VcpuFd;
 
@@ -106,7 +106,7 @@ pub fn syscall(regs: &mut kvm_regs, sregs: &mut kvm_sregs, star: u64, lstar: u64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::linear::Identity;
+    use crate::vstate::linear::Identity;
     use kvm_bindings::kvm_dtable;
     use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 

@@ -4,8 +4,8 @@
 //! timer, PIC mode) and one CPU. `boot_params.acpi_rsdp_addr` points Linux at the RSDP, so
 //! it needs no scan. The tables live in the legacy BIOS area, outside the e820 RAM.
 
+use crate::arch::x86_64::layout::{ACPI_TABLES_ADDR, IOAPIC_BASE, LAPIC_BASE};
 use crate::devices::{RTC_INDEX_PORT, SERIAL_IRQ, SERIAL_PORTS};
-use crate::layout::{ACPI_TABLES_ADDR, IOAPIC_BASE, LAPIC_BASE};
 use acpi_tables::{aml, Aml};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 

@@ -3,7 +3,7 @@
 //! and the ISA interrupt routing here. The floating pointer sits at the start of the EBDA,
 //! in the last KiB of base memory that Linux scans; the table follows it.
 
-use crate::layout::{EBDA_START, IOAPIC_BASE, LAPIC_BASE};
+use crate::arch::x86_64::layout::{EBDA_START, IOAPIC_BASE, LAPIC_BASE};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// Entry types (MP spec, table 4-3).

@@ -2,7 +2,7 @@
 //! rust-vmm's linux-loader as Firecracker does (arch/x86_64/mod.rs, configure_system).
 
 use super::LinuxBoot;
-use crate::layout::{EBDA_START, HIMEM_START, LINUX_CMDLINE_ADDR, LINUX_CMDLINE_MAX, LINUX_ZERO_PAGE};
+use crate::arch::x86_64::layout::{EBDA_START, HIMEM_START, LINUX_CMDLINE_ADDR, LINUX_CMDLINE_MAX, LINUX_ZERO_PAGE};
 use linux_loader::cmdline::Cmdline;
 use linux_loader::configurator::linux::LinuxBootConfigurator;
 use linux_loader::configurator::{BootConfigurator, BootParams};

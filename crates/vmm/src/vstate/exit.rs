@@ -62,15 +62,15 @@ pub enum VmEnd {
 pub mod codes {
     /// The user's input is wrong (a bad option, an unusable guest file).
     pub const BAD_INPUT: i32 = 2;
-    /// [`VmEnd::TripleFault`](super::VmEnd::TripleFault).
+    /// [`VmEnd::TripleFault`](crate::VmEnd::TripleFault).
     pub const TRIPLE_FAULT: i32 = 4;
-    /// [`VmEnd::InternalError`](super::VmEnd::InternalError).
+    /// [`VmEnd::InternalError`](crate::VmEnd::InternalError).
     pub const INTERNAL_ERROR: i32 = 6;
-    /// [`VmEnd::Failed`](super::VmEnd::Failed).
+    /// [`VmEnd::Failed`](crate::VmEnd::Failed).
     pub const FAILED: i32 = 8;
-    /// [`VmEnd::KernelPanic`](super::VmEnd::KernelPanic).
+    /// [`VmEnd::KernelPanic`](crate::VmEnd::KernelPanic).
     pub const KERNEL_PANIC: i32 = 10;
-    /// [`VmEnd::Timeout`](super::VmEnd::Timeout), as timeout(1) exits.
+    /// [`VmEnd::Timeout`](crate::VmEnd::Timeout), as timeout(1) exits.
     pub const TIMEOUT: i32 = 124;
 }
 

@@ -1,7 +1,7 @@
 //! Boot structures in guest memory (GDT, identity page tables, boot info, multiboot info)
 //! and the initial register state of each vCPU for both boot protocols.
 
-use crate::layout::*;
+use crate::arch::x86_64::layout::*;
 use crate::loader::{BootProtocol, KernelImage, MULTIBOOT_BOOTLOADER_MAGIC};
 use kvm_bindings::{kvm_regs, kvm_segment, kvm_sregs};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};

@@ -8,8 +8,17 @@
 //! with EVENTSEL's USR and OS bits (FIXED_CTR_CTRL's per counter): user mode (CPL > 0) for
 //! USR, the kernel (CPL 0) for OS. Reference cycles follow the TSC while an OS-flagged
 //! counter runs, whatever the privilege level (the TSC cannot tell them apart).
+//!
+//! Its parts: `decode` and `retire` (which instruction retired), `stepping` (single-step
+//! control: guest debug, event windows) and `handler_watch` (breakpoints on exception
+//! handlers while stepping).
 
-use super::decode::InsnClass;
+pub mod decode;
+pub mod handler_watch;
+pub mod retire;
+pub mod stepping;
+
+use decode::InsnClass;
 use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx, PMC_SLOTS};
 
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@
 //! `stat` cut short before the agent reported shows the counters the agent had programmed,
 //! as the vPMU holds them at the end.
 
-use crate::backends::decode::InsnClass;
+use crate::backends::exact::decode::InsnClass;
 use pmu::{ArchEvent, CountSource, PmcIdx, Pmu};
 use serde::Serialize;
 

@@ -5,7 +5,7 @@
 //! also declares it needs no LVTPC mask gets each PMI as a single KVM_NMI, without the
 //! KVM_GET_LAPIC/KVM_SET_LAPIC pair that masking takes.
 
-use crate::pv::{PvPage, V2_SIZE};
+use crate::vpmu::pv::{PvPage, V2_SIZE};
 use pmu::{CountSource, PmcIdx, Pmu};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 

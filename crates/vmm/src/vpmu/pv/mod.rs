@@ -1,6 +1,9 @@
 //! The paravirtual PMU page (guest/include/abi/perfvm_pv.h): version negotiation, batched
 //! counter programming in one exit, and pvclock-style published counters that the guest
-//! reads without an exit where the backend allows it.
+//! reads without an exit where the backend allows it. Version 3's paravirtual sampling is
+//! `sampling`.
+
+pub mod sampling;
 
 use pmu::{ArchEvent, CountSource, Initiator, MsrIndex, PmcIdx, Pmu};
 use serde::Serialize;
@@ -14,7 +17,7 @@ pub const REGISTER_PORT: u16 = 0x504;
 pub const DOORBELL_PORT: u16 = 0x508;
 const F_ACCEPTED: u32 = 1 << 0;
 const F_EXITLESS_READS: u32 = 1 << 1;
-/// Version 3: the sampling section is honoured (pv_sampling.rs).
+/// Version 3: the sampling section is honoured (sampling.rs).
 const F_AUTO_RELOAD: u32 = 1 << 2;
 const C_RUNNING: u32 = 1 << 0;
 const C_NEEDS_EXIT: u32 = 1 << 1;
@@ -27,7 +30,7 @@ const V1_SIZE: u32 = 32 + 32 * 16;
 const COUNTER_SIZE: u64 = 40;
 /// Size of a version-2 page (the version-3 sampling section starts here).
 pub const V2_SIZE: u32 = V1_SIZE + 11 * COUNTER_SIZE as u32;
-const V3_SIZE: u32 = V2_SIZE + crate::pv_sampling::SIZE;
+const V3_SIZE: u32 = V2_SIZE + sampling::SIZE;
 const COUNTERS_OFFSET: u64 = V1_SIZE as u64;
 /// Fixed point of a rate of one count per TSC tick: the software clock never runs faster.
 const FULL_RATE: u64 = 1 << RATE_SHIFT;

@@ -165,7 +165,7 @@ mod tests {
         let p = match profile(&mut cmd, 100_000) {
             Ok(p) => p,
             Err(e) => {
-                crate::kvm::skip_test("host_profile", &format!("perf_event_open: {e}"));
+                crate::vstate::kvm::skip_test("host_profile", &format!("perf_event_open: {e}"));
                 return;
             }
         };

@@ -18,10 +18,10 @@
 //! PMI by vector RFLAGS.IF gets `vif.if_`, for an NMI it is cleared, and there is no
 //! periodic window: the guest's timer waits while counters count (BLOCKIRQ).
 
-use crate::backends::decode::MAX_INSN_LEN;
-use crate::backends::retire::StepCpu;
-use crate::guest_debug::GuestDebug;
-use crate::softint::{FlagHome, Run};
+use crate::backends::exact::decode::MAX_INSN_LEN;
+use crate::backends::exact::retire::StepCpu;
+use crate::vstate::guest_debug::GuestDebug;
+use crate::vstate::softint::{FlagHome, Run};
 use kvm_ioctls::VcpuFd;
 use std::collections::HashMap;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -198,14 +198,14 @@ pub struct VcpuStep<'a> {
     /// Code pages seen, kept while stepping.
     pub code_pages: &'a mut CodePages,
     /// The VMM's INT3s on RDPMCs: the code is read as the guest wrote it.
-    pub rdpmc_traps: &'a crate::rdpmc_traps::RdpmcTraps,
+    pub rdpmc_traps: &'a crate::vpmu::rdpmc_traps::RdpmcTraps,
     /// Where the vCPU keeps its interrupt flag (for INT n and IRETQ).
     pub home: FlagHome,
 }
 
 impl VcpuStep<'_> {
-    fn run(&mut self, what: Run) -> Option<crate::softint::Landing> {
-        crate::softint::run_on(self.vcpu, self.mem, self.home, what)
+    fn run(&mut self, what: Run) -> Option<crate::vstate::softint::Landing> {
+        crate::vstate::softint::run_on(self.vcpu, self.mem, self.home, what)
     }
 
     fn translate(&mut self, page: u64) -> Option<u64> {
@@ -220,7 +220,7 @@ impl VcpuStep<'_> {
             Some(t) => t.physical_address & !0xfff,
             None => {
                 let sregs = &self.vcpu.sync_regs().sregs;
-                crate::linear::PageWalk::of(self.mem, sregs.cr3, sregs.cr4).page(page)?
+                crate::vstate::linear::PageWalk::of(self.mem, sregs.cr3, sregs.cr4).page(page)?
             }
         };
         self.code_pages.insert(key, pa);

@@ -1,4 +1,9 @@
-//! Run statistics: VM exits by reason with counts and VMM handling time.
+//! Run statistics: VM exits by reason with counts and VMM handling time. Beside them, KVM's
+//! own per-vCPU statistics (`kvm`) and the vCPU thread's syscalls counted by the host
+//! (`syscount`).
+
+pub mod kvm;
+pub mod syscount;
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -22,7 +27,7 @@ pub struct VcpuStats {
     /// KVM_RUN calls, cancelled entries included.
     pub entries: u64,
     /// What the request step did.
-    pub requests: crate::requests::RequestStats,
+    pub requests: crate::vstate::requests::RequestStats,
     /// Syscalls the vCPU thread made (raw_syscalls:sys_enter), when counted.
     pub syscalls: Option<u64>,
     /// How the vCPU executed: "native" or "emulated".
@@ -90,7 +95,7 @@ pub struct VmStats {
     /// KVM_RUN calls, all vCPUs.
     pub entries: u64,
     /// What the request steps did, all vCPUs.
-    pub requests: crate::requests::RequestStats,
+    pub requests: crate::vstate::requests::RequestStats,
     /// Syscalls of the vCPU threads (raw_syscalls:sys_enter), when counted.
     pub vcpu_syscalls: Option<u64>,
     /// Accesses to ports no device claims, by port (hex string for JSON keys).
@@ -98,11 +103,11 @@ pub struct VmStats {
     /// Console bytes not kept because the capture buffer was full.
     pub console_bytes_dropped: u64,
     /// The virtual PMU's report, when the VM has one.
-    pub pmu: Option<crate::pmu_report::PmuReport>,
+    pub pmu: Option<crate::vpmu::report::PmuReport>,
     /// How the vCPUs executed and why.
     pub execution: Option<crate::host::pvm::native::Execution>,
     /// The CPU identity the guest saw.
-    pub cpu: Option<crate::identity::CpuReport>,
+    pub cpu: Option<crate::arch::x86_64::identity::CpuReport>,
     /// Per vCPU: its mode, exits, and KVM's own statistics.
     pub vcpus: Vec<VcpuStats>,
     /// What the VMM completed for the guest, by kind, all vCPUs.

@@ -2,9 +2,9 @@
 //! unit tests drive without a vCPU (the loop itself is `vcpu.rs`).
 
 use crate::devices::DeviceAction;
-use crate::exit::VmEnd;
-use crate::vcpu::Shared;
 use crate::vpmu::VcpuPmu;
+use crate::vstate::exit::VmEnd;
+use crate::vstate::vcpu::Shared;
 use kvm_ioctls::VcpuExit;
 use pmu::MsrAccess;
 use vm_memory::GuestMemoryMmap;
@@ -63,7 +63,7 @@ pub(crate) fn dispatch(
 ) -> (&'static str, Next) {
     match exit {
         VcpuExit::IoOut(crate::devices::VIF_PENDING_PORT, _) => ("vif-pending", Next::Continue),
-        VcpuExit::IoOut(crate::rdpmc_traps::RDPMC_TRAP_PORT, _) => ("rdpmc-trap", Next::RdpmcTrap),
+        VcpuExit::IoOut(crate::vpmu::rdpmc_traps::RDPMC_TRAP_PORT, _) => ("rdpmc-trap", Next::RdpmcTrap),
         VcpuExit::IoOut(port, data) => match shared.bus.lock().unwrap().write(port, data) {
             DeviceAction::Continue => (port_label("io-out", port), Next::Continue),
             DeviceAction::Exit(status) => ("io-out", Next::End(VmEnd::Status { status })),
@@ -95,11 +95,13 @@ pub(crate) fn dispatch(
             *msr.error = 1;
             ("msr-write", Next::Continue)
         }
-        VcpuExit::X86Rdmsr(msr) if crate::identity::is_lbr_msr(msr.index) => {
+        VcpuExit::X86Rdmsr(msr) if crate::arch::x86_64::identity::is_lbr_msr(msr.index) => {
             *msr.data = 0;
             ("msr-read", Next::Continue)
         }
-        VcpuExit::X86Wrmsr(msr) if crate::identity::is_lbr_msr(msr.index) => ("msr-write", Next::Continue),
+        VcpuExit::X86Wrmsr(msr) if crate::arch::x86_64::identity::is_lbr_msr(msr.index) => {
+            ("msr-write", Next::Continue)
+        }
         VcpuExit::X86Rdmsr(msr) => {
             match pmu.as_mut().map_or(MsrAccess::Fault, |p| p.rdmsr(msr.index)) {
                 MsrAccess::Ok(value) => *msr.data = value,
@@ -169,7 +171,7 @@ mod tests {
         assert!(matches!(next, Next::End(VmEnd::Status { status: 7 })), "isa-debug-exit: (3 << 1) | 1");
         assert!(matches!(run(VcpuExit::IoOut(NMI_REQUEST_PORT, &[5])).1, Next::Nmi(5)));
         assert!(matches!(run(VcpuExit::IoOut(VIF_PENDING_PORT, &[0])), ("vif-pending", Next::Continue)));
-        let trap = crate::rdpmc_traps::RDPMC_TRAP_PORT;
+        let trap = crate::vpmu::rdpmc_traps::RDPMC_TRAP_PORT;
         assert!(matches!(run(VcpuExit::IoOut(trap, &[0])), ("rdpmc-trap", Next::RdpmcTrap)));
     }
 

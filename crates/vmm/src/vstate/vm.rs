@@ -5,12 +5,12 @@ pub use crate::builder::prepare;
 pub use crate::config::{BackendKind, PmuSettings, VmConfig};
 use crate::devices::{AgentData, Console};
 pub use crate::error::VmError;
-use crate::exit::VmEnd;
 use crate::host::pvm::native::Execution;
-use crate::kick;
-use crate::pmu_report::PmuReport;
 use crate::stats::VmStats;
-use crate::vcpu::{Shared, Vcpu};
+use crate::vpmu::report::PmuReport;
+use crate::vstate::exit::VmEnd;
+use crate::vstate::kick;
+use crate::vstate::vcpu::{Shared, Vcpu};
 use kvm_ioctls::{Kvm, VmFd};
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,11 +33,11 @@ pub struct RunReport {
     /// Exact backend with `trace_rips`: retired instructions per RIP, all vCPUs.
     pub rip_profile: std::collections::HashMap<u64, u64>,
     /// What the VMM's samplers took (`VmConfig::sampling`), every vCPU.
-    pub samples: crate::sampler::Samples,
+    pub samples: crate::profiling::sampler::Samples,
     /// The guest TSC's frequency, kHz (0: unknown): agent TSCs to time.
     pub tsc_khz: u64,
     /// What the VMM saw of the counts, per vCPU (`stat -a`, and a run cut short).
-    pub vcpu_counts: Vec<crate::vmm_counts::VcpuCounts>,
+    pub vcpu_counts: Vec<crate::profiling::counts::VcpuCounts>,
 }
 
 /// A built VM, ready to run.
@@ -56,7 +56,7 @@ pub struct Vm {
     /// The guest agent's workload is running (NMIs from the host NMI source only then).
     pub(crate) in_workload: Arc<AtomicBool>,
     pub(crate) execution: Execution,
-    pub(crate) cpu: crate::identity::CpuReport,
+    pub(crate) cpu: crate::arch::x86_64::identity::CpuReport,
     pub(crate) tsc_khz: u64,
     /// A Linux guest's whole command line (for `--stats`).
     pub(crate) kernel_cmdline: Option<String>,
@@ -75,7 +75,7 @@ impl Vm {
     fn wait_for_end(
         &self,
         started: Instant,
-        threads: &[thread::JoinHandle<crate::vcpu::VcpuResult>],
+        threads: &[thread::JoinHandle<crate::vstate::vcpu::VcpuResult>],
         nmi_target: Option<&AtomicBool>,
     ) -> VmEnd {
         let deadline = self.timeout.map(|t| started + t);
@@ -161,7 +161,7 @@ impl Vm {
         let mut stats = VmStats::default();
         let mut pmu_report = self.pmu_report.take();
         let mut rip_profile = std::collections::HashMap::new();
-        let mut samples = crate::sampler::Samples::default();
+        let mut samples = crate::profiling::sampler::Samples::default();
         let mut vcpu_counts = Vec::new();
         for t in threads {
             if !t.is_finished() {

@@ -25,7 +25,7 @@
 //!
 //! Nothing here runs unless an assist is due: no work on VM transitions.
 
-use crate::linear::{LinearMemory, VcpuLinear};
+use crate::vstate::linear::{LinearMemory, VcpuLinear};
 use kvm_bindings::kvm_regs;
 use kvm_ioctls::VcpuFd;
 use pmu::{CountSource, PmcIdx, Pmu, PEBS_RECORD_SIZE};
@@ -182,7 +182,7 @@ pub fn run_assists<B: CountSource>(pmu: &mut Pmu<B>, vcpu: &VcpuFd, mem: &GuestM
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::linear::{pages, Identity};
+    use crate::vstate::linear::{pages, Identity};
     use vm_memory::{Bytes, GuestAddress};
 
     const DS: u64 = 0x1000;

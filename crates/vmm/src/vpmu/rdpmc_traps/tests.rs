@@ -50,7 +50,10 @@ fn a_port_trap_is_recognized_and_unpatched_whole() {
 fn finds_the_rdpmc_instructions_of_a_guest_with_symbols() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../guest/build/pmu_arch.elf");
     let Ok(elf) = std::fs::read(&path) else {
-        return crate::kvm::skip_test("rdpmc_traps", "guest/build/pmu_arch.elf not built (cargo build builds it)");
+        return crate::vstate::kvm::skip_test(
+            "rdpmc_traps",
+            "guest/build/pmu_arch.elf not built (cargo build builds it)",
+        );
     };
     let traps = RdpmcTraps::find(&elf, TrapForm::Int3);
     assert!(!traps.is_empty(), "pmu_arch executes RDPMC");
@@ -61,7 +64,7 @@ fn finds_the_rdpmc_instructions_of_a_guest_with_symbols() {
         assert_eq!(elf[at..at + 2], RDPMC, "{va:#x}");
         assert_eq!(pa - text.p_paddr, va - text.p_vaddr);
     }
-    let names = crate::kallsyms::of_elf(&elf).unwrap();
+    let names = crate::profiling::kallsyms::of_elf(&elf).unwrap();
     let function = |va: u64| names[names.partition_point(|s| s.addr <= va) - 1].name.clone();
     let mut functions: Vec<String> = traps.sites.keys().map(|&va| function(va)).collect();
     functions.dedup();
@@ -75,7 +78,7 @@ fn finds_the_sites_of_a_real_kernel() {
     let Ok(path) = std::env::var("PERFVM_TEST_VMLINUX") else { return };
     let (_, vmlinux) = crate::loader::load_guest(std::fs::read(path).unwrap(), None, 1 << 30).unwrap();
     let traps = RdpmcTraps::find(&vmlinux, TrapForm::Int3);
-    let symbols = crate::kallsyms::of_elf(&vmlinux).unwrap();
+    let symbols = crate::profiling::kallsyms::of_elf(&vmlinux).unwrap();
     for &va in traps.sites.keys() {
         let at = symbols.partition_point(|s| s.addr <= va) - 1;
         eprintln!("RDPMC at {va:#x}: {}+{:#x}", symbols[at].name, va - symbols[at].addr);

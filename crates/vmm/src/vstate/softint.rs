@@ -11,7 +11,7 @@
 //! the host.
 
 use crate::host::pvm::native::VifFlag;
-use crate::linear::{LinearMemory, VcpuLinear};
+use crate::vstate::linear::{LinearMemory, VcpuLinear};
 use kvm_bindings::{kvm_regs, kvm_sregs};
 use kvm_ioctls::VcpuFd;
 use vm_memory::GuestMemoryMmap;
@@ -185,19 +185,19 @@ pub fn run_on(vcpu: &VcpuFd, mem: &GuestMemoryMmap, home: FlagHome, what: Run) -
     match what {
         Run::Int { vector, len } => deliver(&mut regs, &sregs, linear, flag, vector, len)?,
         Run::Sysret if kernel_long_mode(&sregs) => {
-            let star = crate::vcpu_msr::read(vcpu, crate::host::pvm::syscall_entry::MSR_STAR).ok()?;
+            let star = crate::vstate::vcpu_msr::read(vcpu, crate::host::pvm::syscall_entry::MSR_STAR).ok()?;
             crate::host::pvm::user_return::sysretq(&mut regs, &mut sregs, star);
             vcpu.set_sregs(&sregs).ok()?;
         }
         Run::Swapgs { len } if kernel_long_mode(&sregs) => {
-            let kernel_gs = crate::vcpu_msr::read(vcpu, MSR_KERNEL_GS_BASE).ok()?;
-            crate::vcpu_msr::write(vcpu, MSR_KERNEL_GS_BASE, sregs.gs.base).ok()?;
+            let kernel_gs = crate::vstate::vcpu_msr::read(vcpu, MSR_KERNEL_GS_BASE).ok()?;
+            crate::vstate::vcpu_msr::write(vcpu, MSR_KERNEL_GS_BASE, sregs.gs.base).ok()?;
             sregs.gs.base = kernel_gs;
             vcpu.set_sregs(&sregs).ok()?;
             regs.rip += len;
         }
         Run::Syscall if user_long_mode(&sregs) && sregs.efer & EFER_SCE != 0 => {
-            let msr = |index| crate::vcpu_msr::read(vcpu, index).ok();
+            let msr = |index| crate::vstate::vcpu_msr::read(vcpu, index).ok();
             use crate::host::pvm::syscall_entry::{MSR_FMASK, MSR_LSTAR, MSR_STAR};
             let (star, lstar, fmask) = (msr(MSR_STAR)?, msr(MSR_LSTAR)?, msr(MSR_FMASK)?);
             crate::host::pvm::user_return::syscall(&mut regs, &mut sregs, star, lstar, fmask);
@@ -239,7 +239,7 @@ pub struct Landing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::linear::Identity;
+    use crate::vstate::linear::Identity;
     use kvm_bindings::{kvm_dtable, kvm_segment};
     use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 

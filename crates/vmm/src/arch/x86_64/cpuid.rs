@@ -27,7 +27,7 @@ pub fn for_vcpu(
     supported: &CpuId,
     index: u32,
     pmu: Option<&PmuCaps>,
-    vendor: crate::identity::CpuVendor,
+    vendor: crate::arch::x86_64::identity::CpuVendor,
     host: &crate::host::HostCaps,
 ) -> CpuId {
     let mut entries: Vec<kvm_cpuid_entry2> = supported.as_slice().to_vec();
@@ -58,7 +58,7 @@ pub fn for_vcpu(
             _ => {}
         }
     }
-    crate::identity::apply(&mut entries, vendor);
+    crate::arch::x86_64::identity::apply(&mut entries, vendor);
     host.limit_cpuid(&mut entries, vendor);
     // The vPMU's own bits, from the model: Intel's leaf 0xA or AMD's PerfCtrExtCore and
     // PerfMonV2 leaf (each vendor clears the other's).
@@ -78,10 +78,10 @@ pub fn for_vcpu(
 /// at the TSC's rate and the TSC is said to be `scale` times the crystal (1: the truth;
 /// Linux guests get a dilated clock, `HostCaps::linux_tsc_scale`). AMD has no such leaves
 /// (Linux reads them only on Intel).
-pub fn add_tsc_leaves(cpuid: &mut CpuId, vendor: crate::identity::CpuVendor, tsc_khz: u64, scale: u64) {
+pub fn add_tsc_leaves(cpuid: &mut CpuId, vendor: crate::arch::x86_64::identity::CpuVendor, tsc_khz: u64, scale: u64) {
     let claimed_khz = tsc_khz.saturating_mul(scale);
     let fits = tsc_khz * 1000 <= u64::from(u32::MAX) && claimed_khz <= u64::from(u32::MAX);
-    if vendor != crate::identity::CpuVendor::Intel || tsc_khz == 0 || scale == 0 || !fits {
+    if vendor != crate::arch::x86_64::identity::CpuVendor::Intel || tsc_khz == 0 || scale == 0 || !fits {
         return;
     }
     let mhz = (claimed_khz / 1000) as u32;
@@ -182,9 +182,14 @@ mod tests {
     #[test]
     fn the_intel_identity_agrees_with_its_pmu_on_any_host() {
         let caps = PmuCaps::new(4, true, pmu::EventSet::ALL).unwrap();
-        let cpuid =
-            for_vcpu(&amd_host(), 0, Some(&caps), crate::identity::CpuVendor::Intel, &crate::host::HostCaps::pvm());
-        assert_eq!(crate::identity::vendor_string(cpuid.as_slice()), "GenuineIntel");
+        let cpuid = for_vcpu(
+            &amd_host(),
+            0,
+            Some(&caps),
+            crate::arch::x86_64::identity::CpuVendor::Intel,
+            &crate::host::HostCaps::pvm(),
+        );
+        assert_eq!(crate::arch::x86_64::identity::vendor_string(cpuid.as_slice()), "GenuineIntel");
         assert_eq!(leaf(&cpuid, 0xa).eax & 0xff, 2, "architectural perfmon v2");
         assert_eq!(leaf(&cpuid, 1).eax >> 8 & 0xf, 6, "family 6");
         assert_eq!(leaf(&cpuid, 0x8000_0001).ecx & 1 << 23, 0, "no AMD core counters");
@@ -196,38 +201,60 @@ mod tests {
     #[test]
     fn the_amd_identity_gets_the_amd_pmu_leaves() {
         let caps = PmuCaps::amd(pmu::AmdPerfMon::PerfMonV2, 4, pmu::EventSet::ALL).unwrap();
-        let cpuid =
-            for_vcpu(&amd_host(), 0, Some(&caps), crate::identity::CpuVendor::Amd, &crate::host::HostCaps::pvm());
-        assert_eq!(crate::identity::vendor_string(cpuid.as_slice()), "AuthenticAMD");
+        let cpuid = for_vcpu(
+            &amd_host(),
+            0,
+            Some(&caps),
+            crate::arch::x86_64::identity::CpuVendor::Amd,
+            &crate::host::HostCaps::pvm(),
+        );
+        assert_eq!(crate::arch::x86_64::identity::vendor_string(cpuid.as_slice()), "AuthenticAMD");
         assert_eq!(leaf(&cpuid, 0xa).eax, 0, "no Intel PMU leaf");
         assert_eq!(leaf(&cpuid, 0x8000_0001).ecx & 1 << 23, 1 << 23, "PerfCtrExtCore");
         assert_eq!([leaf(&cpuid, 0x8000_0022).eax & 1, leaf(&cpuid, 0x8000_0022).ebx & 0xf], [1, 4], "PerfMonV2, 4");
         let ext = leaf(&cpuid, 0x8000_0000);
         assert!(ext.eax >= 0x8000_0022, "the extended range reaches leaf 0x80000022");
-        assert_eq!([ext.ebx, ext.edx, ext.ecx], crate::identity::CpuVendor::Amd.vendor_regs());
+        assert_eq!([ext.ebx, ext.edx, ext.ecx], crate::arch::x86_64::identity::CpuVendor::Amd.vendor_regs());
     }
 
     #[test]
     fn intel_gets_the_tsc_frequency_leaves() {
-        let mut cpuid =
-            for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Intel, &crate::host::HostCaps::pvm());
-        add_tsc_leaves(&mut cpuid, crate::identity::CpuVendor::Intel, 2_445_000, 1);
+        let mut cpuid = for_vcpu(
+            &amd_host(),
+            0,
+            None,
+            crate::arch::x86_64::identity::CpuVendor::Intel,
+            &crate::host::HostCaps::pvm(),
+        );
+        add_tsc_leaves(&mut cpuid, crate::arch::x86_64::identity::CpuVendor::Intel, 2_445_000, 1);
         let l15 = leaf(&cpuid, 0x15);
         assert_eq!(u64::from(l15.ecx) * u64::from(l15.ebx) / u64::from(l15.eax), 2_445_000_000, "TSC Hz");
         assert_eq!(leaf(&cpuid, 0x16).eax, 2445, "base MHz");
         assert!(leaf(&cpuid, 0).eax >= 0x16);
-        add_tsc_leaves(&mut cpuid, crate::identity::CpuVendor::Intel, 2_445_000, 128);
+        add_tsc_leaves(&mut cpuid, crate::arch::x86_64::identity::CpuVendor::Intel, 2_445_000, 128);
         let l15 = leaf(&cpuid, 0x15);
         assert_eq!(u64::from(l15.ecx) / 1000 * u64::from(l15.ebx) / u64::from(l15.eax), 2_445_000 * 128, "dilated");
         assert_eq!(cpuid.as_slice().iter().filter(|e| e.function == 0x15).count(), 1);
-        let mut amd = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd, &crate::host::HostCaps::pvm());
-        add_tsc_leaves(&mut amd, crate::identity::CpuVendor::Amd, 2_445_000, 1);
+        let mut amd = for_vcpu(
+            &amd_host(),
+            0,
+            None,
+            crate::arch::x86_64::identity::CpuVendor::Amd,
+            &crate::host::HostCaps::pvm(),
+        );
+        add_tsc_leaves(&mut amd, crate::arch::x86_64::identity::CpuVendor::Amd, 2_445_000, 1);
         assert!(!amd.as_slice().iter().any(|e| e.function == 0x15), "not on AMD");
     }
 
     #[test]
     fn without_a_pmu_no_pmu_leaf_survives() {
-        let cpuid = for_vcpu(&amd_host(), 0, None, crate::identity::CpuVendor::Amd, &crate::host::HostCaps::pvm());
+        let cpuid = for_vcpu(
+            &amd_host(),
+            0,
+            None,
+            crate::arch::x86_64::identity::CpuVendor::Amd,
+            &crate::host::HostCaps::pvm(),
+        );
         assert_eq!(leaf(&cpuid, 0xa).eax, 0);
         assert_eq!(leaf(&cpuid, 0x8000_0001).ecx & 1 << 23, 0);
         assert_eq!([leaf(&cpuid, 0x8000_0022).eax, leaf(&cpuid, 0x8000_0022).ebx], [0, 0]);

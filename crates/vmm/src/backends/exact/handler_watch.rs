@@ -10,7 +10,7 @@
 //! Not watched: other vectors (#AC, #MF, #XM, ...), 32-bit guests, and guests whose DR0 the
 //! SYSCALL repair holds (Linux on kvm_pvm); those keep each host's own behaviour.
 
-use crate::linear::LinearMemory;
+use crate::vstate::linear::LinearMemory;
 use kvm_bindings::kvm_sregs;
 
 /// The vectors watched, one debug register each: #PF, #GP, #UD, #DE.
@@ -56,7 +56,7 @@ pub fn clear_saved_tf(mem: &mut impl LinearMemory, rsp: u64, vector: u8) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::linear::Identity;
+    use crate::vstate::linear::Identity;
     use kvm_bindings::kvm_dtable;
     use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 

@@ -4,8 +4,8 @@
 
 use crate::backends::perf_sys;
 use crate::backends::VmmSource;
-use crate::vm::{BackendKind, PmuSettings};
-use crate::vpmu::{VcpuPmu, VpmuStats};
+use crate::vpmu::{stats::VpmuStats, VcpuPmu};
+use crate::vstate::vm::{BackendKind, PmuSettings};
 use pmu::{PmuStats, Policy};
 use serde::Serialize;
 
@@ -47,7 +47,7 @@ pub struct PmuReport {
     /// Of those, ioctls that failed (enable, disable, period): each leaves a counter wrong.
     pub host_ioctl_failures: u64,
     /// The paravirtual PMU page's statistics.
-    pub pv: crate::pv::PvStats,
+    pub pv: crate::vpmu::pv::PvStats,
     /// The per-VM cap on open host events.
     pub host_events_cap: usize,
     /// The most host events open at once.

@@ -8,9 +8,9 @@
 //! The PMI throttle adds it to what each overflow notification costs the VMM, so that a
 //! sampling period shorter than the host's exit cannot livelock a guest.
 
-use crate::boot::{self, BootParams};
-use crate::kvm::ScratchVm;
+use crate::arch::x86_64::boot::{self, BootParams};
 use crate::loader::BootProtocol;
+use crate::vstate::kvm::ScratchVm;
 use kvm_ioctls::VcpuExit;
 use std::sync::OnceLock;
 use vm_memory::{Bytes, GuestAddress};
@@ -43,7 +43,7 @@ enum ProbeError {
     NoNative(&'static crate::host::pvm::native::NativeError),
     /// The scratch VM could not be set up.
     #[error(transparent)]
-    Scratch(#[from] crate::kvm::ScratchError),
+    Scratch(#[from] crate::vstate::kvm::ScratchError),
     /// The loop or its boot data could not be written.
     #[error("writing the probe: {0}")]
     Memory(#[from] vm_memory::GuestMemoryError),
@@ -108,8 +108,8 @@ mod tests {
 
     #[test]
     fn an_exit_costs_microseconds_in_each_mode() {
-        if let Some(reason) = crate::kvm::unavailable_reason() {
-            return crate::kvm::skip_test(
+        if let Some(reason) = crate::vstate::kvm::unavailable_reason() {
+            return crate::vstate::kvm::skip_test(
                 "an_exit_costs_microseconds_in_each_mode",
                 &format!("needs /dev/kvm: {reason}"),
             );
@@ -123,7 +123,7 @@ mod tests {
                 assert!((1_000..2_000_000).contains(&native), "native roundtrip {native} ns");
             }
             Err(reason) => {
-                crate::kvm::skip_test("an_exit_costs_microseconds_in_each_mode (native)", &reason.to_string())
+                crate::vstate::kvm::skip_test("an_exit_costs_microseconds_in_each_mode (native)", &reason.to_string())
             }
         }
         assert!(roundtrip_ns(false).is_some(), "cached per process");

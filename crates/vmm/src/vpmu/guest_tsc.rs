@@ -43,7 +43,7 @@ fn is_host_tsc(before: u64, guest: u64, after: u64) -> bool {
 
 /// KVM_GET_MSRS of IA32_TSC (0 if it fails).
 fn through_kvm(vcpu: &VcpuFd) -> u64 {
-    crate::vcpu_msr::read(vcpu, MSR_IA32_TSC).unwrap_or(0)
+    crate::vstate::vcpu_msr::read(vcpu, MSR_IA32_TSC).unwrap_or(0)
 }
 
 #[cfg(test)]

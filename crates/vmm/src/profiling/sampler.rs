@@ -6,9 +6,9 @@
 //! (`unwind.rs`) or by its frame pointers. Any guest, no agent.
 
 use crate::backends::perf_sys::*;
-use crate::kick;
-use crate::linear::{LinearMemory, PageWalk};
-use crate::unwind::{GuestUnwinder, UnwindCache};
+use crate::profiling::unwind::{GuestUnwinder, UnwindCache};
+use crate::vstate::kick;
+use crate::vstate::linear::{LinearMemory, PageWalk};
 use kvm_ioctls::{SyncReg, VcpuFd};
 use pmu::tsc::{SamplePeriod, TscRate};
 use serde::Serialize;
@@ -161,14 +161,14 @@ fn walk(
     unwinder: Option<&mut (Arc<GuestUnwinder>, UnwindCache)>,
 ) -> Vec<u64> {
     let (s, r) = (&sync.sregs, &sync.regs);
-    let long_mode = s.efer & crate::boot::EFER_LMA != 0;
-    let paging = s.cr0 & crate::boot::CR0_PG != 0;
+    let long_mode = s.efer & crate::arch::x86_64::boot::EFER_LMA != 0;
+    let paging = s.cr0 & crate::arch::x86_64::boot::CR0_PG != 0;
     let mut unwind = |m: &mut dyn LinearMemory| match unwinder {
         Some((u, cache)) => u.chain(cache, m, r.rip, r.rsp, r.rbp),
         None => frames(m, r.rbp, r.rsp),
     };
     match (paging, long_mode) {
-        (false, _) => unwind(&mut crate::linear::Identity(mem)),
+        (false, _) => unwind(&mut crate::vstate::linear::Identity(mem)),
         (true, true) => unwind(&mut PageWalk::new(mem, s.cr3)),
         (true, false) => Vec::new(), // 32-bit paging: not walked
     }
@@ -197,7 +197,7 @@ pub fn frames(mem: &mut (impl LinearMemory + ?Sized), rbp: u64, rsp: u64) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::linear::Words;
+    use crate::vstate::linear::Words;
     use std::collections::HashMap;
 
     #[test]

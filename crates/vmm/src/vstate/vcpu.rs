@@ -1,16 +1,16 @@
 //! One vCPU thread: KVM_RUN, dispatch the exit, repeat until the VM ends.
 
+use crate::backends::exact::stepping::StepExit;
 use crate::devices::PioBus;
-use crate::dispatch::{dispatch, reset_end, Next};
-use crate::exit::VmEnd;
-use crate::guest_debug::GuestDebug;
 use crate::host::pvm::syscall_entry::{DebugExit, SyscallRepair};
-use crate::kick;
-use crate::requests::RequestOrder;
-use crate::softint::FlagHome;
 use crate::stats::VcpuStats;
-use crate::stepping::StepExit;
 use crate::vpmu::{NmiSource, Owed, VcpuPmu};
+use crate::vstate::dispatch::{dispatch, reset_end, Next};
+use crate::vstate::exit::VmEnd;
+use crate::vstate::guest_debug::GuestDebug;
+use crate::vstate::kick;
+use crate::vstate::requests::RequestOrder;
+use crate::vstate::softint::FlagHome;
 use kvm_ioctls::{VcpuExit, VcpuFd, VmFd};
 use pmu::MsrAccess;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,15 +56,15 @@ pub(crate) struct VcpuCommon {
     /// The guest agent's workload runs (its exits are counted apart).
     pub in_workload: Arc<AtomicBool>,
     /// Sample the vCPUs from the VMM (`record -a`), times counted from `epoch`.
-    pub sampling: Option<crate::sampler::SamplingConfig>,
+    pub sampling: Option<crate::profiling::sampler::SamplingConfig>,
     /// The guest image's CFI, for samples' call chains (`--call-graph dwarf`).
-    pub unwinder: Option<Arc<crate::unwind::GuestUnwinder>>,
+    pub unwinder: Option<Arc<crate::profiling::unwind::GuestUnwinder>>,
     /// When the VM was built.
     pub epoch: Instant,
     /// The guest TSC's frequency, kHz (0: unknown).
     pub tsc_khz: u64,
     /// The VMM's INT3s on the guest kernel's RDPMCs (`rdpmc_traps`).
-    pub rdpmc_traps: Arc<crate::rdpmc_traps::RdpmcTraps>,
+    pub rdpmc_traps: Arc<crate::vpmu::rdpmc_traps::RdpmcTraps>,
 }
 
 /// A vCPU and its loop.
@@ -101,9 +101,9 @@ pub struct VcpuResult {
     /// Its virtual PMU (telemetry, RIP profile), when it had one.
     pub pmu: Option<VcpuPmu>,
     /// What the VMM's sampler took.
-    pub samples: crate::sampler::Samples,
+    pub samples: crate::profiling::sampler::Samples,
     /// What the VMM saw of the counts (`stat -a`, and a run cut short).
-    pub counts: crate::vmm_counts::VcpuCounts,
+    pub counts: crate::profiling::counts::VcpuCounts,
 }
 
 impl Vcpu {
@@ -137,8 +137,9 @@ impl Vcpu {
     /// Run until the VM ends; returns this vCPU's statistics and PMU.
     pub fn run(mut self) -> VcpuResult {
         kick::register(self.fd.get_kvm_run());
-        let syscalls = if self.common.count_syscalls { crate::syscount::SyscallCounter::start().ok() } else { None };
-        let kvm_stats = crate::kvm_stats::KvmStatsFile::open(&self.fd);
+        let syscalls =
+            if self.common.count_syscalls { crate::stats::syscount::SyscallCounter::start().ok() } else { None };
+        let kvm_stats = crate::stats::kvm::KvmStatsFile::open(&self.fd);
         let mut sampler = self.start_sampler();
         // (A stepping backend wants steps whenever a counter is programmed: from the start.)
         if self.pmu.as_ref().is_some_and(VcpuPmu::steps_from_start) {
@@ -219,7 +220,7 @@ impl Vcpu {
         self.stats.mode = crate::host::caps().execution_name(self.common.native);
         self.stats.kvm = kvm_stats.map(|s| s.read()).unwrap_or_default();
         kick::unregister();
-        let mut counts = crate::vmm_counts::VcpuCounts {
+        let mut counts = crate::profiling::counts::VcpuCounts {
             vcpu: self.index,
             thread_ns: crate::vpmu::thread_cpu_ns(),
             ..Default::default()
@@ -233,9 +234,9 @@ impl Vcpu {
 
     /// The VMM's sampler on this thread, if the VM samples (a failure to start it is said
     /// once and the run goes on unsampled).
-    fn start_sampler(&mut self) -> Option<crate::sampler::Sampler> {
+    fn start_sampler(&mut self) -> Option<crate::profiling::sampler::Sampler> {
         let config = self.common.sampling?;
-        match crate::sampler::Sampler::start(
+        match crate::profiling::sampler::Sampler::start(
             config,
             self.common.unwinder.clone(),
             self.common.tsc_khz,
@@ -296,7 +297,9 @@ impl Vcpu {
                 match self.syscall_repair.debug_exit(fd, debug, mem, pc) {
                     Ok(DebugExit::Step) => {
                         let exit = match self.guest_debug.watched_hit(dr6) {
-                            Some(n) => StepExit::Delivered { vector: crate::handler_watch::VECTORS[n] },
+                            Some(n) => {
+                                StepExit::Delivered { vector: crate::backends::exact::handler_watch::VECTORS[n] }
+                            }
                             None => StepExit::Stepped,
                         };
                         self.stepped(pc, exit);
@@ -323,7 +326,9 @@ impl Vcpu {
 
     /// A step of the exact backend ended at `pc` as `exit` says; a requested NMI may fall due.
     fn stepped(&mut self, pc: u64, exit: StepExit) {
-        if self.guest_debug.step() == crate::stepping::Debug::Off && crate::host::caps().steps_by_cpu_tf() {
+        if self.guest_debug.step() == crate::backends::exact::stepping::Debug::Off
+            && crate::host::caps().steps_by_cpu_tf()
+        {
             self.drop_stray_step();
             return;
         }
@@ -411,7 +416,7 @@ impl Vcpu {
 
     /// One `KVM_NMI`, timed: the floor of PMI delivery.
     fn nmi(&mut self, source: NmiSource) {
-        let t = crate::vpmu::OpStart::now();
+        let t = crate::vpmu::stats::OpStart::now();
         let injected = self.fd.nmi();
         match (&mut self.pmu, injected) {
             (Some(p), Ok(())) => p.nmi_injected(t, source),
@@ -525,8 +530,8 @@ impl Vcpu {
 
     fn run_trapped_rdpmc(&mut self, mut regs: kvm_bindings::kvm_regs) -> Option<Option<VmEnd>> {
         let mut bytes = [0u8; 2];
-        crate::linear::LinearMemory::read(
-            &mut crate::linear::VcpuLinear::new(&self.fd, &self.common.mem),
+        crate::vstate::linear::LinearMemory::read(
+            &mut crate::vstate::linear::VcpuLinear::new(&self.fd, &self.common.mem),
             regs.rip,
             &mut bytes,
         )?;
@@ -546,7 +551,7 @@ impl Vcpu {
             MsrAccess::Fault => self
                 .fd
                 .set_regs(&regs)
-                .and_then(|()| crate::inject::inject_gp(&self.fd))
+                .and_then(|()| crate::vstate::inject::inject_gp(&self.fd))
                 .map_err(|e| format!("RDPMC #GP: {e}")),
         };
         Some(done.err().map(|reason| self.failed(reason)))

@@ -59,7 +59,7 @@ pub fn raise(vm: &VmFd, vcpu: &VcpuFd, mask: bool) -> std::io::Result<PmiOutcome
         PmiOutcome::Fixed(vector) => {
             let apic_id = reg(&lapic, APIC_ID) >> 24;
             let msi = kvm_msi {
-                address_lo: crate::layout::LAPIC_BASE as u32 | (apic_id << 12),
+                address_lo: crate::arch::x86_64::layout::LAPIC_BASE as u32 | (apic_id << 12),
                 data: u32::from(vector),
                 ..Default::default()
             };

@@ -5,7 +5,7 @@
 //! says only what it wants and the word written is always both wishes composed: stepping a
 //! Linux guest keeps the breakpoint, and stepping over the breakpoint keeps BLOCKIRQ.
 
-use crate::stepping::Debug;
+use crate::backends::exact::stepping::Debug;
 use kvm_bindings::{
     kvm_guest_debug, KVM_GUESTDBG_BLOCKIRQ, KVM_GUESTDBG_ENABLE, KVM_GUESTDBG_SINGLESTEP, KVM_GUESTDBG_USE_HW_BP,
 };

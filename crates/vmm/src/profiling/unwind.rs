@@ -10,8 +10,8 @@
 //! is bounded (MAX_DEPTH frames, reads that fail end the chain), checked (every step must
 //! move up the stack), and shielded from a panic inside the unwinder.
 
-use crate::linear::LinearMemory;
-use crate::sampler::MAX_DEPTH;
+use crate::profiling::sampler::MAX_DEPTH;
+use crate::vstate::linear::LinearMemory;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 use goblin::elf::Elf;
@@ -159,7 +159,7 @@ impl GuestUnwinder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::linear::Words;
+    use crate::vstate::linear::Words;
     use std::collections::HashMap;
 
     /// A minimal ELF64 image: one PT_LOAD at 1 MiB and the named sections.
@@ -270,7 +270,7 @@ mod tests {
         let chain = u.chain(&mut UnwindCache::default(), &mut mem, 0x10_0120, 0x7ff0, 0x8000);
         assert_eq!(chain, [0x10_0050, 0x10_0080]);
         // Frame pointers alone would have named the leaf's caller's caller first.
-        assert_eq!(crate::sampler::frames(&mut mem, 0x8000, 0x7ff0), [0x10_0080]);
+        assert_eq!(crate::profiling::sampler::frames(&mut mem, 0x8000, 0x7ff0), [0x10_0080]);
     }
 
     #[test]
