@@ -70,10 +70,11 @@ impl Modes {
     }
 }
 
-/// A mode's name in tables and JSON.
+/// A mode's name in tables and JSON: `--native off` is "hardware" where guest code runs in
+/// hardware (kvm_intel, kvm_amd), as `--stats` says.
 pub fn mode_name(mode: NativeMode) -> &'static str {
     match mode {
-        NativeMode::Off => "emulated",
+        NativeMode::Off => vmm::host::caps().execution_name(false),
         NativeMode::On => "native",
         NativeMode::Auto => "auto",
     }
