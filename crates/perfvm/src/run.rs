@@ -5,7 +5,7 @@ use crate::guests;
 use crate::Failure;
 use serde_json::json;
 use std::time::{Duration, Instant};
-use vmm::vstate::vm::{BackendKind, PmuSettings};
+use vmm::config::{BackendKind, PmuSettings};
 use vmm::{RunReport, Vm, VmConfig};
 
 /// The PMU options as VM settings.

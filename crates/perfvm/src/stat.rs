@@ -11,8 +11,8 @@ use profile::counts::{fold, line_json, Count, Run, Table};
 use profile::events;
 use serde_json::json;
 use std::time::Instant;
+use vmm::config::BackendKind;
 use vmm::devices::{AgentData, COUNT_UNSUPPORTED};
-use vmm::vstate::vm::BackendKind;
 use vmm::RunReport;
 
 /// The events the exact backend counts.

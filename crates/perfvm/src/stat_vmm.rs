@@ -8,8 +8,8 @@ use pmu::{ArchEvent, EventSet};
 use profile::counts::{Count, Run};
 use profile::counts::{Line, Status};
 use profile::events::{self, Event, Levels};
+use vmm::config::BackendKind;
 use vmm::profiling::counts::{Retired, VcpuCounts};
-use vmm::vstate::vm::BackendKind;
 use vmm::RunReport;
 
 /// The events `stat -a` counts on `backend`.

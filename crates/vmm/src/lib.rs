@@ -33,5 +33,7 @@ pub mod vpmu;
 // KVM state and the vCPU loop: /dev/kvm, the VM, vCPU threads, exits, and vCPU state.
 pub mod vstate;
 
+pub use config::VmConfig;
+pub use error::VmError;
 pub use vstate::exit::VmEnd;
-pub use vstate::vm::{RunReport, Vm, VmConfig, VmError};
+pub use vstate::vm::{RunReport, Vm};

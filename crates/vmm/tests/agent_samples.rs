@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use vmm::config::PmuSettings;
 use vmm::host::pvm::native::NativeMode;
-use vmm::vstate::vm::PmuSettings;
 use vmm::{Vm, VmConfig};
 
 fn skip(reason: &str) {

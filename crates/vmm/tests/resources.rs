@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::time::Instant;
-use vmm::vstate::vm::PmuSettings;
+use vmm::config::PmuSettings;
 use vmm::{Vm, VmConfig};
 
 fn open_fds() -> usize {

@@ -8,8 +8,8 @@ use profile::measure::{fmt, ratio, Summary};
 use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use vmm::config::BackendKind;
 use vmm::vpmu::stats::PmuOp;
-use vmm::vstate::vm::BackendKind;
 
 /// Per guest PMU operation: the VMM's µs and host perf syscalls per switch, one per run.
 type OpRuns = BTreeMap<PmuOp, (Vec<f64>, Vec<f64>)>;
@@ -40,7 +40,7 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         for ((&mode, per), by_op) in b.modes.iter().zip(&mut per).zip(&mut by_op) {
             for ((c, v), by_op) in configs.iter().zip(per.iter_mut()).zip(by_op.iter_mut()) {
                 // MSR programming (no PV page), to isolate what the policy changes.
-                let settings = vmm::vstate::vm::PmuSettings {
+                let settings = vmm::config::PmuSettings {
                     backend: BackendKind::Perf,
                     policy: c.policy,
                     pv: false,

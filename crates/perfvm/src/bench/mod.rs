@@ -27,8 +27,8 @@ use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use vmm::config::PmuSettings;
 use vmm::host::pvm::native::NativeMode;
-use vmm::vstate::vm::PmuSettings;
 use vmm::{RunReport, Vm, VmConfig};
 
 /// The suites, in the order `perfvm bench` runs them.
@@ -90,7 +90,7 @@ pub fn runs_natively(config: &VmConfig, mode: NativeMode) -> bool {
     match mode {
         NativeMode::Off => false,
         NativeMode::On => true,
-        NativeMode::Auto => vmm::vstate::vm::prepare(config)
+        NativeMode::Auto => vmm::builder::prepare(config)
             .ok()
             .and_then(|(image, _)| vmm::host::pvm::native::decide(mode, &image, vmm::host::caps()).ok())
             .is_some_and(|e| e.native),
@@ -372,7 +372,7 @@ pub fn sample_cycles(hz: u64, workload: &str) -> String {
 }
 
 /// PMU settings with a backend and policy, the rest default.
-pub fn pmu(backend: vmm::vstate::vm::BackendKind, policy: pmu::Policy) -> Option<PmuSettings> {
+pub fn pmu(backend: vmm::config::BackendKind, policy: pmu::Policy) -> Option<PmuSettings> {
     Some(PmuSettings { backend, policy, ..Default::default() })
 }
 

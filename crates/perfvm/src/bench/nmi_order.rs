@@ -8,9 +8,9 @@ use profile::measure::{fmt, Summary};
 use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::time::Duration;
+use vmm::config::BackendKind;
 use vmm::host::pvm::native::NativeMode;
 use vmm::vstate::requests::RequestOrder;
-use vmm::vstate::vm::BackendKind;
 
 pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
     // A PMI every 0.5 ms of guest cycles, an NMI from the host every 1 ms.

@@ -12,9 +12,9 @@ use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use vmm::arch::x86_64::identity::CpuVendor;
+use vmm::config::{BackendKind, PmuSettings};
 use vmm::host::pvm::native::NativeMode;
 use vmm::vpmu::stats::PmuOp;
-use vmm::vstate::vm::{BackendKind, PmuSettings};
 
 /// The operations the tables show, in order (counter writes, GLOBAL_STATUS, OVF_CTRL and
 /// other MSRs are left out).

@@ -19,8 +19,8 @@ use profile::Mode;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Instant;
+use vmm::config::BackendKind;
 use vmm::host::pvm::native::NativeMode;
-use vmm::vstate::vm::BackendKind;
 use vmm::VmConfig;
 
 /// ftest's VM in `mode` with this backend and policy.

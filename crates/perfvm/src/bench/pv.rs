@@ -8,7 +8,7 @@ use crate::Failure;
 use profile::measure::{fmt, ratio, Summary};
 use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
-use vmm::vstate::vm::PmuSettings;
+use vmm::config::PmuSettings;
 
 fn settings(pv: bool, counters: u8) -> Option<PmuSettings> {
     Some(PmuSettings { pv, gp_counters: counters, ..Default::default() })

@@ -14,8 +14,8 @@ use profile::measure::{fmt, per_second, Summary};
 use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
 use std::time::Instant;
+use vmm::config::PmuSettings;
 use vmm::host::pvm::native::NativeMode;
-use vmm::vstate::vm::PmuSettings;
 use vmm::RunReport;
 
 /// Loop iterations: ~1 s natively and on the host (several 10^9 instructions/s), ~2 s

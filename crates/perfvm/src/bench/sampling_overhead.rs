@@ -14,10 +14,10 @@ use pmu::tsc::{SamplePeriod, TscRate};
 use pmu::Policy;
 use profile::measure::{fmt, Summary};
 use profile::table::{Cell, Column, Table};
+use vmm::config::BackendKind;
 use vmm::host::pvm::native::NativeMode;
 use vmm::profiling::sampler::{CallGraph, SamplingConfig};
 use vmm::stats::VmStats;
-use vmm::vstate::vm::BackendKind;
 use vmm::{RunReport, VmConfig};
 
 /// The sweep's rates (-F), in samples per second of guest cycles.

@@ -7,9 +7,9 @@ use pmu::Policy;
 use profile::measure::{fmt, ratio, Summary};
 use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
+use vmm::config::PmuSettings;
 use vmm::host::pvm::native::NativeMode;
 use vmm::vpmu::stats::PmuOp;
-use vmm::vstate::vm::PmuSettings;
 
 /// Median over runs of the mean VMM ns per GLOBAL_CTRL enable, and per PMU MSR exit.
 fn measure(

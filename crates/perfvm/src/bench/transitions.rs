@@ -6,7 +6,7 @@ use crate::Failure;
 use profile::measure::{fmt, Summary};
 use profile::table::{Cell, Column, Table};
 use serde_json::{json, Value};
-use vmm::vstate::vm::PmuSettings;
+use vmm::config::PmuSettings;
 use vmm::RunReport;
 
 /// The OUT roundtrip in ns from portio's first line, `portio: median <c> cycles, <ns> ns`.

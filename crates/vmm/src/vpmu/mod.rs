@@ -27,8 +27,8 @@ mod step_control;
 pub mod throttle;
 pub mod transition;
 
-pub use crate::backends::exact::stepping::Owed;
-pub use crate::backends::Backend;
+use crate::backends::exact::stepping::Owed;
+use crate::backends::Backend;
 use crate::backends::VmmSource;
 use crate::vstate::guest_debug::GuestDebug;
 use accounting::Accounting;

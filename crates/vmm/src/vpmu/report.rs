@@ -4,8 +4,8 @@
 
 use crate::backends::perf_sys;
 use crate::backends::VmmSource;
+use crate::config::{BackendKind, PmuSettings};
 use crate::vpmu::{stats::VpmuStats, VcpuPmu};
-use crate::vstate::vm::{BackendKind, PmuSettings};
 use pmu::{PmuStats, Policy};
 use serde::Serialize;
 

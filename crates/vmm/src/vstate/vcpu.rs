@@ -1,10 +1,11 @@
 //! One vCPU thread: KVM_RUN, dispatch the exit, repeat until the VM ends.
 
+use crate::backends::exact::stepping::Owed;
 use crate::backends::exact::stepping::StepExit;
 use crate::devices::PioBus;
 use crate::host::pvm::syscall_entry::{DebugExit, SyscallRepair};
 use crate::stats::VcpuStats;
-use crate::vpmu::{NmiSource, Owed, VcpuPmu};
+use crate::vpmu::{NmiSource, VcpuPmu};
 use crate::vstate::dispatch::{dispatch, reset_end, Next};
 use crate::vstate::exit::VmEnd;
 use crate::vstate::guest_debug::GuestDebug;

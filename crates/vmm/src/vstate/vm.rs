@@ -1,10 +1,9 @@
 //! Running a built VM to its end: vCPU threads, the NMI source, timeouts and signals, and
 //! the report. `builder.rs` builds it.
 
-pub use crate::builder::prepare;
-pub use crate::config::{BackendKind, PmuSettings, VmConfig};
+use crate::config::VmConfig;
 use crate::devices::{AgentData, Console};
-pub use crate::error::VmError;
+use crate::error::VmError;
 use crate::host::pvm::native::Execution;
 use crate::stats::VmStats;
 use crate::vpmu::report::PmuReport;
