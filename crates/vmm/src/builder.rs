@@ -240,12 +240,12 @@ fn write_linux_boot(
     host: &crate::host::HostCaps,
 ) -> Result<String, VmError> {
     use crate::loader::linux::{acpi, mptable, params};
-    let mut machine: Vec<Option<String>> = host.linux_cmdline(host_cpuid.as_slice()).into_iter().map(Some).collect();
+    let mut machine = host.linux_cmdline(host_cpuid.as_slice());
     // The Intel identity tells the TSC rate in CPUID 0x15/0x16; Linux reads those only on
     // Intel, so the AMD identity says it on the command line.
     let amd_tsc = (config.cpu_vendor == crate::arch::x86_64::identity::CpuVendor::Amd && tsc_khz > 0)
         .then(|| params::tsc_early_khz(tsc_khz.saturating_mul(host.linux_tsc_scale(tsc_khz))));
-    machine.push(amd_tsc);
+    machine.extend(amd_tsc);
     let cmdline = params::compose_cmdline(&machine, &config.cmdline);
     let rsdp = acpi::write(mem, config.vcpus as u8).map_err(memory("writing the ACPI tables"))?;
     params::write(mem, boot, mem_size, &cmdline, rsdp).map_err(|e| VmError::Config(e.to_string()))?;

@@ -67,15 +67,10 @@ impl GuestDebug {
         if self.step == Debug::Off && !self.stepping_over {
             return Ok(());
         }
-        (self.at, self.watch) = (rip, watch);
-        let word = self.word();
-        let key = (word.control, word.arch.debugreg);
-        if self.applied == Some(key) && !crate::host::caps().steps_by_cpu_tf() {
-            return Ok(());
+        if crate::host::caps().steps_by_cpu_tf() {
+            self.applied = None; // written whether it changed or not
         }
-        vcpu.set_guest_debug(&word)?;
-        self.applied = Some(key);
-        Ok(())
+        self.update(vcpu, |d| (d.at, d.watch) = (rip, watch))
     }
 
     /// The watched handler (`handler_watch::VECTORS` index) whose breakpoint a #DB with

@@ -450,6 +450,12 @@ impl Vcpu {
     fn cancelled_entry(&mut self) {
         self.stats.requests.cancelled_entries += 1;
         self.stats.entries += 1;
+        self.run_no_instruction();
+    }
+
+    /// One KVM_RUN with `immediate_exit` set: KVM finishes what the last exit left (an
+    /// OUT's completion, injected events) and returns before any guest instruction.
+    fn run_no_instruction(&mut self) {
         self.fd.set_kvm_immediate_exit(1);
         let _ = self.fd.run();
         self.fd.set_kvm_immediate_exit(0);
@@ -518,9 +524,7 @@ impl Vcpu {
     /// an RDPMC at the trap's address. A write to the port from anywhere else is ignored.
     fn port_trapped_rdpmc(&mut self) -> Option<VmEnd> {
         let at = self.fd.get_regs().ok()?.rip;
-        self.fd.set_kvm_immediate_exit(1);
-        let _ = self.fd.run();
-        self.fd.set_kvm_immediate_exit(0);
+        self.run_no_instruction();
         let mut regs = self.fd.get_regs().ok()?;
         if regs.rip != at.wrapping_add(2) {
             return None;

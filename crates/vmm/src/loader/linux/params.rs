@@ -24,10 +24,9 @@ pub const DEFAULT_CMDLINE: &str = concat!(
 
 /// The kernel command line: perfvm's defaults, then the machine's own words (the host's,
 /// `HostCaps::linux_cmdline`; the TSC rate, `tsc_early_khz`), then the user's text.
-pub fn compose_cmdline(machine: &[Option<String>], user: &str) -> String {
-    let machine = machine.iter().flatten().map(String::as_str);
+pub fn compose_cmdline(machine: &[String], user: &str) -> String {
     std::iter::once(DEFAULT_CMDLINE)
-        .chain(machine)
+        .chain(machine.iter().map(String::as_str))
         .chain(Some(user.trim()).filter(|t| !t.is_empty()))
         .collect::<Vec<_>>()
         .join(" ")
@@ -143,11 +142,11 @@ mod tests {
 
     #[test]
     fn the_users_text_follows_the_defaults() {
-        assert_eq!(compose_cmdline(&[None], ""), DEFAULT_CMDLINE);
-        let clear = Some("clearcpuid=cx16".to_owned());
+        assert_eq!(compose_cmdline(&[], ""), DEFAULT_CMDLINE);
+        let clear = "clearcpuid=cx16".to_owned();
         assert_eq!(compose_cmdline(std::slice::from_ref(&clear), ""), format!("{DEFAULT_CMDLINE} clearcpuid=cx16"));
-        let tsc = Some(tsc_early_khz(2_500_000 * 128));
-        assert_eq!(compose_cmdline(&[None, tsc], ""), format!("{DEFAULT_CMDLINE} tsc_early_khz=320000000"));
+        let tsc = tsc_early_khz(2_500_000 * 128);
+        assert_eq!(compose_cmdline(&[tsc], ""), format!("{DEFAULT_CMDLINE} tsc_early_khz=320000000"));
         let line = compose_cmdline(&[clear], " nmi_watchdog=0 -- \"echo hi\" ");
         assert!(line.starts_with("console=ttyS0 "), "{line}");
         assert!(line.ends_with(" clearcpuid=cx16 nmi_watchdog=0 -- \"echo hi\""), "{line}");
