@@ -7,6 +7,7 @@
 #   /bin/busybox + applets       from busybox-static
 #   /lib/modules/kvm/*.ko        irqbypass, kvm, kvm-amd from the same kernel package
 #   /usr/bin/perfvm + libraries  target/release/perfvm (PERFVM_BIN), debug info stripped
+#   /usr/bin/perfvm-bench        the bench binary beside it, where it is built (perfvm bench)
 #   /guests/*.elf                the guest kit (guest/build, or PERFVM_GUEST_DIR)
 #   /linux/vmlinuz, /linux/initramfs.cpio   the Linux guest assets, to boot Linux inside
 #
@@ -18,6 +19,8 @@ root=$(cd "$here/../.." && pwd)
 out=${KVMHOST_DIR:-$root/target/kvmhost}
 linux=${PERFVM_LINUX_DIR:-$root/target/linux}
 perfvm=${PERFVM_BIN:-$root/target/release/perfvm}
+bench=$(dirname "$perfvm")/perfvm-bench
+[ -x "$bench" ] || bench=
 guests=${PERFVM_GUEST_DIR:-$root/guest/build}
 say() { echo "kvmhost-build: $*" >&2; }
 
@@ -28,7 +31,7 @@ PERFVM_LINUX_DIR=$linux sh "$root/guest/linux/fetch-and-build.sh"
 mkdir -p "$out"
 
 cpio=$out/host.cpio
-if [ -s "$cpio" ] && [ -z "$(find "$here/init" "$here/build.sh" "$perfvm" "$guests" "$linux/vmlinuz" "$linux/initramfs.cpio" \
+if [ -s "$cpio" ] && [ -z "$(find "$here/init" "$here/build.sh" "$perfvm" $bench "$guests" "$linux/vmlinuz" "$linux/initramfs.cpio" \
     -maxdepth 1 -type f -newer "$cpio" 2>/dev/null)" ]; then
     exit 0
 fi
@@ -60,6 +63,7 @@ done
 # perfvm runs on the host's libc: copy what ldd resolves, at the same paths. Its debug info
 # (most of its size) only slows the boot's unpacking.
 objcopy --strip-debug "$perfvm" "$rootfs/usr/bin/perfvm"
+[ -z "$bench" ] || objcopy --strip-debug "$bench" "$rootfs/usr/bin/perfvm-bench"
 ldd "$perfvm" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | while read -r lib; do
     mkdir -p "$rootfs$(dirname "$lib")"
     cp -L "$lib" "$rootfs$lib"

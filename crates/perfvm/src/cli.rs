@@ -22,8 +22,13 @@ pub enum Command {
     Report(ReportArgs),
     /// Print every recorded sample, as `perf script` does, or export them for a viewer.
     Script(ScriptArgs),
-    /// Reproduce the seed documents' measurements, legacy vs ours in one run.
-    Bench(BenchArgs),
+    /// Reproduce the seed documents' measurements, legacy vs ours in one run (perfvm-bench).
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// perfvm-bench's arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// List the events the virtual PMU offers, as `perf list` does.
     List,
 }
@@ -197,28 +202,6 @@ pub enum ScriptFormat {
     Perf,
     Speedscope,
     Pprof,
-}
-
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// Suites to run (default: all but `linux`, which runs only when named).
-    pub suites: Vec<String>,
-    /// Smaller guests, and 2 repetitions unless --reps is given.
-    #[arg(long)]
-    pub quick: bool,
-    /// Repetitions per configuration (at least 1; default 5, or 2 with --quick).
-    #[arg(long, value_name = "N")]
-    pub reps: Option<usize>,
-    /// Print results as JSON.
-    #[arg(long)]
-    pub json: bool,
-    /// Write one SVG chart per suite into this directory.
-    #[arg(long, value_name = "DIR")]
-    pub plot: Option<String>,
-    /// Execution modes: both = every configuration emulated and native, side by side;
-    /// off = emulated only; on = native only; auto = native where the guest carries the VIF note.
-    #[arg(long, value_enum, default_value_t = crate::bench::Modes::Both)]
-    pub native: crate::bench::Modes,
 }
 
 /// Options shared by every command that boots a guest.

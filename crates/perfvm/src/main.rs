@@ -1,25 +1,7 @@
-//! The `perfvm` command line.
-
-mod agent_lines;
-mod atomic_file;
-mod bench;
-mod cli;
-mod failure;
-mod guest_symbols;
-mod guests;
-mod list;
-mod output;
-mod record;
-mod report;
-mod run;
-mod script;
-mod stat;
-mod stat_vmm;
-mod stats_text;
-
-pub use failure::Failure;
+//! The `perfvm` binary: confinement first, then the command line parsed and its command run.
 
 use clap::Parser;
+use perfvm::{cli, commands};
 use std::time::Instant;
 
 fn main() {
@@ -51,13 +33,13 @@ fn main() {
         }
     }
     let result = match cli.command {
-        cli::Command::Run(args) => run::run(args, started),
-        cli::Command::Stat(args) => stat::run(args, started),
-        cli::Command::Record(args) => record::run(args, started),
-        cli::Command::Report(args) => report::run(args),
-        cli::Command::Script(args) => script::run(args),
-        cli::Command::Bench(args) => bench::run(args),
-        cli::Command::List => list::run(),
+        cli::Command::Run(args) => commands::run::run(args, started),
+        cli::Command::Stat(args) => commands::stat::run(args, started),
+        cli::Command::Record(args) => commands::record::run(args, started),
+        cli::Command::Report(args) => commands::report::run(args),
+        cli::Command::Script(args) => commands::script::run(args),
+        cli::Command::Bench { args } => commands::bench::run(args),
+        cli::Command::List => commands::list::run(),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -58,7 +58,7 @@ pub const MAX_RECORD_BYTES: u64 = 1 << 30;
 /// Read a record file, of the event `event` names (`--event`) or all of its events, and the
 /// resolver of the ELF it names (source lines when `lines`), warnings printed.
 pub fn load(path: &str, event: Option<&str>, lines: bool) -> Result<(Record, Resolver), Failure> {
-    let bytes = vmm::bounded::read(Path::new(path), MAX_RECORD_BYTES, "record files")
+    let bytes = profile::bounded::read(Path::new(path), MAX_RECORD_BYTES, "record files")
         .map_err(|e| Failure::io("cannot read", path, &e))?;
     let mut record = Record::from_json(&String::from_utf8_lossy(&bytes), path)?;
     if let Some(name) = event {
@@ -68,7 +68,7 @@ pub fn load(path: &str, event: Option<&str>, lines: bool) -> Result<(Record, Res
         })?;
         record = record.of_event(index);
     }
-    let (resolver, warnings) = crate::guest_symbols::load(Path::new(&record.elf), lines);
+    let (resolver, warnings) = Resolver::load(Path::new(&record.elf), lines);
     warn_all(warnings);
     Ok((record, resolver))
 }

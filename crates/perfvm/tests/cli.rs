@@ -1,10 +1,9 @@
 //! The CLI's perf habits: one-line errors that say what is wrong, report on record files
 //! (event count, compare, flamegraphs, an empty profile), record checking its output first,
-//! bench repetitions and Ctrl-C, `perfvm list`.
+//! `perfvm list` (bench's flags: crates/bench/tests).
 
 mod common;
 use common::*;
-use std::io::BufRead;
 
 /// A record file with these (symbol, samples) of `symbol_elf`'s functions, sampled every
 /// `period` cycles.
@@ -30,7 +29,6 @@ fn clap_errors_name_the_flag_and_why() {
     assert_usage_error(&o, "unexpected argument '--bakend' found; tip: a similar argument exists: '--backend'");
     assert!(stderr(&o).contains("(see perfvm run --help)"), "{}", stderr(&o));
     assert_usage_error(&perfvm(&["report", "--compare"]), "a value is required for '--compare <A> [B]'");
-    assert!(stderr(&perfvm(&["bench", "--native", "maybe"])).contains("(see perfvm bench --help)"));
 }
 
 #[test]
@@ -39,57 +37,6 @@ fn per_task_is_a_long_flag_and_p_is_free() {
     let help = stdout(&perfvm(&["stat", "--help"]));
     assert!(help.contains("--per-task") && !help.contains("-p,"), "{help}");
     assert!(help.contains("-r, --repeat <N>"), "{help}");
-}
-
-#[test]
-fn bench_reps_must_be_positive_and_quick_leaves_them_alone() {
-    assert_usage_error(&perfvm(&["bench", "--reps", "0"]), "--reps must be at least 1");
-    let help = stdout(&perfvm(&["bench", "--help"]));
-    assert!(help.contains("2 repetitions unless --reps is given"), "{help}");
-    require_kvm!();
-    let o = perfvm(&["bench", "transitions", "--quick", "--reps", "1", "--native", "off", "--json"]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
-    assert_eq!(doc["transitions"]["reps"], 1, "--reps wins over --quick");
-    assert_eq!(doc["transitions"]["rows"][0]["roundtrip_ns"]["n"], 1);
-}
-
-#[test]
-fn bench_suites_are_checked_and_linux_needs_its_assets() {
-    let o = perfvm(&["bench", "nosuch"]);
-    assert_usage_error(&o, "unknown bench suite 'nosuch' (available: rate, pmu-ops,");
-    assert!(stderr(&o).contains(", scaling, linux)"), "the named-only suite is listed: {}", stderr(&o));
-    let empty = std::env::temp_dir().join(format!("perfvm-no-linux-{}", std::process::id()));
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
-        .args(["bench", "linux"])
-        .env("PERFVM_LINUX_DIR", &empty)
-        .output()
-        .expect("perfvm runs");
-    assert_usage_error(&o, &format!("bench linux: no kernel and initramfs in {}", empty.display()));
-    assert!(stderr(&o).contains("guest/linux/fetch-and-build.sh"), "{}", stderr(&o));
-}
-
-#[test]
-fn ctrl_c_stops_the_bench_with_130_and_one_line() {
-    require_kvm!();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_perfvm"))
-        .args(["bench", "transitions", "--native", "off", "--reps", "50"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut first = String::new();
-    err.read_line(&mut first).unwrap();
-    assert!(first.contains("running transitions"), "{first}");
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    // SAFETY: signalling our own child by pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let status = child.wait().unwrap();
-    let rest: Vec<String> = err.lines().map_while(Result::ok).collect();
-    assert_eq!(status.code(), Some(130), "{rest:?}");
-    assert_eq!(rest.last().map(String::as_str), Some("perfvm: bench interrupted by SIGINT"), "{rest:?}");
-    assert!(!rest.iter().any(|l| l.contains("Signal {") || l.contains("failed (")), "no debug text: {rest:?}");
 }
 
 /// What record cannot sample together is refused in one line, before booting: two events

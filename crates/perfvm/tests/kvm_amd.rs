@@ -26,8 +26,17 @@ const LINUX_PERF_CMDS: &str = r#""echo marker-$((6 * 7))" "/bin/loop 1000" "/bin
 /// stray SIGTRAP on kvm_amd: docs/DESIGN.md, "Hosts".)
 const LINUX_EXACT_CMDS: &str = r#""perf stat -e instructions:u,branches:u,instructions:k /bin/loop 1000" "perf stat -e instructions:u,branches:u /bin/loop 7""#;
 
+/// docs/getting-started.md's Linux section as the guide gives it, its assets at /linux in
+/// the host (the fetch is build.sh's): `perfvm record -a` of a boot, then `perfvm report`.
+fn guide_linux() -> Vec<String> {
+    let guide = common::guide::commands().into_iter().filter(|c| c.section == common::guide::LINUX_SECTION);
+    guide.filter(|c| c.line.starts_with("perfvm ")).map(|c| c.line.replace("target/linux/", "/linux/")).collect()
+}
+
 /// Every command of the boot, by test name, in the order they run.
 fn commands() -> Vec<(&'static str, String)> {
+    let guide = guide_linux();
+    let [record, report] = &guide[..] else { panic!("the guide's Linux section: record, then report: {guide:?}") };
     let linux = |backend: &str, vendor: &str, cmds: &str| {
         format!("{LINUX} --backend {backend} --cpu-vendor {vendor} --cmdline 'nmi_watchdog=0 -- {cmds}'")
     };
@@ -48,6 +57,8 @@ fn commands() -> Vec<(&'static str, String)> {
         ("stat_exact", "perfvm stat --backend exact -e instructions,branches ftest".into()),
         ("linux_perf_amd", linux("perf", "amd", LINUX_PERF_CMDS)),
         ("linux_exact_intel", linux("exact", "intel", LINUX_EXACT_CMDS)),
+        ("guide_linux_record", record.clone()),
+        ("guide_linux_report", report.clone()),
         // Runs end when told, whatever the guest does: spin is a vCPU that never exits.
         ("timeout", "perfvm run --timeout 3 spin".into()),
         ("sigterm", "perfvm run spin & p=$!; sleep 3; kill -TERM $p; wait $p".into()),
@@ -455,6 +466,21 @@ fn linux_perf_backend_amd() {
     let (hot, cold) = (share(&r.out, "hot"), share(&r.out, "cold"));
     assert!(hot.zip(cold).is_some_and(|(h, c)| h > c), "hot {hot:?} / cold {cold:?}: {}", r.context());
     r.has("kernel command line: console=ttyS0 ");
+}
+
+/// docs/getting-started.md's Linux profile: a boot recorded from the VMM, its report split
+/// into the kernel's functions (by its kallsyms tables) and user space.
+#[test]
+fn the_guides_linux_profile() {
+    let Some(r) = ran("guide_linux_record") else { return };
+    r.exits(0);
+    r.has("[ perfvm record: Captured and wrote");
+    r.has("twofunc: hot");
+    let Some(r) = ran("guide_linux_report") else { return };
+    r.exits(0);
+    r.has("[.] [user]");
+    let kernel = r.out.lines().filter(|l| l.contains("[.] ") && !l.contains("[user]") && !l.contains("[unknown]"));
+    assert!(kernel.count() >= 3, "kernel functions by name: {}", r.context());
 }
 
 #[test]

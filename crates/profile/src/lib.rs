@@ -26,6 +26,7 @@
 //! ```
 
 pub mod agent;
+pub mod bounded;
 pub mod callgraph;
 pub mod counts;
 pub mod events;

@@ -27,6 +27,13 @@ impl Site {
     }
 }
 
+/// The largest guest image read for its symbols (a record file names it: it may name any
+/// file; a distribution vmlinux with its DWARF is some hundreds of MB).
+pub const MAX_GUEST_IMAGE_BYTES: u64 = 1 << 30;
+
+/// User space of an x86-64 Linux guest: the lower canonical half.
+const LINUX_USER_END: u64 = 0x0000_8000_0000_0000;
+
 /// Symbols and source lines of one guest ELF.
 #[derive(Debug, Default)]
 pub struct Resolver {
@@ -35,14 +42,40 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    /// Read `elf` (and its DWARF when `lines`); the warnings, one line each, say what could
-    /// not be read and how the output shows it.
-    pub fn load(elf: &Path, lines: bool) -> (Resolver, Vec<String>) {
-        let shown = elf.display();
-        match std::fs::read(elf) {
-            Ok(bytes) => Resolver::from_elf(&bytes, &shown.to_string(), lines),
-            Err(e) => (Resolver::default(), vec![format!("cannot read {shown}: {e}: addresses show as [unknown]")]),
+    /// Read the guest image at `path` (and its DWARF when `lines`): an ELF, or a Linux
+    /// kernel (bzImage or vmlinux); the warnings, one line each, say what could not be read
+    /// and how the output shows it.
+    pub fn load(path: &Path, lines: bool) -> (Resolver, Vec<String>) {
+        match crate::bounded::read(path, MAX_GUEST_IMAGE_BYTES, "guest images read for symbols") {
+            Ok(bytes) => Resolver::of_image(&bytes, &path.display().to_string(), lines),
+            Err(e) => {
+                (Resolver::default(), vec![format!("cannot read {}: {e}: addresses show as [unknown]", path.display())])
+            }
         }
+    }
+
+    /// The resolver of a guest image already read (`name` names it in warnings): an ELF's
+    /// symbols (and DWARF lines), or, for a Linux kernel whose ELF symbols were stripped
+    /// (distribution kernels), the symbols its kallsyms tables name, with every user-space
+    /// address as one `[user]` function: the kernel/user split of a Linux guest's profile.
+    pub fn of_image(bytes: &[u8], name: &str, lines: bool) -> (Resolver, Vec<String>) {
+        if !linux_image::is_linux(bytes) {
+            return Resolver::from_elf(bytes, name, lines);
+        }
+        let elf = match linux_image::kernel_elf(bytes) {
+            Ok(elf) => elf,
+            Err(e) => return (Resolver::default(), vec![format!("{name}: {e}: addresses show as [unknown]")]),
+        };
+        let Some(kernel) = linux_image::kallsyms::of_elf(&elf) else {
+            return (
+                Resolver::default(),
+                vec![format!("{name}: no symbols and no kallsyms tables: addresses show as [unknown]")],
+            );
+        };
+        let mut funcs: Vec<(u64, u64, String)> =
+            kernel.into_iter().filter(|s| s.is_text()).map(|s| (s.addr, 0, s.name)).collect();
+        funcs.push((0, LINUX_USER_END, "[user]".to_owned()));
+        (Resolver::from_parts(Symbols::from_list(funcs), None), Vec::new())
     }
 
     /// The resolver of an ELF image already read (`name` names it in warnings).

@@ -39,7 +39,7 @@ pub fn prepare(config: &VmConfig) -> Result<(KernelImage, Vec<u8>), VmError> {
     // Neither the image nor the initrd can be larger than the guest's memory.
     let bound = config.mem_mib << 20;
     let read = |file: &std::path::Path, what: &str| {
-        crate::bounded::read(file, bound, "a guest image or initrd (--mem)").map_err(|e| VmError::GuestFile {
+        profile::bounded::read(file, bound, "a guest image or initrd (--mem)").map_err(|e| VmError::GuestFile {
             path: format!("{what}{}", file.display()),
             reason: match e.kind() {
                 std::io::ErrorKind::NotFound => "no such file".into(),

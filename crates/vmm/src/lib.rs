@@ -7,7 +7,6 @@ pub mod arch;
 // Counting backends: host perf events, one software clock, the exact (single-step) backend.
 pub mod backends;
 // Reading a user-named file with a bound on its size.
-pub mod bounded;
 // The one place that wires a VM.
 pub mod builder;
 // What a VM is built from: the configuration the CLI fills in.

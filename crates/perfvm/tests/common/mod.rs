@@ -1,6 +1,7 @@
 //! Helpers shared by the CLI integration tests.
 #![allow(dead_code)]
 
+pub mod guide;
 pub mod ptrace;
 
 use std::io::Write;
@@ -48,14 +49,21 @@ pub fn skip(test: &str, reason: &str) {
     vmm::vstate::kvm::skip_test(test, reason);
 }
 
+/// The perfvm binary: this crate's, or, for crates/bench's tests, the one cargo built
+/// beside perfvm-bench (`cargo test --workspace` builds both).
+pub fn perfvm_binary() -> std::path::PathBuf {
+    let beside_bench = || Some(std::path::Path::new(option_env!("CARGO_BIN_EXE_perfvm-bench")?).with_file_name("perfvm"));
+    option_env!("CARGO_BIN_EXE_perfvm").map(std::path::PathBuf::from).or_else(beside_bench).expect("a perfvm binary")
+}
+
 /// Run the perfvm binary.
 pub fn perfvm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_perfvm")).args(args).output().expect("running perfvm")
+    Command::new(perfvm_binary()).args(args).output().expect("running perfvm")
 }
 
 /// Run the perfvm binary with its stdout read by no one: a reader that stopped early (`| head`).
 pub fn perfvm_to_a_closed_reader(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_perfvm"))
+    let mut child = Command::new(perfvm_binary())
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -212,6 +212,23 @@ impl HostCaps {
     }
 }
 
+/// Whether `config` run in `mode` executes guest code at full speed: natively on kvm_pvm
+/// (`auto` asks the guest image), or in hardware on kvm_intel / kvm_amd, where every mode is.
+pub fn runs_at_full_speed(config: &crate::VmConfig, mode: pvm::native::NativeMode) -> bool {
+    use pvm::native::NativeMode;
+    if !caps().emulates_kernel() {
+        return true;
+    }
+    match mode {
+        NativeMode::Off => false,
+        NativeMode::On => true,
+        NativeMode::Auto => crate::builder::prepare(config)
+            .ok()
+            .and_then(|(image, _)| pvm::native::decide(mode, &image, caps()).ok())
+            .is_some_and(|e| e.native),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

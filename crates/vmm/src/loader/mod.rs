@@ -103,7 +103,7 @@ pub struct KernelImage {
 /// `initrd`, if any, through the Linux protocol), or one of perfvm's ELF64 or multiboot
 /// guests. Returns the image and the bytes its segments are copied from.
 pub fn load_guest(bytes: Vec<u8>, initrd: Option<Vec<u8>>, mem_size: u64) -> Result<(KernelImage, Vec<u8>), LoadError> {
-    if linux::is_linux(&bytes) {
+    if linux_image::is_linux(&bytes) {
         return linux::load(&bytes, initrd, mem_size);
     }
     if initrd.is_some() {

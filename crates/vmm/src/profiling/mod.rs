@@ -1,10 +1,9 @@
 //! Profiling from the VMM's side: sampling vCPUs (`sampler`, `record -a`) with call chains
 //! unwound by the guest ELF's CFI (`unwind`), the counts the VMM knows by itself (`counts`,
-//! `stat -a`), a kernel's symbols from its kallsyms tables (`kallsyms`), and a host program
-//! sampled by a cpu-clock perf event (`host_profile`, for `bench precision`'s host run).
+//! `stat -a`), and a host program sampled by a cpu-clock perf event (`host_profile`, for
+//! `bench precision`'s host run).
 
 pub mod counts;
 pub mod host_profile;
-pub mod kallsyms;
 pub mod sampler;
 pub mod unwind;

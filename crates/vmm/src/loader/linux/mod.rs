@@ -5,38 +5,20 @@
 //! RSI; the APs wait for INIT/SIPI as on a PC.
 
 pub mod acpi;
-pub mod bzimage;
-pub mod decompress;
 pub mod mptable;
 pub mod params;
 
 use super::{parse_segments, validate_placement, BootProtocol, KernelImage, LoadError};
+use linux_image::{bzimage, decompress, ImageError};
 use linux_loader::loader::bootparam::setup_header;
 use thiserror::Error;
 
 /// Why a Linux kernel or its initrd cannot be booted. One line each.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum LinuxError {
-    /// The bzImage's setup header is unusable (why).
-    #[error("bad bzImage setup header: {0}")]
-    Header(String),
-    /// The payload starts with no compression magic we know.
-    #[error("bzImage payload: unknown compression")]
-    UnknownCompression,
-    /// A compression we recognize but do not decompress.
-    #[error("bzImage payload: {0} compression is not supported (gzip, lz4, zstd, xz, lzma are)")]
-    UnsupportedCompression(&'static str),
-    /// The payload does not decompress.
-    #[error("bzImage payload ({kind}) is corrupt: {reason}")]
-    Corrupt {
-        /// The compression.
-        kind: &'static str,
-        /// What the decompressor said.
-        reason: String,
-    },
-    /// The decompressed payload is not a 64-bit kernel ELF.
-    #[error("bzImage payload is not a 64-bit ELF kernel: {0}")]
-    Payload(String),
+    /// The kernel image is unreadable (a bad bzImage, a payload that does not decompress).
+    #[error(transparent)]
+    Image(#[from] ImageError),
     /// The initrd does not fit in guest memory beside the kernel.
     #[error("initrd of {size} bytes does not fit in guest memory ({mem_mib} MiB) above the kernel (ends at {kernel_end:#x})")]
     InitrdTooBig {
@@ -69,51 +51,22 @@ pub struct Initrd {
     pub bytes: Vec<u8>,
 }
 
-/// ELF note owners that mark a Linux kernel: its own notes, and Xen's (the PVH entry note).
-const LINUX_NOTE_OWNERS: [&str; 2] = ["Linux", "Xen"];
-
-/// Whether `bytes` is a kernel for the Linux boot protocol: a bzImage, or a 64-bit ELF that
-/// carries Linux's or Xen's ELF notes (every vmlinux has them; perfvm's own guests do not).
-pub fn is_linux(bytes: &[u8]) -> bool {
-    bzimage::is_bzimage(bytes) || elf_has_linux_notes(bytes)
-}
-
-fn elf_has_linux_notes(bytes: &[u8]) -> bool {
-    let Ok(elf) = goblin::elf::Elf::parse(bytes) else { return false };
-    elf.is_64
-        && elf
-            .iter_note_headers(bytes)
-            .into_iter()
-            .flatten()
-            .filter_map(Result::ok)
-            .any(|note| LINUX_NOTE_OWNERS.contains(&note.name))
-}
-
-/// The kernel ELF (vmlinux) of a bzImage, decompressed; a vmlinux is its own.
-pub fn kernel_elf(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, LinuxError> {
-    if !bzimage::is_bzimage(bytes) {
-        return Ok(bytes.into());
-    }
-    let bz = bzimage::parse(bytes)?;
-    Ok(decompress::decompress(bz.payload)?.1.into())
-}
-
 /// Parse a bzImage or vmlinux for a guest of `mem_size` bytes and place `initrd`. Returns
 /// the image and the bytes its segments refer to (the decompressed vmlinux for a bzImage).
 pub fn load(bytes: &[u8], initrd: Option<Vec<u8>>, mem_size: u64) -> Result<(KernelImage, Vec<u8>), LoadError> {
     let (header, compression, vmlinux) = if bzimage::is_bzimage(bytes) {
-        let bz = bzimage::parse(bytes)?;
-        let (kind, vmlinux) = decompress::decompress(bz.payload)?;
+        let bz = bzimage::parse(bytes).map_err(LinuxError::Image)?;
+        let (kind, vmlinux) = decompress::decompress(bz.payload).map_err(LinuxError::Image)?;
         (Some(bz.header), Some(kind), vmlinux)
     } else {
         (None, None, bytes.to_vec())
     };
     let parsed = parse_segments(&vmlinux).map_err(|e| match (compression, e) {
-        (Some(_), e) => LoadError::Linux(LinuxError::Payload(e.to_string())),
+        (Some(_), e) => LoadError::Linux(ImageError::Payload(e.to_string()).into()),
         (None, e) => e,
     })?;
     if !parsed.is_64bit {
-        return Err(LinuxError::Payload("a 32-bit ELF".into()).into());
+        return Err(LinuxError::Image(ImageError::Payload("a 32-bit ELF".into())).into());
     }
     // vmlinux's segments carry virtual addresses in p_vaddr and physical ones in p_paddr.
     let segments = parsed.segments;

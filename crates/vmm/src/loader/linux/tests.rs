@@ -1,6 +1,7 @@
 //! Detection and placement of Linux kernels and initrds, on synthetic images.
 
 use super::*;
+use linux_image::is_linux;
 use crate::loader::synthetic::{bzimage, elf64};
 use crate::loader::{load_guest, LoadError};
 
@@ -53,12 +54,12 @@ fn bad_payloads_are_one_line_errors() {
     let mut lz4 = 0x184c_2102u32.to_le_bytes().to_vec();
     lz4.extend_from_slice(&[0x40, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x10, 0, 0, 0]);
     let e = load_guest(bzimage(&lz4), None, 64 * MIB).unwrap_err();
-    assert!(matches!(e, LoadError::Linux(LinuxError::Corrupt { kind: "lz4", .. })), "{e}");
+    assert!(matches!(e, LoadError::Linux(LinuxError::Image(ImageError::Corrupt { kind: "lz4", .. }))), "{e}");
     let e = load_guest(bzimage(b"\x00\x01garbage!"), None, 64 * MIB).unwrap_err();
-    assert_eq!(e, LoadError::Linux(LinuxError::UnknownCompression));
+    assert_eq!(e, LoadError::Linux(LinuxError::Image(ImageError::UnknownCompression)));
     let e = load_guest(bzimage(b"\x7fELF not really"), None, 64 * MIB).unwrap_err();
-    assert!(matches!(e, LoadError::Linux(LinuxError::Payload(_))), "{e}");
-    for e in [e, LoadError::Linux(LinuxError::UnknownCompression)] {
+    assert!(matches!(e, LoadError::Linux(LinuxError::Image(ImageError::Payload(_)))), "{e}");
+    for e in [e, LoadError::Linux(LinuxError::Image(ImageError::UnknownCompression))] {
         assert_eq!(e.to_string().lines().count(), 1);
     }
 }

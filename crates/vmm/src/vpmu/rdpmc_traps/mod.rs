@@ -25,7 +25,7 @@
 //! intercept on INT3). A port write exits to the VMM on every VMX and SVM, is as long as
 //! RDPMC, and at CPL0 touches nothing else (`host::Breakpoint`).
 
-use crate::profiling::kallsyms::KernelSymbol;
+use linux_image::kallsyms::KernelSymbol;
 use iced_x86::{Decoder, DecoderOptions, Mnemonic};
 use std::collections::BTreeMap;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -74,7 +74,7 @@ impl RdpmcTraps {
     }
 
     fn find_sites(elf: &[u8]) -> Self {
-        let Some(symbols) = crate::profiling::kallsyms::of_elf(elf) else { return Self::default() };
+        let Some(symbols) = linux_image::kallsyms::of_elf(elf) else { return Self::default() };
         let Ok(parsed) = goblin::elf::Elf::parse(elf) else { return Self::default() };
         let loads: Vec<Load> = parsed
             .program_headers

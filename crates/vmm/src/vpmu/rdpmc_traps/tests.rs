@@ -64,7 +64,7 @@ fn finds_the_rdpmc_instructions_of_a_guest_with_symbols() {
         assert_eq!(elf[at..at + 2], RDPMC, "{va:#x}");
         assert_eq!(pa - text.p_paddr, va - text.p_vaddr);
     }
-    let names = crate::profiling::kallsyms::of_elf(&elf).unwrap();
+    let names = linux_image::kallsyms::of_elf(&elf).unwrap();
     let function = |va: u64| names[names.partition_point(|s| s.addr <= va) - 1].name.clone();
     let mut functions: Vec<String> = traps.sites.keys().map(|&va| function(va)).collect();
     functions.dedup();
@@ -78,7 +78,7 @@ fn finds_the_sites_of_a_real_kernel() {
     let Ok(path) = std::env::var("PERFVM_TEST_VMLINUX") else { return };
     let (_, vmlinux) = crate::loader::load_guest(std::fs::read(path).unwrap(), None, 1 << 30).unwrap();
     let traps = RdpmcTraps::find(&vmlinux, TrapForm::Int3);
-    let symbols = crate::profiling::kallsyms::of_elf(&vmlinux).unwrap();
+    let symbols = linux_image::kallsyms::of_elf(&vmlinux).unwrap();
     for &va in traps.sites.keys() {
         let at = symbols.partition_point(|s| s.addr <= va) - 1;
         eprintln!("RDPMC at {va:#x}: {}+{:#x}", symbols[at].name, va - symbols[at].addr);
