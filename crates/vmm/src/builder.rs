@@ -176,7 +176,7 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
     }
     // Sample times and the agent's marks count from here.
     let epoch = std::time::Instant::now();
-    let agent = AgentPort::new(mem.clone(), config.max_samples);
+    let agent = AgentPort::new(mem.clone(), config.max_samples, tsc_khz);
     let in_workload = agent.in_workload.clone();
     bus.agent = Some(agent);
     let (tx, ends) = mpsc::channel();

@@ -45,10 +45,15 @@ fn samples_have_time_and_frame_pointer_call_chains() {
         let agent = &report.agent;
         let samples = &agent.samples;
         assert!(samples.len() >= 20, "{native:?}: {} samples", samples.len());
-        let start = agent.marks.iter().find(|m| m.kind == vmm::guest_abi::MarkKind::Start).unwrap().tsc;
-        let end = agent.marks.iter().find(|m| m.kind == vmm::guest_abi::MarkKind::End).unwrap().tsc;
-        assert!(samples.windows(2).all(|w| w[0].tsc <= w[1].tsc), "{native:?}: in time order");
-        assert!(samples.iter().all(|s| (start..=end).contains(&s.tsc)), "{native:?}: within the workload");
+        // Sample times are guest TSCs placed through the START mark: within the workload's
+        // TSC span from it.
+        let start = agent.marks.iter().find(|m| m.kind == vmm::guest_abi::MarkKind::Start).unwrap();
+        let end = agent.marks.iter().find(|m| m.kind == vmm::guest_abi::MarkKind::End).unwrap();
+        let rate = pmu::tsc::TscRate::from_khz(report.tsc_khz).unwrap();
+        let end_ns = start.host_ns + rate.delta_ns(i128::from(end.tsc - start.tsc)) as u64;
+        assert!(samples.windows(2).all(|w| w[0].time_ns <= w[1].time_ns), "{native:?}: in time order");
+        let within = |s: &vmm::profiling::Sample| (start.host_ns..=end_ns).contains(&s.time_ns);
+        assert!(samples.iter().all(within), "{native:?}: within the workload");
         // ftest's functions are called from main, main from agent_run, that from kit_start,
         // and kit_start from _start: every full chain ends at the same return into _start.
         let full: Vec<_> = samples.iter().filter(|s| s.callchain.len() >= 3).collect();
@@ -64,7 +69,7 @@ fn samples_have_time_and_frame_pointer_call_chains() {
         // Without -g: time, no chains.
         let plain = run(&kernel, native, &format!("record -e 0x003c -c {period}"));
         assert!(
-            !plain.agent.samples.is_empty() && plain.agent.samples.iter().all(|s| s.callchain.is_empty() && s.tsc > 0)
+            !plain.agent.samples.is_empty() && plain.agent.samples.iter().all(|s| s.callchain.is_empty() && s.time_ns > 0)
         );
     }
 }

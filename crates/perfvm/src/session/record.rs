@@ -91,39 +91,29 @@ pub fn record(
                 .map(|(ip, n)| Sample { event: 0, time_ns: 0, vcpu: 0, task: 0, ip, period: n, callchain: vec![] })
                 .collect()
         }
-        Mode::Sampled => {
-            let at = agent_clock(&report.agent, tsc);
-            // Each sample carries its counter's event code, which names one event of the
-            // list (record refuses two events of one code).
-            let to_sample = |s: &vmm::devices::SampleRecord| {
+        Mode::Sampled | Mode::Vcpus => {
+            // An agent's sample carries its counter's event code, which names one event of
+            // the list (record refuses two events of one code); -a samples one event.
+            let event_of = |s: &vmm::profiling::Sample| match mode {
+                Mode::Vcpus => Some(0),
+                _ => sampled.iter().position(|e| e.raw == s.event),
+            };
+            let taken = if mode == Mode::Vcpus { &report.samples.taken } else { &report.agent.samples };
+            let to_sample = |s: &vmm::profiling::Sample| {
                 Some(Sample {
-                    event: sampled.iter().position(|e| e.raw == s.event)?,
-                    time_ns: at(s.tsc),
+                    event: event_of(s)?,
+                    time_ns: s.time_ns,
                     vcpu: s.vcpu,
                     task: s.task,
-                    ip: s.rip,
+                    ip: s.ip,
                     period,
                     callchain: s.callchain.clone(),
                 })
             };
-            let samples: Vec<Sample> = report.agent.samples.iter().filter_map(to_sample).collect();
-            unattributed = report.agent.samples.len() - samples.len();
+            let samples: Vec<Sample> = taken.iter().filter_map(to_sample).collect();
+            unattributed = taken.len() - samples.len();
             samples
         }
-        Mode::Vcpus => report
-            .samples
-            .taken
-            .iter()
-            .map(|s| Sample {
-                event: 0,
-                time_ns: s.time_ns,
-                vcpu: s.vcpu,
-                task: 0,
-                ip: s.ip,
-                period,
-                callchain: s.callchain.clone(),
-            })
-            .collect(),
     };
     let pmu = report.stats.pmu.as_ref();
     let notifications = pmu.map_or_else(Notifications::default, |p| {
@@ -175,17 +165,6 @@ pub fn record(
     Ok(Capture { record, profile, code, stats: report.stats, agent_seen, thread_ns })
 }
 
-/// Guest TSC (at `tsc`) -> host ns since the VM was built, through the agent's START mark
-/// (0 where the agent sent no TSC or no mark).
-fn agent_clock(agent: &vmm::devices::AgentData, tsc: TscRate) -> impl Fn(u64) -> u64 {
-    let start = agent.marks.iter().find(|m| m.kind == vmm::guest_abi::MarkKind::Start).map(|m| (m.tsc, m.host_ns));
-    move |at| match start {
-        Some((t0, ns0)) if at != 0 => {
-            (i128::from(ns0) + tsc.delta_ns(i128::from(at) - i128::from(t0))).clamp(0, i128::from(u64::MAX)) as u64
-        }
-        _ => 0,
-    }
-}
 
 /// How the chains of a record were unwound, as its header says it.
 fn unwinding(mode: Mode, callgraph: Option<CallGraph>, elf: &[u8]) -> Option<String> {

@@ -15,7 +15,7 @@ fn memory() -> GuestMemoryMmap {
 /// and all, as a guest could write it.
 pub fn agent_message(data: &[u8]) {
     let mem = memory();
-    let mut port = vmm::devices::AgentPort::new(mem.clone(), 1024);
+    let mut port = vmm::devices::AgentPort::new(mem.clone(), 1024, 1_000_000);
     let kind = u16::from(data.first().copied().unwrap_or(0) % 9);
     let payload = data.get(1..).unwrap_or(&[]);
     let mut message = Vec::with_capacity(16 + payload.len());

@@ -5,6 +5,8 @@
 //! limit.
 
 use crate::guest_abi::{self as abi, read, read_prefix, MarkKind, MsgType};
+use crate::profiling::Sample;
+use pmu::tsc::TscRate;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::mem::size_of;
@@ -29,24 +31,6 @@ pub const COUNT_FIXED: u16 = 1 << 0;
 /// The PMU does not advertise the event: `<not supported>`.
 pub const COUNT_UNSUPPORTED: u16 = 1 << 1;
 
-/// One sample (`struct agent_sample` or `struct agent_sample2`).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct SampleRecord {
-    /// The interrupted instruction pointer.
-    pub rip: u64,
-    /// The guest task running then (0 before tasks start).
-    pub task: u32,
-    /// The sampling counter's EVENTSEL\[15:0\].
-    pub event: u16,
-    /// The vCPU whose PMI took it (0 from an agent that sends the original samples).
-    pub vcpu: u32,
-    /// Guest TSC in the PMI handler (0 from an agent that sends the original samples); ns
-    /// since the guest TSC's 0 are `tsc * 1_000_000 / guest_tsc_khz`.
-    pub tsc: u64,
-    /// Return addresses from frame pointers, innermost caller first (empty without `-g`).
-    pub callchain: Vec<u64>,
-}
-
 /// A workload phase mark: guest TSC and host time since the VM started.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Mark {
@@ -65,7 +49,7 @@ pub struct AgentData {
     pub counts: Vec<abi::AgentCount>,
     /// Samples kept (at most the bound given to [`AgentPort::new`]).
     #[serde(skip)]
-    pub samples: Vec<SampleRecord>,
+    pub samples: Vec<Sample>,
     /// Samples received, kept or not.
     pub samples_received: u64,
     /// Samples dropped by the VMM (bound reached).
@@ -103,6 +87,8 @@ impl AgentData {
 pub struct AgentPort {
     mem: GuestMemoryMmap,
     started: Instant,
+    /// The guest TSC's rate, to place samples in host time (None: unknown, times 0).
+    tsc: Option<TscRate>,
     max_samples: usize,
     /// What the agent sent so far.
     pub data: AgentData,
@@ -114,11 +100,12 @@ pub struct AgentPort {
 
 impl AgentPort {
     /// A port reading messages from `mem`, keeping at most `max_samples` sample slots (one
-    /// per sample, plus one per call-chain entry).
-    pub fn new(mem: GuestMemoryMmap, max_samples: usize) -> Self {
+    /// per sample, plus one per call-chain entry); the guest TSC runs at `tsc_khz`.
+    pub fn new(mem: GuestMemoryMmap, max_samples: usize, tsc_khz: u64) -> Self {
         AgentPort {
             mem,
             started: Instant::now(),
+            tsc: TscRate::from_khz(tsc_khz),
             max_samples,
             data: AgentData::default(),
             in_workload: Default::default(),
@@ -186,14 +173,8 @@ impl AgentPort {
                 for i in 0..head.n as usize {
                     let o = size_of::<abi::AgentSamples>() + i * size_of::<abi::AgentSample>();
                     let s: abi::AgentSample = read(p, o)?;
-                    let sample = SampleRecord {
-                        rip: s.rip,
-                        task: s.task,
-                        event: s.event,
-                        vcpu: 0,
-                        tsc: 0,
-                        callchain: Vec::new(),
-                    };
+                    let sample =
+                        Sample { time_ns: 0, vcpu: 0, task: s.task, event: s.event, ip: s.rip, callchain: Vec::new() };
                     self.keep(sample);
                 }
             }
@@ -207,12 +188,12 @@ impl AgentPort {
                     let chain = o + size_of::<abi::AgentSample2>();
                     let words =
                         (0..nr.min(MAX_CALLCHAIN)).map(|k| read::<u64>(p, chain + 8 * k)).collect::<Option<_>>()?;
-                    let sample = SampleRecord {
-                        rip: s.rip,
-                        tsc: s.tsc,
+                    let sample = Sample {
+                        time_ns: self.host_ns_at(s.tsc),
+                        vcpu: u32::from(s.vcpu),
                         task: s.task,
                         event: s.event,
-                        vcpu: u32::from(s.vcpu),
+                        ip: s.rip,
                         callchain: words,
                     };
                     o = chain + 8 * nr;
@@ -250,8 +231,21 @@ impl AgentPort {
         Some(())
     }
 
+    /// Guest TSC `tsc` as host ns since the port was created, through the workload's START
+    /// mark (which comes before its samples); 0 without a TSC, a mark or a rate.
+    fn host_ns_at(&self, tsc: u64) -> u64 {
+        let start = self.data.marks.iter().find(|m| m.kind == MarkKind::Start);
+        match (start, self.tsc) {
+            (Some(m), Some(rate)) if tsc != 0 => {
+                let ns = i128::from(m.host_ns) + rate.delta_ns(i128::from(tsc) - i128::from(m.tsc));
+                ns.clamp(0, i128::from(u64::MAX)) as u64
+            }
+            _ => 0,
+        }
+    }
+
     /// Keep a received sample if the bound allows: one slot, plus one per chain entry.
-    fn keep(&mut self, sample: SampleRecord) {
+    fn keep(&mut self, sample: Sample) {
         self.data.samples_received += 1;
         let slots = 1 + sample.callchain.len();
         if self.data.sample_slots + slots <= self.max_samples {
@@ -278,9 +272,19 @@ mod tests {
         m
     }
 
+    /// A port whose guest TSC runs at 1 GHz: a cycle a ns.
     fn port(max_samples: usize) -> AgentPort {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
-        AgentPort::new(mem, max_samples)
+        AgentPort::new(mem, max_samples, 1_000_000)
+    }
+
+    /// Send the workload's START mark at guest TSC `tsc`; returns its host time.
+    fn start_mark(port: &mut AgentPort, tsc: u64) -> u64 {
+        let mut mark = 1u32.to_le_bytes().to_vec();
+        mark.extend_from_slice(&0u32.to_le_bytes());
+        mark.extend_from_slice(&tsc.to_le_bytes());
+        send(port, 0x800, &message(MsgType::Mark, &mark));
+        port.data.marks.last().unwrap().host_ns
     }
 
     fn send(port: &mut AgentPort, at: u64, msg: &[u8]) {
@@ -324,7 +328,7 @@ mod tests {
         assert_eq!(p.data.samples.len(), 2);
         assert_eq!(
             p.data.samples[1],
-            SampleRecord { rip: 0x100010, task: 7, event: 0x3c, vcpu: 0, tsc: 0, callchain: vec![] }
+            Sample { time_ns: 0, vcpu: 0, task: 7, event: 0x3c, ip: 0x100010, callchain: vec![] }
         );
         assert_eq!(p.data.samples_dropped_guest, 3);
 
@@ -395,6 +399,8 @@ mod tests {
     #[test]
     fn samples_with_time_and_call_chains() {
         let mut p = port(100);
+        // The workload's START mark at guest TSC 700 places the samples' TSCs in host time.
+        let start = start_mark(&mut p, 700);
         let records =
             [sample2(0x100000, 777, 3, 0x3c, &[0x100100, 0x100200]), sample2_on(0x100010, 778, 0, 0x3c, &[], 5)];
         send(&mut p, 0x1000, &message(MsgType::Samples2, &samples2(&records, 1)));
@@ -402,8 +408,8 @@ mod tests {
         assert_eq!(
             p.data.samples,
             vec![
-                SampleRecord { rip: 0x100000, task: 3, event: 0x3c, vcpu: 0, tsc: 777, callchain: chain },
-                SampleRecord { rip: 0x100010, task: 0, event: 0x3c, vcpu: 5, tsc: 778, callchain: vec![] },
+                Sample { time_ns: start + 77, vcpu: 0, task: 3, event: 0x3c, ip: 0x100000, callchain: chain },
+                Sample { time_ns: start + 78, vcpu: 5, task: 0, event: 0x3c, ip: 0x100010, callchain: vec![] },
             ]
         );
         assert_eq!((p.data.samples_dropped_guest, p.data.bad_messages), (1, 0));
@@ -412,7 +418,7 @@ mod tests {
         let records = [sample2(1, 2, 0, 0x3c, &long), sample2(3, 4, 0, 0x3c, &[9])];
         send(&mut p, 0x2000, &message(MsgType::Samples2, &samples2(&records, 0)));
         assert_eq!(p.data.samples[2].callchain.len(), MAX_CALLCHAIN);
-        assert_eq!((p.data.samples[3].rip, &p.data.samples[3].callchain), (3, &vec![9]));
+        assert_eq!((p.data.samples[3].ip, &p.data.samples[3].callchain), (3, &vec![9]));
         // A record claiming a chain past the message's end: the message is bad.
         let mut truncated = samples2(&[sample2(5, 6, 0, 0x3c, &[1, 2])], 0);
         truncated.truncate(truncated.len() - 8);
@@ -427,13 +433,14 @@ mod tests {
             [sample2(1, 0, 0, 0x3c, &[1, 2, 3]), sample2(2, 0, 0, 0x3c, &[1, 2]), sample2(3, 0, 0, 0x3c, &[1])];
         send(&mut p, 0x1000, &message(MsgType::Samples2, &samples2(&records, 0)));
         // 4 slots, then 3 would make 7 > 6: dropped; then 2 fit.
-        assert_eq!(p.data.samples.iter().map(|s| s.rip).collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(p.data.samples.iter().map(|s| s.ip).collect::<Vec<_>>(), vec![1, 3]);
         assert_eq!((p.data.samples_received, p.data.samples_dropped_vmm), (3, 1));
     }
 
     #[test]
     fn unsent_samples2_are_drained_by_the_buffer_type() {
         let mut p = port(10);
+        let start = start_mark(&mut p, 50);
         let mut buffer = vec![0u8; HEADER_LEN];
         buffer.extend_from_slice(&samples2(&[sample2(0x4321, 55, 1, 0x3c, &[0x100100])], 0));
         p.mem.write_slice(&buffer, GuestAddress(0x8000)).unwrap();
@@ -444,8 +451,8 @@ mod tests {
         p.drain_unsent_samples();
         assert_eq!(p.data.samples.len(), 1);
         assert_eq!(
-            (p.data.samples[0].rip, p.data.samples[0].tsc, &p.data.samples[0].callchain),
-            (0x4321, 55, &vec![0x100100])
+            (p.data.samples[0].ip, p.data.samples[0].time_ns, &p.data.samples[0].callchain),
+            (0x4321, start + 5, &vec![0x100100])
         );
         // An unknown buffer type is refused.
         announce[8] = 9;
@@ -469,7 +476,7 @@ mod tests {
         assert!(p.data.samples.is_empty());
         p.drain_unsent_samples();
         assert_eq!(p.data.samples.len(), 1);
-        assert_eq!(p.data.samples[0].rip, 0x1234);
+        assert_eq!(p.data.samples[0].ip, 0x1234);
         assert_eq!(p.data.samples_drained, 1);
     }
 

@@ -7,11 +7,11 @@
 
 use crate::backends::perf_sys::*;
 use crate::profiling::unwind::{GuestUnwinder, UnwindCache};
+use crate::profiling::{Sample, VMM_SAMPLE_EVENT};
 use crate::vstate::kick;
 use crate::vstate::linear::{LinearMemory, PageWalk};
 use kvm_ioctls::{SyncReg, VcpuFd};
 use pmu::tsc::{SamplePeriod, TscRate};
-use serde::Serialize;
 use std::sync::Arc;
 use std::time::Instant;
 use vm_memory::GuestMemoryMmap;
@@ -47,24 +47,11 @@ pub struct SamplingConfig {
     pub max_samples: usize,
 }
 
-/// One sample of a vCPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct VcpuSample {
-    /// Host ns since the VM was built.
-    pub time_ns: u64,
-    /// The vCPU.
-    pub vcpu: u32,
-    /// The guest's instruction pointer.
-    pub ip: u64,
-    /// Return addresses, innermost caller first (empty without call chains).
-    pub callchain: Vec<u64>,
-}
-
 /// What the samplers of a VM took.
 #[derive(Debug, Default, Clone)]
 pub struct Samples {
     /// Every vCPU's samples, in time order per vCPU.
-    pub taken: Vec<VcpuSample>,
+    pub taken: Vec<Sample>,
     /// Samples not kept (the bound was reached).
     pub dropped: u64,
 }
@@ -139,9 +126,11 @@ impl Sampler {
             Some(_) => walk(&sync, mem, self.unwinder.as_mut()),
             None => Vec::new(),
         };
-        self.samples.taken.push(VcpuSample {
+        self.samples.taken.push(Sample {
             time_ns: self.epoch.elapsed().as_nanos() as u64,
             vcpu: self.vcpu,
+            task: 0,
+            event: VMM_SAMPLE_EVENT,
             ip: sync.regs.rip,
             callchain,
         });
