@@ -16,7 +16,6 @@ fn bench_flags_are_its_own_and_errors_name_its_help() {
     assert!(top.contains("bench "), "perfvm's help lists bench: {top}");
 }
 
-
 /// `bench rate` times the plain loop, the locked loop and ftest's loop on a host thread and
 /// natively, and prints the native/host speeds.
 #[test]

@@ -69,7 +69,8 @@ fn samples_have_time_and_frame_pointer_call_chains() {
         // Without -g: time, no chains.
         let plain = run(&kernel, native, &format!("record -e 0x003c -c {period}"));
         assert!(
-            !plain.agent.samples.is_empty() && plain.agent.samples.iter().all(|s| s.callchain.is_empty() && s.time_ns > 0)
+            !plain.agent.samples.is_empty()
+                && plain.agent.samples.iter().all(|s| s.callchain.is_empty() && s.time_ns > 0)
         );
     }
 }

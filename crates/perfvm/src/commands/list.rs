@@ -22,7 +22,9 @@ fn perf_backend(host_pmu: Option<&PerfSource>, event: ArchEvent) -> &'static str
 /// model clock, ref-cycles from the TSC.
 fn exact_backend(event: Event) -> &'static str {
     match event.raw {
-        _ if !events::architectural(event.raw).is_some_and(|e| crate::session::counts::exact_events().contains(e)) => "-",
+        _ if !events::architectural(event.raw).is_some_and(|e| crate::session::counts::exact_events().contains(e)) => {
+            "-"
+        }
         0x003c => "model clock (1 per insn)",
         0x013c => "TSC",
         _ => "exact",

@@ -90,8 +90,9 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
         seconds: &seconds,
         model_clock: backend.contains("model clock"),
         exact_hint: match args.all_cpus {
-            true => (backend_kind != Some(BackendKind::Exact))
-                .then(|| counts::whole_guest_events(Some(BackendKind::Exact))),
+            true => {
+                (backend_kind != Some(BackendKind::Exact)).then(|| counts::whole_guest_events(Some(BackendKind::Exact)))
+            }
             false => pmu.is_some_and(|p| p.backend == BackendKind::Perf).then(counts::exact_events),
         },
     };

@@ -165,7 +165,6 @@ pub fn record(
     Ok(Capture { record, profile, code, stats: report.stats, agent_seen, thread_ns })
 }
 
-
 /// How the chains of a record were unwound, as its header says it.
 fn unwinding(mode: Mode, callgraph: Option<CallGraph>, elf: &[u8]) -> Option<String> {
     match (mode, callgraph?) {

@@ -52,7 +52,8 @@ pub fn skip(test: &str, reason: &str) {
 /// The perfvm binary: this crate's, or, for crates/bench's tests, the one cargo built
 /// beside perfvm-bench (`cargo test --workspace` builds both).
 pub fn perfvm_binary() -> std::path::PathBuf {
-    let beside_bench = || Some(std::path::Path::new(option_env!("CARGO_BIN_EXE_perfvm-bench")?).with_file_name("perfvm"));
+    let beside_bench =
+        || Some(std::path::Path::new(option_env!("CARGO_BIN_EXE_perfvm-bench")?).with_file_name("perfvm"));
     option_env!("CARGO_BIN_EXE_perfvm").map(std::path::PathBuf::from).or_else(beside_bench).expect("a perfvm binary")
 }
 

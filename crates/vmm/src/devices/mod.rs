@@ -10,8 +10,7 @@ mod serial;
 mod shutdown;
 
 pub use agent::{
-    AgentData, AgentPort, AGENT_PORT, COUNT_FIXED, COUNT_UNSUPPORTED, DEFAULT_MAX_SAMPLES, MAX_AGENT_MSG,
-    MAX_CALLCHAIN,
+    AgentData, AgentPort, AGENT_PORT, COUNT_FIXED, COUNT_UNSUPPORTED, DEFAULT_MAX_SAMPLES, MAX_AGENT_MSG, MAX_CALLCHAIN,
 };
 pub use debug_exit::DebugExit;
 pub use fw_cfg::FwCfg;

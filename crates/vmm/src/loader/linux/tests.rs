@@ -1,9 +1,9 @@
 //! Detection and placement of Linux kernels and initrds, on synthetic images.
 
 use super::*;
-use linux_image::is_linux;
 use crate::loader::synthetic::{bzimage, elf64};
 use crate::loader::{load_guest, LoadError};
+use linux_image::is_linux;
 
 const MIB: u64 = 1 << 20;
 

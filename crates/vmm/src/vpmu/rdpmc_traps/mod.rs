@@ -25,8 +25,8 @@
 //! intercept on INT3). A port write exits to the VMM on every VMX and SVM, is as long as
 //! RDPMC, and at CPL0 touches nothing else (`host::Breakpoint`).
 
-use linux_image::kallsyms::KernelSymbol;
 use iced_x86::{Decoder, DecoderOptions, Mnemonic};
+use linux_image::kallsyms::KernelSymbol;
 use std::collections::BTreeMap;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
