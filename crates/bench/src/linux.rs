@@ -2,7 +2,7 @@
 //! kernel (guest/linux/fetch-and-build.sh's target/linux) booted to /init, whose only
 //! command powers it off, against its floor: the instructions KVM emulated for it over this
 //! host's emulation rate, the `rate` guest's emulated loop measured just before and just
-//! after the boot in the same run (docs/LINUX.md).
+//! after the boot in the same run (docs/LINUX.md, "What a boot costs").
 
 use super::rate::guest_rate;
 use super::{config, Bench};

@@ -35,7 +35,8 @@ pub enum Command {
 
 /// `-F` when neither `-c` nor `-F` is given (samples per second of guest cycles). Each
 /// sample costs the guest ~200 us here (its PMI handler is emulated at ~1 us/instruction
-/// plus a few exits), so 100 Hz keeps sampling overhead near 2% (docs/PERFORMANCE.md).
+/// plus a few exits), so 100 Hz keeps sampling overhead near 2% (docs/PERFORMANCE.md,
+/// "Sampling overhead").
 pub const DEFAULT_RECORD_FREQ: u64 = 100;
 
 /// The same, for a guest that runs natively: a sample costs there what its exits cost

@@ -462,7 +462,8 @@ fn linux_perf_backend_amd() {
     r.has("perfvm-init: exit 6: 0");
     r.has("perfvm-init: exit 7: 0");
     // A time profile of a few dozen samples, the console's exits among them: hot (3/4 of the
-    // loop's instructions) above cold (73% / 27% of the user samples in docs/LINUX.md, boot 17).
+    // loop's instructions) above cold (73% / 27% of the user samples on kvm_pvm: docs/LINUX.md,
+    // "Linux's perf inside the guest").
     let (hot, cold) = (share(&r.out, "hot"), share(&r.out, "cold"));
     assert!(hot.zip(cold).is_some_and(|(h, c)| h > c), "hot {hot:?} / cold {cold:?}: {}", r.context());
     r.has("kernel command line: console=ttyS0 ");

@@ -85,7 +85,7 @@ fn stock_kernel_boots_to_init_runs_perf_and_reboots() {
     let stat = stat_of(&out, "/bin/loop 1000");
     assert!(stat_count(stat, "cycles").is_some_and(|n| n > 0), "{context}");
     // Instructions cannot be counted without a host PMU. Intel's CPUID 0xA says so and perf
-    // prints `<not supported>` (docs/LINUX.md, boot 19); AMD's PMU has no such bit, so the
+    // prints `<not supported>` (docs/LINUX.md, "Linux's perf inside the guest"); AMD's PMU has no such bit, so the
     // counter runs and reads 0, as under KVM when the host cannot create the event.
     assert_eq!(stat_count(stat, "instructions:u"), Some(0), "{context}");
     assert!(out.contains("perfvm-init: exit 5: 0"), "perf stat: {context}");

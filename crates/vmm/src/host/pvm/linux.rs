@@ -11,12 +11,12 @@ pub const EMULATED_CMDLINE: &str =
 /// emulates kernel code at a few 10^5 instructions per second, thousands of times slower than
 /// a CPU: at real time, HZ=250 timer ticks (a few thousand instructions each) would take most
 /// of the emulator and the boot would crawl. Dilated, the guest sees fewer ticks per
-/// instruction (docs/LINUX.md); busy-wait delays last this much longer in host time.
+/// instruction (docs/LINUX.md, "Time"); busy-wait delays last this much longer in host time.
 ///
 /// At most [`MAX_TSC_SCALE`], and no more than Linux's TSC-deadline clockevent can hold: it
 /// registers `tsc_khz * 125` Hz (the TSC / 8) as a u32, so a claimed TSC above 34.36 GHz wraps
 /// and the tick comes early (128 x 2.5 GHz wrapped to 1.35 GHz: a tick every 17 ms of host
-/// time instead of 0.5 s, the "timer storm" of boots 4-18).
+/// time instead of 0.5 s: a timer-interrupt storm; docs/LINUX.md, "Time").
 pub fn tsc_scale(tsc_khz: u64) -> u64 {
     const DEADLINE_HZ_PER_KHZ: u64 = 1000 / 8;
     let max_claimed_khz = u64::from(u32::MAX) / DEADLINE_HZ_PER_KHZ;

@@ -28,7 +28,7 @@
 //! guest took 212,405 debug exits on one instruction in 30 s), so it steps over it instead.
 //! guest/linux/syscall_probe.S makes three user SYSCALLs into a supervisor-only entry the way
 //! Linux does (kernel CS 0x10, SWAPGS, SYSRETQ; tests/syscall_probe.rs). On Debian's kernel
-//! (docs/LINUX.md, boots 9-11) init's system calls go through it to `reboot -f`.
+//! (docs/LINUX.md, "SYSCALL") init's system calls go through it to `reboot -f`.
 
 use crate::vstate::guest_debug::GuestDebug;
 use crate::vstate::linear::{LinearMemory, VcpuLinear};

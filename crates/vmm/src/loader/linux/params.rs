@@ -12,10 +12,10 @@ use vm_memory::{ByteValued, GuestAddress, GuestMemoryMmap};
 
 /// What every Linux guest gets on its command line, before the user's `--cmdline`: the
 /// console on the UART (and early printk there), and what perfvm's machine needs (no PCI,
-/// no timer but the TSC and LAPIC to check it against; docs/LINUX.md). No `nokaslr`: KASLR
-/// is the decompressor's work, which perfvm skips (the kernel runs at its link address),
-/// and the kernel proper would hand the unknown word to init: every word here is one the
-/// kernel itself knows. `panic=-1 reboot=panic_warm` make a panic reboot at once with the
+/// no timer but the TSC and LAPIC to check it against; docs/LINUX.md, "The command line").
+/// No `nokaslr`: KASLR is the decompressor's work, which perfvm skips (the kernel runs at
+/// its link address), and the kernel proper would hand the unknown word to init: every word
+/// here is one the kernel itself knows. `panic=-1 reboot=panic_warm` make a panic reboot at once with the
 /// BIOS warm-reset flag set, which is how the VMM tells a panic from `reboot -f`.
 pub const DEFAULT_CMDLINE: &str = concat!(
     "console=ttyS0 earlyprintk=serial,ttyS0 panic=-1 reboot=panic_warm ",
