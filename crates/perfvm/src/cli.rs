@@ -254,6 +254,10 @@ pub struct PmuArgs {
     /// What counts: host perf events, or exact counting by single-stepping.
     #[arg(long, value_enum, default_value_t = BackendArg::Perf)]
     pub backend: BackendArg,
+    /// How the exact backend finds what retired: single-step every instruction, or run the
+    /// guest from branch to branch and step only what a block cannot hold (same counts).
+    #[arg(long, value_enum, default_value_t = ExactEngineArg::Steps)]
+    pub exact_engine: ExactEngineArg,
     /// Host event policy: reuse events (with lazy release), or re-create on every write.
     #[arg(long, value_enum, default_value_t = PolicyArg::Reuse)]
     pub policy: PolicyArg,
@@ -349,6 +353,21 @@ pub enum OnOff {
 pub enum BackendArg {
     Perf,
     Exact,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExactEngineArg {
+    Steps,
+    Blocks,
+}
+
+impl From<ExactEngineArg> for vmm::config::ExactEngine {
+    fn from(arg: ExactEngineArg) -> Self {
+        match arg {
+            ExactEngineArg::Steps => vmm::config::ExactEngine::Steps,
+            ExactEngineArg::Blocks => vmm::config::ExactEngine::Blocks,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -52,6 +52,7 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
         pebs: args.pebs,
         pmi_max_percent: args.pmi_max_percent,
         count_retired: false,
+        exact_engine: args.exact_engine.into(),
     }))
 }
 

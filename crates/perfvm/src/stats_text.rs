@@ -148,6 +148,13 @@ fn pmu_report(r: &PmuReport) -> String {
     if r.vmm.steps > 0 {
         out.push_str(&format!("  {:<22} {:>12}\n", "single-steps", r.vmm.steps));
     }
+    if r.vmm.blocks > 0 {
+        let v = &r.vmm;
+        out.push_str(&format!(
+            "  {:<22} {:>12} ({} instructions, {} lost)\n",
+            "blocks", v.blocks, v.block_insns, v.blocks_lost
+        ));
+    }
     if !m.msr_writes.is_empty() || !m.msr_reads.is_empty() {
         out.push_str("\n  PMU MSR accesses       reads     writes\n");
         let mut msrs: Vec<u32> = m.msr_reads.keys().chain(m.msr_writes.keys()).copied().collect();

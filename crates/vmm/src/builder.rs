@@ -307,6 +307,8 @@ fn build_pmus(
                 pv_offered: settings.pv,
                 trace_rips: settings.trace_rips && exact,
                 count_retired: settings.count_retired && exact,
+                // Blocks on one vCPU only: another vCPU may write the code a block runs.
+                blocks: exact && settings.exact_engine == crate::config::ExactEngine::Blocks && vcpus == 1,
                 tsc_khz,
             };
             Ok(VcpuPmu::new(Pmu::new(config.clone(), backend)?, options))

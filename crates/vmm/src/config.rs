@@ -57,6 +57,18 @@ pub enum BackendKind {
     Exact,
 }
 
+/// How the exact backend finds what retired (`--exact-engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExactEngine {
+    /// Single-step every instruction (the reference).
+    #[default]
+    Steps,
+    /// Run the guest from branch to branch and retire each block's instructions together
+    /// (`backends::exact::blocks`), stepping what a block cannot hold; counts identical.
+    Blocks,
+}
+
 /// How the virtual PMU is built.
 #[derive(Debug, Clone)]
 pub struct PmuSettings {
@@ -82,6 +94,8 @@ pub struct PmuSettings {
     /// Exact backend: step the whole run and count every retired instruction and branch
     /// in the VMM (`stat -a`), whatever the guest programs.
     pub count_retired: bool,
+    /// Exact backend: single-step every instruction, or run blocks (`--exact-engine`).
+    pub exact_engine: ExactEngine,
 }
 
 impl Default for PmuSettings {
@@ -97,6 +111,7 @@ impl Default for PmuSettings {
             pebs: false,
             pmi_max_percent: crate::vpmu::throttle::DEFAULT_MAX_PERCENT,
             count_retired: false,
+            exact_engine: ExactEngine::default(),
         }
     }
 }

@@ -58,6 +58,11 @@ pub trait VmmSource: CountSource {
     fn retire_early(&mut self) {}
     /// Single-stepping: what `retire_early` retired faulted instead.
     fn faulted(&mut self) {}
+    /// Single-stepping: how many instructions may retire before the first that could reach
+    /// a deadline, that one included (None: no limit).
+    fn retirements_to_deadline(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl VmmSource for PerfSource {
@@ -131,6 +136,9 @@ impl VmmSource for ExactSource {
     }
     fn faulted(&mut self) {
         ExactSource::faulted(self);
+    }
+    fn retirements_to_deadline(&self) -> Option<u64> {
+        ExactSource::retirements_to_deadline(self)
     }
 }
 
@@ -206,6 +214,7 @@ impl VmmSource for Backend {
         fn retire(&mut self, class: exact::decode::InsnClass, user: bool);
         fn retire_early(&mut self);
         fn faulted(&mut self);
+        fn retirements_to_deadline(&self) -> Option<u64>;
     }
 }
 

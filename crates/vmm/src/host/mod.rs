@@ -163,6 +163,17 @@ impl HostCaps {
         !self.emulates_kernel()
     }
 
+    /// Whether an execution breakpoint in guest debug's DR0-DR3 stops guest kernel code
+    /// that runs without single-stepping, so the exact backend's block engine can run the
+    /// guest to a block's end (`backends::exact::blocks`). kvm_pvm's emulator stops there
+    /// (measured: the exact suites with `--exact-engine blocks`). On SVM and VMX KVM loads
+    /// the breakpoints into the VMCB/VMCS, but the only such host perfvm has run, kvm_amd
+    /// under QEMU 7.2 TCG, never arms a nested guest's breakpoints (docs/DESIGN.md), so
+    /// there the block engine steps every instruction as the steps engine does.
+    pub fn stops_at_breakpoints(&self) -> bool {
+        self.emulates_kernel()
+    }
+
     /// A Linux guest's user-mode SYSCALL needs the VMM's repair (kvm_pvm with native mode,
     /// `pvm::syscall_entry`).
     pub fn needs_syscall_repair(&self) -> bool {

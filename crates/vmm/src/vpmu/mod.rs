@@ -69,6 +69,8 @@ pub struct VpmuOptions {
     pub trace_rips: bool,
     /// Exact backend: step the whole run and count every retired instruction and branch.
     pub count_retired: bool,
+    /// Exact backend: run blocks between branches where possible (`--exact-engine blocks`).
+    pub blocks: bool,
     /// The host TSC's rate, kHz (`KVM_GET_TSC_KHZ`), which times the VMM's operations.
     pub tsc_khz: u64,
 }
@@ -87,12 +89,12 @@ pub struct VcpuPmu {
 impl VcpuPmu {
     /// Wrap `pmu` for one vCPU set up as `options` says.
     pub fn new(pmu: Pmu<Backend>, options: VpmuOptions) -> Self {
-        let VpmuOptions { long_mode, vif, throttle, pv_offered, trace_rips, count_retired, tsc_khz } = options;
+        let VpmuOptions { long_mode, vif, throttle, pv_offered, trace_rips, count_retired, blocks, tsc_khz } = options;
         let tsc = pmu::tsc::TscRate::from_khz_or_1(tsc_khz);
         VcpuPmu {
             pmu,
             account: Accounting::new(tsc),
-            steps: step_control::StepControl::new(long_mode, vif, trace_rips, count_retired),
+            steps: step_control::StepControl::new(long_mode, vif, trace_rips, count_retired, blocks),
             pv: PvState::new(pv_offered),
             notifications: Notifications::new(throttle),
         }
@@ -259,9 +261,19 @@ impl VcpuPmu {
     }
 
     /// Last step before an entry: single-step as the exact backend needs, with an event window
-    /// when an NMI was injected or a PMI raised for this entry (see `stepping`).
-    pub fn before_entry(&mut self, vcpu: &VcpuFd, debug: &mut GuestDebug, mem: &GuestMemoryMmap, nmi_injected: bool) {
-        self.steps.before_entry(&mut self.pmu, self.account.stats_mut(), vcpu, debug, mem, nmi_injected);
+    /// when an NMI was injected or a PMI raised for this entry (see `stepping`); a block
+    /// instead of a step where the engine runs blocks and `blocks_ok` (no NMI due after so
+    /// many instructions).
+    pub fn before_entry(
+        &mut self,
+        vcpu: &VcpuFd,
+        debug: &mut GuestDebug,
+        mem: &GuestMemoryMmap,
+        nmi_injected: bool,
+        blocks_ok: bool,
+    ) {
+        let stats = self.account.stats_mut();
+        self.steps.before_entry(&mut self.pmu, stats, vcpu, debug, mem, nmi_injected, blocks_ok);
     }
 
     /// The guest offers a PV page at `gpa` (0: unregister).
@@ -285,6 +297,11 @@ impl VcpuPmu {
     /// Whether a PV page with published counters is registered.
     pub fn pv_publishing(&self) -> bool {
         self.pv.publishing()
+    }
+
+    /// Whether the exact backend may run blocks (`--exact-engine blocks` where it can).
+    pub fn runs_blocks(&self) -> bool {
+        self.steps.runs_blocks()
     }
 
     /// Whether the exact backend is single-stepping the guest.

@@ -125,6 +125,9 @@ impl PmuReport {
         t.handle_ns += v.handle_ns;
         t.steps += v.steps;
         t.rdpmc_emulated += v.rdpmc_emulated;
+        t.blocks += v.blocks;
+        t.block_insns += v.block_insns;
+        t.blocks_lost += v.blocks_lost;
         self.pv.merge(pmu.pv_stats());
         if let Some(n) = pmu.model().backend().notifications() {
             self.notifications.merge(n);

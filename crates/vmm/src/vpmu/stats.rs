@@ -219,6 +219,12 @@ pub struct VpmuStats {
     pub steps: u64,
     /// RDPMC instructions the VMM ran for the guest while stepping.
     pub rdpmc_emulated: u64,
+    /// Blocks the block engine ran (`--exact-engine blocks`); their instructions are in `steps`.
+    pub blocks: u64,
+    /// Instructions retired in blocks.
+    pub block_insns: u64,
+    /// Blocks that ended where their plan does not say (counted to the stop as far as known).
+    pub blocks_lost: u64,
 }
 
 #[cfg(test)]

@@ -1,9 +1,12 @@
 //! Single-stepping for the exact backend (and `stat -a --backend exact`): when to step,
 //! event windows for owed NMIs and PMIs, and where each retired instruction is counted.
+//! With the block engine (`backends::exact::blocks`) an entry that would be a step with
+//! interrupts blocked runs a block instead, where one can be planned.
 
+use crate::backends::exact::blocks::{self, Block, Regs};
 use crate::backends::exact::decode::InsnClass;
 use crate::backends::exact::retire::{Counting, Retirement};
-use crate::backends::exact::stepping::{CodePages, Owed, StepExit, Stepper, VcpuStep};
+use crate::backends::exact::stepping::{CodePages, Debug, Owed, StepExit, Stepper, VcpuStep};
 use crate::backends::{Backend, VmmSource};
 use crate::profiling::counts::Retired;
 use crate::vpmu::rdpmc_traps::RdpmcTraps;
@@ -41,10 +44,28 @@ pub(super) struct StepControl {
     /// `stat -a` on the exact backend: the VMM steps the whole run and counts every
     /// retired instruction and branch itself.
     retired: Option<Retired>,
+    /// The block engine may run here (`--exact-engine blocks`, one vCPU, long mode, a host
+    /// whose breakpoints stop the guest).
+    block_engine: bool,
+    /// The block the guest is running (until the exit at its end or at a handler).
+    block: Option<Block>,
+}
+
+const EFER_LMA: u64 = 1 << 10;
+const RFLAGS_TF: u64 = 1 << 8;
+
+/// Clear RFLAGS.TF before a block: an event window's handler returned through a frame
+/// saved while stepped, and its IRET restored the step's TF, which the guest would take as
+/// a #DB of its own once nothing single-steps it (stepping consumes it). A guest's own TF
+/// is lost with it, as on hardware hosts (docs/DESIGN.md). False if it could not be done.
+fn clear_trap_flag(vcpu: &VcpuFd) -> bool {
+    let Ok(mut regs) = vcpu.get_regs() else { return false };
+    regs.rflags &= !RFLAGS_TF;
+    vcpu.set_regs(&regs).is_ok() && vcpu.get_regs().is_ok_and(|r| r.rflags & RFLAGS_TF == 0)
 }
 
 impl StepControl {
-    pub(super) fn new(long_mode: bool, vif: Option<u64>, trace_rips: bool, count_retired: bool) -> Self {
+    pub(super) fn new(long_mode: bool, vif: Option<u64>, trace_rips: bool, count_retired: bool, blocks: bool) -> Self {
         StepControl {
             stepper: Stepper::default(),
             pmi_raised: Owed::Nothing,
@@ -56,6 +77,8 @@ impl StepControl {
             vif,
             rip_profile: trace_rips.then(HashMap::new),
             retired: count_retired.then(Retired::default),
+            block_engine: blocks && long_mode && crate::host::caps().stops_at_breakpoints(),
+            block: None,
         }
     }
 
@@ -65,6 +88,10 @@ impl StepControl {
 
     pub(super) fn is_on(&self) -> bool {
         self.stepper.is_on()
+    }
+
+    pub(super) fn runs_blocks(&self) -> bool {
+        self.block_engine
     }
 
     pub(super) fn retired(&self) -> Option<Retired> {
@@ -112,7 +139,9 @@ impl StepControl {
     }
 
     /// Last step before an entry: single-step as the counters need, with an event window
-    /// when an NMI was injected or a PMI raised for this entry (see `stepping`).
+    /// when an NMI was injected or a PMI raised for this entry (see `stepping`); or run a
+    /// block where the engine may (`blocks_ok`: no NMI falls due after so many instructions).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn before_entry(
         &mut self,
         pmu: &mut Pmu<Backend>,
@@ -121,7 +150,15 @@ impl StepControl {
         debug: &mut GuestDebug,
         mem: &GuestMemoryMmap,
         nmi_injected: bool,
+        blocks_ok: bool,
     ) {
+        if self.block.is_some() {
+            // An exit from inside a block (a signal, an MMIO access): it runs on to its end
+            // with interrupts blocked, and what is owed waits for that (an NMI injected now
+            // is held by BLOCKIRQ; the window after the block lets it in).
+            self.nmi_waiting |= nmi_injected;
+            return;
+        }
         let nmi = if nmi_injected { Owed::Nmi } else { Owed::Nothing };
         let mut owed = std::mem::take(&mut self.pmi_raised).max(nmi);
         // An NMI that KVM holds (NMIs blocked in another NMI's handler) would wait behind
@@ -151,10 +188,105 @@ impl StepControl {
         // Last: the instructions the VMM ran above moved RIP after the step was armed, and
         // the guest may have moved a handler since the last step (a gate it rewrote).
         if self.stepper.is_on() {
-            let sregs = &vcpu.sync_regs().sregs;
+            let sregs = vcpu.sync_regs().sregs;
             let watch =
-                crate::backends::exact::handler_watch::entries(&mut PageWalk::of(mem, sregs.cr3, sregs.cr4), sregs);
-            let _ = debug.before_step(vcpu, self.retirement.rip(), watch);
+                crate::backends::exact::handler_watch::entries(&mut PageWalk::of(mem, sregs.cr3, sregs.cr4), &sregs);
+            let blocks_ok = blocks_ok && owed == Owed::Nothing && !wrmsr_completing && !debug.has_breakpoint();
+            let planned = if blocks_ok { self.plan_block(pmu, vcpu, mem, &sregs, watch) } else { None };
+            let _ = debug.before_step(vcpu, self.retirement.rip(), watch, planned.map(|(end, _)| end));
+            if !debug.runs_block() {
+                self.block = None;
+            } else if planned.is_some_and(|(_, rflags)| rflags & RFLAGS_TF != 0) && !clear_trap_flag(vcpu) {
+                // (Not run unstepped with TF: the guest would take the #DB.)
+                self.block = None;
+                let _ = debug.before_step(vcpu, self.retirement.rip(), watch, None);
+            }
+        }
+    }
+
+    /// A block from the instruction the next step would retire, where the engine may run
+    /// one: at CPL 0 in long mode, interrupts blocked, nothing accounted for at RIP, no
+    /// deadline or periodic window closer than two instructions. Returns its end and the
+    /// RFLAGS it begins with.
+    fn plan_block(
+        &mut self,
+        pmu: &Pmu<Backend>,
+        vcpu: &VcpuFd,
+        mem: &GuestMemoryMmap,
+        sregs: &kvm_bindings::kvm_sregs,
+        watch: [Option<u64>; 4],
+    ) -> Option<(u64, u64)> {
+        let kernel = sregs.cs.selector & 3 == 0 && sregs.cs.l == 1 && sregs.efer & EFER_LMA != 0;
+        let ready = self.stepper.mode() == Debug::Blocked && self.retirement.idle();
+        if !self.block_engine || !ready || !kernel || self.retirement.in_user_mode() {
+            return None;
+        }
+        let mut limit = pmu.backend().retirements_to_deadline().map_or(blocks::MAX_BLOCK, |n| n as usize);
+        if self.vif.is_none() {
+            limit = limit.min(self.stepper.until_window() as usize); // the timer's window
+        }
+        if limit < 2 {
+            return None;
+        }
+        // The registers KVM synced out at this exit, unless the VMM moved RIP since (an
+        // instruction it ran): then they are read.
+        let synced = vcpu.sync_regs().regs;
+        let regs = match synced.rip == self.retirement.rip() {
+            true => synced,
+            false => vcpu.get_regs().ok().filter(|r| r.rip == self.retirement.rip())?,
+        };
+        let avoid: Vec<u64> = watch.iter().flatten().copied().collect();
+        let mut cpu = VcpuStep {
+            vcpu,
+            mem,
+            code_pages: &mut self.code_pages,
+            rdpmc_traps: &self.rdpmc_traps,
+            home: FlagHome::Rflags,
+        };
+        let block = blocks::plan(&mut cpu, &Regs::of(&regs, sregs), limit, &avoid)?;
+        let end = block.end;
+        self.block = Some(block);
+        Some((end, regs.rflags))
+    }
+
+    /// The block `block` stopped at `pc` as `exit` says: at its end (every instruction
+    /// retired), or at a watched handler (those before the faulting one retired). Stepping
+    /// goes on from there by the ordinary rules.
+    #[allow(clippy::too_many_arguments)]
+    fn block_stopped(
+        &mut self,
+        pmu: &mut Pmu<Backend>,
+        stats: &mut VpmuStats,
+        vcpu: &VcpuFd,
+        mem: &GuestMemoryMmap,
+        pc: u64,
+        exit: StepExit,
+        block: Block,
+    ) {
+        let ran = match exit {
+            StepExit::Stepped if pc == block.end => Some(block.insns.len()),
+            StepExit::Delivered { vector } => vcpu.get_regs().ok().and_then(|regs| {
+                let sregs = &vcpu.sync_regs().sregs;
+                let mut stack = PageWalk::of(mem, sregs.cr3, sregs.cr4);
+                let faulting = crate::backends::exact::handler_watch::saved_rip(&mut stack, regs.rsp, vector)?;
+                block.before(faulting)
+            }),
+            StepExit::Stepped => None,
+        };
+        stats.blocks += 1;
+        if ran.is_none() {
+            stats.blocks_lost += 1;
+        }
+        let ran = ran.unwrap_or(0);
+        stats.block_insns += ran as u64;
+        self.stepper.ran_block(ran as u32);
+        let (retirement, mut cpu, mut counting) = self.parts(pmu, stats, vcpu, mem);
+        for &(rip, class) in &block.insns[..ran] {
+            counting.retire(rip, class, false);
+        }
+        match exit {
+            StepExit::Delivered { .. } => retirement.delivered(&mut cpu, &mut counting, pc),
+            StepExit::Stepped => retirement.resume(&mut cpu, &mut counting, pc),
         }
     }
 
@@ -172,6 +304,10 @@ impl StepControl {
         exit: StepExit,
     ) {
         if !self.stepper.is_on() {
+            return;
+        }
+        if let Some(block) = self.block.take() {
+            self.block_stopped(pmu, stats, vcpu, mem, pc, exit, block);
             return;
         }
         if let StepExit::Delivered { vector } = exit {
@@ -197,7 +333,8 @@ impl StepControl {
         vcpu: &VcpuFd,
         mem: &GuestMemoryMmap,
     ) {
-        if self.stepper.is_on() {
+        // (Inside a block the write's instruction retires with the block.)
+        if self.stepper.is_on() && self.block.is_none() {
             let (retirement, mut cpu, mut counting) = self.parts(pmu, stats, vcpu, mem);
             retirement.write_exit(&mut cpu, &mut counting);
         }

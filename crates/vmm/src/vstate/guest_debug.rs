@@ -4,6 +4,8 @@
 //! stepping (`handler_watch`). `KVM_SET_GUEST_DEBUG` replaces the whole word, so each user
 //! says only what it wants and the word written is always both wishes composed: stepping a
 //! Linux guest keeps the breakpoint, and stepping over the breakpoint keeps BLOCKIRQ.
+//! The block engine (`backends::exact::blocks`) runs to a block's end instead of stepping:
+//! no single-step, interrupts blocked, the end in DR3 and the watched handlers in DR0-DR2.
 
 use crate::backends::exact::stepping::Debug;
 use kvm_bindings::{
@@ -15,6 +17,10 @@ use kvm_ioctls::VcpuFd;
 const fn dr7_local_exec(n: usize) -> u64 {
     1 << (2 * n)
 }
+
+/// The debug register that holds a block's end (the watch of #DE, which blocks never need:
+/// DIV and IDIV are stepped).
+pub const BLOCK_END_DR: usize = 3;
 
 /// What the users of guest debug want, and what KVM was last given.
 #[derive(Debug, Default)]
@@ -34,6 +40,8 @@ pub struct GuestDebug {
     /// Where the coming step begins: a watched handler there is off for it (it would
     /// trap before its first instruction again).
     at: u64,
+    /// The coming entry runs a block to this address (no single-step; `BLOCK_END_DR`).
+    run_to: Option<u64>,
     /// The word KVM holds (None: never set, i.e. off).
     applied: Option<(u32, [u64; 8])>,
 }
@@ -51,7 +59,7 @@ impl GuestDebug {
 
     /// Single-step as `step` says, keeping the breakpoint.
     pub fn set_step(&mut self, vcpu: &VcpuFd, step: Debug) -> Result<(), kvm_ioctls::Error> {
-        self.update(vcpu, |d| d.step = step)
+        self.update(vcpu, |d| (d.step, d.run_to) = (step, d.run_to.filter(|_| step == Debug::Blocked)))
     }
 
     /// Put the execution breakpoint on `address`.
@@ -63,14 +71,36 @@ impl GuestDebug {
     /// word if it changed, and on hosts whose CPU steps by TF (`HostCaps::steps_by_cpu_tf`)
     /// always: KVM sets TF for a step at the RIP the word was last written at, so a VMM
     /// that moved RIP since (an instruction it ran) re-arms the step there.
-    pub fn before_step(&mut self, vcpu: &VcpuFd, rip: u64, watch: [Option<u64>; 4]) -> Result<(), kvm_ioctls::Error> {
+    /// `run_to`: the entry runs a block to that address instead of one step.
+    pub fn before_step(
+        &mut self,
+        vcpu: &VcpuFd,
+        rip: u64,
+        watch: [Option<u64>; 4],
+        run_to: Option<u64>,
+    ) -> Result<(), kvm_ioctls::Error> {
         if self.step == Debug::Off && !self.stepping_over {
             return Ok(());
         }
         if crate::host::caps().steps_by_cpu_tf() {
             self.applied = None; // written whether it changed or not
         }
-        self.update(vcpu, |d| (d.at, d.watch) = (rip, watch))
+        let run_to = run_to.filter(|_| self.step == Debug::Blocked && self.breakpoint.is_none());
+        let result = self.update(vcpu, |d| (d.at, d.watch, d.run_to) = (rip, watch, run_to));
+        if result.is_err() {
+            self.run_to = None;
+        }
+        result
+    }
+
+    /// Whether the coming entry runs a block (set by `before_step`).
+    pub fn runs_block(&self) -> bool {
+        self.run_to.is_some()
+    }
+
+    /// Whether an execution breakpoint of the VMM's own (the SYSCALL repair's) is set.
+    pub fn has_breakpoint(&self) -> bool {
+        self.breakpoint.is_some()
     }
 
     /// The watched handler (`handler_watch::VECTORS` index) whose breakpoint a #DB with
@@ -79,7 +109,8 @@ impl GuestDebug {
         if self.breakpoint.is_some() {
             return None;
         }
-        (0..4).find(|&n| dr6 & (1 << n) != 0 && self.watch[n].is_some())
+        let end = self.run_to.map(|_| BLOCK_END_DR);
+        (0..4).find(|&n| dr6 & (1 << n) != 0 && self.watch[n].is_some() && Some(n) != end)
     }
 
     /// Have every #DB exit to the VMM from now on (hardware hosts, once stepping may begin):
@@ -121,7 +152,8 @@ impl GuestDebug {
     /// The guest-debug word for the wishes now held.
     fn word(&self) -> kvm_guest_debug {
         let mut dbg = kvm_guest_debug::default();
-        let single_step = self.step != Debug::Off || self.stepping_over;
+        let block = self.run_to.filter(|_| self.step == Debug::Blocked && self.breakpoint.is_none());
+        let single_step = (self.step != Debug::Off && block.is_none()) || self.stepping_over;
         if single_step {
             dbg.control |= KVM_GUESTDBG_SINGLESTEP;
         }
@@ -134,11 +166,16 @@ impl GuestDebug {
             dbg.arch.debugreg[7] = dr7_local_exec(0);
         } else if self.breakpoint.is_none() && self.step != Debug::Off {
             for (n, &handler) in self.watch.iter().enumerate() {
-                if let Some(address) = handler.filter(|&a| a != self.at) {
+                if let Some(address) = handler.filter(|&a| a != self.at && !(block.is_some() && n == BLOCK_END_DR)) {
                     dbg.control |= KVM_GUESTDBG_USE_HW_BP;
                     dbg.arch.debugreg[n] = address;
                     dbg.arch.debugreg[7] |= dr7_local_exec(n);
                 }
+            }
+            if let Some(end) = block {
+                dbg.control |= KVM_GUESTDBG_USE_HW_BP;
+                dbg.arch.debugreg[BLOCK_END_DR] = end;
+                dbg.arch.debugreg[7] |= dr7_local_exec(BLOCK_END_DR);
             }
         }
         if self.catching {
@@ -205,6 +242,20 @@ mod tests {
         assert_eq!(d.watched_hit(1 << 14), None, "a single-step");
         let off = GuestDebug { watch, ..Default::default() }.word();
         assert_eq!(off.arch.debugreg[7], 0, "nothing watched while not stepping");
+    }
+
+    #[test]
+    fn a_block_runs_to_its_end_in_dr3_with_interrupts_blocked_and_no_step() {
+        let watch = [Some(0x9000), Some(0xa000), Some(0xb000), Some(0xc000)];
+        let d = GuestDebug { step: Debug::Blocked, watch, at: 0x100, run_to: Some(0x180), ..Default::default() };
+        let w = d.word();
+        assert_eq!(w.control, KVM_GUESTDBG_ENABLE | KVM_GUESTDBG_BLOCKIRQ | KVM_GUESTDBG_USE_HW_BP);
+        assert_eq!(w.arch.debugreg[..4], [0x9000, 0xa000, 0xb000, 0x180], "#DE's watch gives way to the end");
+        assert_eq!(w.arch.debugreg[7], 0b01010101);
+        assert_eq!(d.watched_hit(1 << BLOCK_END_DR), None, "the end is no delivery");
+        assert_eq!(d.watched_hit(1 << 1), Some(1));
+        let window = GuestDebug { step: Debug::Window, run_to: Some(0x180), ..Default::default() }.word();
+        assert_ne!(window.control & KVM_GUESTDBG_SINGLESTEP, 0, "no block in an event window");
     }
 
     #[test]

@@ -146,6 +146,10 @@ impl Vcpu {
         if self.pmu.as_ref().is_some_and(VcpuPmu::steps_from_start) {
             // Each step retires at the privilege level in CS: have KVM copy it out.
             self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::SystemRegister);
+            // The block engine plans from the registers at the stop: have KVM copy them out.
+            if self.pmu.as_ref().is_some_and(VcpuPmu::runs_blocks) {
+                self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::Register);
+            }
             if crate::host::caps().steps_by_cpu_tf() {
                 if let Err(e) = self.guest_debug.catch_stray_steps(&self.fd) {
                     self.common.shared.end(self.failed(format!("KVM_SET_GUEST_DEBUG: {e}")));
@@ -391,7 +395,8 @@ impl Vcpu {
     /// Single-stepping for the coming entry, once every event for it is injected.
     fn step_control(&mut self, external_nmi: bool) {
         if let Some(pmu) = &mut self.pmu {
-            pmu.before_entry(&self.fd, &mut self.guest_debug, &self.common.mem, external_nmi);
+            let blocks_ok = self.nmi_due.is_none();
+            pmu.before_entry(&self.fd, &mut self.guest_debug, &self.common.mem, external_nmi, blocks_ok);
         }
     }
 

@@ -41,11 +41,21 @@ pub fn entries(mem: &mut impl LinearMemory, sregs: &kvm_sregs) -> [Option<u64>; 
     })
 }
 
+/// Whether the delivery of `vector` pushes an error code.
+fn pushes_error_code(vector: u8) -> bool {
+    matches!(vector, 8 | 10..=14 | 17 | 21 | 29 | 30)
+}
+
+/// The RIP the delivery of `vector` saved in the 64-bit frame at `rsp`: the faulting
+/// instruction's, for a fault.
+pub fn saved_rip(mem: &mut impl LinearMemory, rsp: u64, vector: u8) -> Option<u64> {
+    mem.read_u64(rsp + 8 * u64::from(pushes_error_code(vector)))
+}
+
 /// Clear TF in the RFLAGS the delivery of `vector` saved in the 64-bit frame at `rsp`
 /// (after the error code of the vectors that push one).
 pub fn clear_saved_tf(mem: &mut impl LinearMemory, rsp: u64, vector: u8) -> Option<()> {
-    let error_code = matches!(vector, 8 | 10..=14 | 17 | 21 | 29 | 30);
-    let at = rsp + 8 * (u64::from(error_code) + 2);
+    let at = rsp + 8 * (u64::from(pushes_error_code(vector)) + 2);
     let rflags = mem.read_u64(at)?;
     if rflags & RFLAGS_TF != 0 {
         mem.write_u64(at, rflags & !RFLAGS_TF)?;
@@ -95,6 +105,8 @@ mod tests {
         // #PF: error code, RIP, CS, RFLAGS.
         mem.write_obj(0x346u64, GuestAddress(0x2018)).unwrap();
         clear_saved_tf(&mut Identity(&mem), 0x2000, 14).unwrap();
+        mem.write_obj(0x40_1234u64, GuestAddress(0x2008)).unwrap();
+        assert_eq!(saved_rip(&mut Identity(&mem), 0x2000, 14), Some(0x40_1234), "past the error code");
         assert_eq!(rflags(0x2018), 0x246);
         // #UD: RIP, CS, RFLAGS.
         mem.write_obj(0x10346u64, GuestAddress(0x3010)).unwrap();

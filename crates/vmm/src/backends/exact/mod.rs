@@ -10,9 +10,11 @@
 //! counter runs, whatever the privilege level (the TSC cannot tell them apart).
 //!
 //! Its parts: `decode` and `retire` (which instruction retired), `stepping` (single-step
-//! control: guest debug, event windows) and `handler_watch` (breakpoints on exception
-//! handlers while stepping).
+//! control: guest debug, event windows), `handler_watch` (breakpoints on exception
+//! handlers while stepping) and `blocks` (the block engine: the guest runs to the next
+//! branch and the instructions between retire together).
 
+pub mod blocks;
 pub mod decode;
 pub mod handler_watch;
 pub mod retire;
@@ -173,6 +175,18 @@ impl ExactSource {
         }
     }
 
+    /// How many more instructions may retire before the first that could reach an armed
+    /// counter's deadline, that one included (None: no deadline; 0: a reference-cycles
+    /// deadline, which the TSC reaches at any instruction). Each retired instruction adds at
+    /// most one to a counter, so a block no longer than this overflows, if at all, at its
+    /// last instruction, where stepping would.
+    pub fn retirements_to_deadline(&self) -> Option<u64> {
+        PmcIdx::iter_mask(self.enabled_mask)
+            .filter_map(|p| self.counters[p.slot()].as_ref())
+            .filter_map(|c| c.deadline.map(|d| if c.tsc.is_some() { 0 } else { d.saturating_sub(c.count).max(1) }))
+            .min()
+    }
+
     /// Whether an armed counter reached its deadline since the last call.
     pub fn take_overflow(&mut self) -> bool {
         std::mem::take(&mut self.overflow_pending)
@@ -298,6 +312,26 @@ mod tests {
         assert!(src.take_overflow());
         src.retire(InsnClass::Other, false);
         assert!(!src.take_overflow(), "a deadline fires once");
+    }
+
+    #[test]
+    fn a_block_may_run_up_to_the_nearest_deadline() {
+        let mut src = ExactSource::new();
+        let (p, q) = (PmcIdx::gp(0).unwrap(), PmcIdx::gp(1).unwrap());
+        src.open(p, &config(ArchEvent::Instructions)).unwrap();
+        src.open(q, &config(ArchEvent::Branches)).unwrap();
+        src.enable(p);
+        src.enable(q);
+        assert_eq!(src.retirements_to_deadline(), None);
+        src.arm_overflow(p, Some(10));
+        src.arm_overflow(q, Some(4));
+        assert_eq!(src.retirements_to_deadline(), Some(4), "branches may be every instruction");
+        for _ in 0..3 {
+            src.retire(InsnClass::Other, false);
+        }
+        assert_eq!(src.retirements_to_deadline(), Some(4));
+        src.arm_overflow(q, None);
+        assert_eq!(src.retirements_to_deadline(), Some(7));
     }
 
     #[test]

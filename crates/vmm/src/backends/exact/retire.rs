@@ -148,6 +148,19 @@ impl Retirement {
         self.rip
     }
 
+    /// Whether the instruction at `rip` is still to retire by the ordinary rules: nothing
+    /// about it was accounted for by the VMM (a block may begin there).
+    pub fn idle(&self) -> bool {
+        self.accounted.is_none()
+    }
+
+    /// A block ran to `pc` (its instructions retired by the block engine): what stands at
+    /// `pc` retires by the ordinary rules, as after a step.
+    pub fn resume(&mut self, cpu: &mut impl StepCpu, counting: &mut impl Counting, pc: u64) {
+        self.accounted = None;
+        self.start(cpu, counting, pc);
+    }
+
     /// The privilege level the step that just ended retired its instruction at: the one
     /// it began at, unless it faulted into a handler at another level (module docs).
     fn retired_in_user_mode(&self, cpu: &mut impl StepCpu) -> bool {

@@ -104,7 +104,13 @@ impl StepState {
 
     /// A single-step exit: any window's handlers have returned.
     pub fn stepped(&mut self) {
-        self.steps_since_window += 1;
+        self.stepped_by(1);
+    }
+
+    /// A stop after `n` instructions (a block's, or a single step's): as `stepped`, and the
+    /// periodic window comes after as many instructions as when stepping.
+    pub fn stepped_by(&mut self, n: u32) {
+        self.steps_since_window = self.steps_since_window.saturating_add(n);
         if self.debug == Debug::Window {
             self.debug = Debug::Blocked;
         }
@@ -168,6 +174,21 @@ impl Stepper {
     pub fn stepped(&mut self) {
         self.state.stepped();
     }
+
+    /// A block of `n` instructions ran to its end.
+    pub fn ran_block(&mut self, n: u32) {
+        self.state.stepped_by(n);
+    }
+
+    /// The mode of the coming entry.
+    pub fn mode(&self) -> Debug {
+        self.state.debug
+    }
+
+    /// Instructions until the periodic window opens (where windows open periodically).
+    pub fn until_window(&self) -> u32 {
+        STEPS_PER_WINDOW.saturating_sub(self.state.steps_since_window).max(1)
+    }
 }
 
 /// Whether KVM still holds an NMI for the vCPU (pending or being injected).
@@ -229,15 +250,26 @@ impl VcpuStep<'_> {
 }
 
 impl StepCpu for VcpuStep<'_> {
+    /// A page at a time: one translation and one copy per page the bytes span.
     fn code(&mut self, va: u64) -> [u8; MAX_INSN_LEN] {
         let mut bytes = [0u8; MAX_INSN_LEN];
-        for (i, byte) in bytes.iter_mut().enumerate() {
-            let va = va.wrapping_add(i as u64);
-            let Some(page) = self.translate(va & !0xfff) else { break };
-            match self.mem.read_obj::<u8>(GuestAddress(page | (va & 0xfff))) {
-                Ok(b) => *byte = b,
-                Err(_) => break,
+        let mut done = 0;
+        while done < MAX_INSN_LEN {
+            let at = va.wrapping_add(done as u64);
+            let Some(page) = self.translate(at & !0xfff) else { break };
+            let n = (0x1000 - (at & 0xfff) as usize).min(MAX_INSN_LEN - done);
+            let chunk = &mut bytes[done..done + n];
+            if self.mem.read_slice(chunk, GuestAddress(page | (at & 0xfff))).is_err() {
+                // The end of guest memory: the bytes up to it.
+                for (i, byte) in chunk.iter_mut().enumerate() {
+                    match self.mem.read_obj::<u8>(GuestAddress(page | ((at & 0xfff) + i as u64))) {
+                        Ok(b) => *byte = b,
+                        Err(_) => break,
+                    }
+                }
+                break;
             }
+            done += n;
         }
         self.rdpmc_traps.unpatch(va, &mut bytes);
         bytes
@@ -292,6 +324,22 @@ impl StepCpu for VcpuStep<'_> {
             return None;
         }
         self.run(Run::Syscall).map(|l| l.rip)
+    }
+}
+
+/// What the block engine reads of a stopped vCPU: its code as stepping reads it, and the
+/// stack (a RET's target) through the guest's page tables.
+impl crate::backends::exact::blocks::BlockCpu for VcpuStep<'_> {
+    fn code(&mut self, va: u64) -> [u8; MAX_INSN_LEN] {
+        StepCpu::code(self, va)
+    }
+
+    fn read_u64(&mut self, va: u64) -> Option<u64> {
+        let sregs = &self.vcpu.sync_regs().sregs;
+        crate::vstate::linear::LinearMemory::read_u64(
+            &mut crate::vstate::linear::PageWalk::of(self.mem, sregs.cr3, sregs.cr4),
+            va,
+        )
     }
 }
 
