@@ -34,6 +34,24 @@ struct Timer {
     period: u64,
 }
 
+/// Whether a timer due at `due` notices an overflow at `wanted`, `distance` away, in time:
+/// at it or after it by at most 1/16 of the distance (a sample's time shifts by that much;
+/// its count does not, the clock is read).
+fn fires_just_after(due: u64, wanted: u64, distance: u64) -> bool {
+    due >= wanted && due - wanted <= distance / 16
+}
+
+impl Timer {
+    /// The timer as it stands at `now`: the kernel starts a timer that fired over with the
+    /// same period.
+    fn at(mut self, now: u64) -> Timer {
+        if self.due <= now {
+            self.due += ((now - self.due) / self.period + 1) * self.period;
+        }
+        self
+    }
+}
+
 /// The shared clock of one vCPU and the counters on it.
 #[derive(Debug)]
 pub struct ClockSource {
@@ -56,6 +74,9 @@ pub struct ClockSource {
     this_exit_tsc: Option<u64>,
     /// The last clock read (counts never go back).
     last: u64,
+    /// While a notification is handled: the deadline its timer fired at, which the clock
+    /// has passed.
+    fired_due: Option<u64>,
     /// Shortest period now allowed (MIN_CLOCK_PERIOD_NS, or more when throttled).
     floor_ns: u64,
     /// Handling a notification: periods are set once, when it is done.
@@ -79,6 +100,7 @@ impl ClockSource {
             this_exit: None,
             this_exit_tsc: None,
             last: 0,
+            fired_due: None,
             floor_ns: MIN_CLOCK_PERIOD_NS,
             in_notification: false,
             notifications: NotificationStats::default(),
@@ -108,7 +130,7 @@ impl ClockSource {
         }
         let tsc = host_tsc();
         let read = match (&self.clock, &mut self.reader) {
-            (Some(clock), Some(reader)) => reader.now(clock, tsc),
+            (Some(clock), Some(reader)) => reader.now_past(clock, tsc, self.fired_due.unwrap_or(0)),
             _ => None,
         };
         // A read(2) lands within ~1 us after `tsc`; a read from the TSC is at `tsc` itself.
@@ -146,22 +168,28 @@ impl ClockSource {
     /// already fires there. With none left, a timer is let be: it is put off at the
     /// notification it brings (`after_notification`), not at every stop.
     fn sync_timer(&mut self, now: u64) {
-        let wanted = self.counters.iter().flatten().filter_map(|c| self.deadline(c, now)).min();
-        let Some(wanted) = wanted else { return };
-        if let Some(t) = &mut self.timer {
-            // The kernel starts a timer that fired over with the same period.
-            if t.due <= now {
-                t.due += ((now - t.due) / t.period + 1) * t.period;
-            }
+        let Some(wanted) = self.wanted(now) else { return };
+        if let Some(t) = self.timer.map(|t| t.at(now)) {
+            self.timer = Some(t);
             if lands(t.due, wanted, wanted - now) {
                 return;
             }
         }
-        let period = wanted - now;
+        self.set_timer(wanted, wanted - now);
+    }
+
+    /// Set the sampling timer to fire `period` from now, at clock `due`, and every `period`
+    /// after (the kernel restarts it).
+    fn set_timer(&mut self, due: u64, period: u64) {
         if let Some(clock) = &self.clock {
             clock.set_period(period).ok(); // a failure is counted by perf_sys (--stats)
         }
-        self.timer = Some(Timer { due: wanted, period });
+        self.timer = Some(Timer { due, period });
+    }
+
+    /// The nearest overflow of a running, armed counter at clock `now`.
+    fn wanted(&self, now: u64) -> Option<u64> {
+        self.counters.iter().flatten().filter_map(|c| self.deadline(c, now)).min()
     }
 
     /// Stop the sampling timer.
@@ -186,12 +214,10 @@ impl ClockSource {
     /// An overflow notification is about to be handled.
     pub fn notification_taken(&mut self) {
         self.notifications.taken += 1;
-        // The kernel's clock just passed a deadline: read it exactly (an estimate a few ns
-        // short would leave the counter just before its overflow, a floor's period late).
+        // The kernel's clock just passed the timer's deadline: an estimate a few ns short
+        // would leave the counter just before its overflow, a period late (`now_past`).
         self.this_exit = None;
-        if let Some(reader) = &mut self.reader {
-            reader.forget();
-        }
+        self.fired_due = self.timer.map(|t| t.due);
         self.in_notification = true;
     }
 
@@ -199,19 +225,33 @@ impl ClockSource {
     pub fn after_notification(&mut self) {
         self.in_notification = false;
         let now = self.now();
-        // The timer just fired: set it afresh from here. Between notifications the kernel
-        // keeps a periodic timer in phase only while the thread runs; it restarts a
-        // descheduled thread's timer from what remained, so on a busy host its phase
-        // drifts from what `lands` assumes, and a counter reloaded at the wrap would then
-        // be noticed up to a period late, every period.
+        self.fired_due = None;
         let fired = self.timer.take();
-        self.sync_timer(now);
-        if fired.is_some() && self.timer.is_none() {
-            // No running counter is armed any more.
-            self.stop_timer();
+        let Some(wanted) = self.wanted(now) else {
+            if fired.is_some() {
+                self.stop_timer(); // no running counter is armed any more
+            }
+            return;
+        };
+        // The kernel restarts the timer that fired with the same period: kept where it next
+        // fires at the nearest overflow or just after it, as periodic sampling with a reload
+        // has it, so a sample costs no system call. A timer due before the overflow would
+        // find the counter just short of it and notice it a period late, every period (on a
+        // busy host the kernel restarts a descheduled thread's timer from what remained, and
+        // its phase drifts): that one is set afresh.
+        if let Some(t) = fired.map(|t| t.at(now)).filter(|t| fires_just_after(t.due, wanted, wanted - now)) {
+            self.timer = Some(t);
+            return;
+        }
+        // Afresh: with the spacing from the overflow that fired to the next one as the period,
+        // the kernel's restarts land on the overflows to come, each as late as this handling
+        // made the first; where that is too late, at the overflow itself.
+        let spacing = fired.filter(|f| f.due <= now).map(|f| wanted - f.due);
+        match spacing.filter(|&p| fires_just_after(now + p, wanted, wanted - now)) {
+            Some(period) => self.set_timer(now + period, period),
+            None => self.set_timer(wanted, wanted - now),
         }
     }
-
     /// Open the clock for the first counter.
     fn open_clock(&mut self) -> Result<(), BackendError> {
         let attr = PerfEventAttr {

@@ -57,16 +57,29 @@ impl SelfRead {
         SelfRead { page: clock.user_page().ok(), anchor: None, tsc, from_tsc: 0, syscalls: 0, fastest: u64::MAX }
     }
 
-    /// The clock now, in ns, given the TSC `tsc`; None if the read(2) it needed failed.
-    pub fn now(&mut self, clock: &PerfEvent, tsc: u64) -> Option<u64> {
-        if let (Some(page), Some(a)) = (&self.page, self.anchor) {
-            let ns = self.tsc.cycles_to_ns(tsc.saturating_sub(a.tsc));
-            if page.seq() == a.seq && ns < MAX_AGE_NS {
+    /// The clock now, in ns, given the TSC `tsc`, known to have passed `floor` (0, or the
+    /// deadline the kernel's timer just fired at): an estimate below `floor` by no more than
+    /// its error is `floor`, not a few ns short of the deadline; one further below takes a
+    /// read(2). None if the read(2) it needed failed.
+    pub fn now_past(&mut self, clock: &PerfEvent, tsc: u64, floor: u64) -> Option<u64> {
+        match self.estimate(tsc) {
+            Some(ns) if ns >= floor => {
                 self.from_tsc += 1;
-                return Some(a.clock_ns + ns);
+                Some(ns)
             }
+            Some(ns) if floor - ns <= self.max_bracket_ns() => {
+                self.from_tsc += 1;
+                Some(floor)
+            }
+            _ => self.read(clock),
         }
-        self.read(clock)
+    }
+
+    /// The anchor plus the TSC time since, while the thread has run unbroken since it.
+    fn estimate(&self, tsc: u64) -> Option<u64> {
+        let (page, a) = (self.page.as_ref()?, self.anchor?);
+        let ns = self.tsc.cycles_to_ns(tsc.saturating_sub(a.tsc));
+        (page.seq() == a.seq && ns < MAX_AGE_NS).then_some(a.clock_ns + ns)
     }
 
     /// Start over from a read(2), if the thread was not rescheduled during it and the
@@ -93,11 +106,6 @@ impl SelfRead {
     /// of it (and the TSC rate's rounding).
     pub fn max_bracket_ns(&self) -> u64 {
         self.tsc.cycles_to_ns(self.fastest.saturating_mul(2)).saturating_add(BRACKET_SLACK_NS)
-    }
-
-    /// The next read is a read(2): the exact clock is wanted.
-    pub fn forget(&mut self) {
-        self.anchor = None;
     }
 }
 
@@ -137,7 +145,7 @@ mod tests {
                 x = std::hint::black_box(x.wrapping_add(j));
             }
             let before = clock.read().unwrap();
-            let estimate = reader.now(&clock, crate::backends::host_tsc()).unwrap();
+            let estimate = reader.now_past(&clock, crate::backends::host_tsc(), 0).unwrap();
             let after = clock.read().unwrap();
             worst = worst.max(before.saturating_sub(estimate)).max(estimate.saturating_sub(after));
         }
@@ -182,5 +190,39 @@ mod tests {
             "estimate off by {worst} ns (brackets up to {bracket} ns)"
         );
         assert!(from_tsc > 100, "{from_tsc} of 2000 reads without a system call");
+    }
+
+    /// A deadline the clock has passed: an estimate just short of it is the deadline, with
+    /// no system call; one far short of it is not trusted (a read(2), which is exact).
+    #[test]
+    fn a_fired_deadline_floors_the_estimate_within_its_error() {
+        let attr = PerfEventAttr { type_: PERF_TYPE_SOFTWARE, config: PERF_COUNT_SW_TASK_CLOCK, ..Default::default() };
+        let Ok(clock) = PerfEvent::open_untracked(&attr) else {
+            return crate::vstate::kvm::skip_test("self_read", "perf_event_open failed");
+        };
+        let mut reader = SelfRead::new(&clock, tsc_khz());
+        let mut anchored = false;
+        for _ in 0..100 {
+            let first = reader.now_past(&clock, crate::backends::host_tsc(), 0).unwrap();
+            let calls = reader.syscalls;
+            let tsc = crate::backends::host_tsc();
+            let Some(estimate) = reader.estimate(tsc) else { continue };
+            assert!(estimate >= first);
+            // Just past the estimate, within the error: the floor, from the TSC.
+            let floor = estimate + reader.max_bracket_ns() / 2;
+            let got = reader.now_past(&clock, tsc, floor);
+            if reader.syscalls != calls {
+                continue; // rescheduled in between: try again
+            }
+            assert_eq!(got, Some(floor));
+            // Far past it: a read(2), whatever it says.
+            let far = estimate + 10 * reader.max_bracket_ns() + 1_000_000;
+            let exact = reader.now_past(&clock, crate::backends::host_tsc(), far).unwrap();
+            assert_eq!(reader.syscalls, calls + 1, "a read(2)");
+            assert!(exact < far, "the clock as it is: {exact} < {far}");
+            anchored = true;
+            break;
+        }
+        assert!(anchored, "an anchored read in 100 tries");
     }
 }
