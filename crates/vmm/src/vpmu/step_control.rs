@@ -214,7 +214,14 @@ impl StepControl {
             Some(gpa) => FlagHome::Vif(gpa),
             None => FlagHome::Rflags,
         };
-        let cpu = VcpuStep { vcpu, mem, code_pages: &mut self.code_pages, rdpmc_traps: &self.rdpmc_traps, home };
+        let cpu = VcpuStep {
+            vcpu,
+            mem,
+            code_pages: &mut self.code_pages,
+            rdpmc_traps: &self.rdpmc_traps,
+            home,
+            rdpmc_regs: None,
+        };
         let counting = StepCounting { pmu, stats, rip_profile: &mut self.rip_profile, retired: &mut self.retired };
         (&mut self.retirement, cpu, counting)
     }
