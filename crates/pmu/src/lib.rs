@@ -102,7 +102,7 @@ pub use pebs::{
     PEBS_RECORD_SIZE,
 };
 pub use pmc::{PmcIdx, RdpmcIdx, COUNTER_MASK, COUNTER_WIDTH, MAX_FIXED_COUNTERS, MAX_GP_COUNTERS, PMC_SLOTS};
-pub use pmu::{Pmu, PmuConfig};
+pub use pmu::{DecodedMsr, Pmu, PmuConfig};
 pub use policy::{Policy, DEFAULT_RELEASE_AFTER_NS};
 pub use state::{PmuState, STATE_FORMAT};
 pub use stats::{BackendCalls, PmuStats};

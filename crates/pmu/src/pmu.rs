@@ -15,6 +15,25 @@ use crate::policy::Policy;
 use crate::stats::PmuStats;
 use crate::vendor::{AmdPerfMon, PmuReg, Vendor};
 
+/// An MSR number and the register it names in one PMU ([`Pmu::decode`]; `None`: none,
+/// and an access #GPs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DecodedMsr {
+    index: MsrIndex,
+    reg: Option<PmuReg>,
+}
+
+impl DecodedMsr {
+    /// The MSR number.
+    pub fn index(self) -> MsrIndex {
+        self.index
+    }
+    /// The register it names, if the PMU has it.
+    pub fn reg(self) -> Option<PmuReg> {
+        self.reg
+    }
+}
+
 /// How to build a [`Pmu`]. Not `Copy` (the filter owns a list): clone it to build several.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PmuConfig {
@@ -198,18 +217,35 @@ impl<B: CountSource> Pmu<B> {
         self.pmi_pending
     }
 
+    /// The register `msr` names in this PMU, decoded once: the access
+    /// ([`Pmu::get_decoded`], [`Pmu::set_decoded`]) and the caller's own bookkeeping (what
+    /// kind of access it was) share it.
+    pub fn decode(&self, msr: MsrIndex) -> DecodedMsr {
+        DecodedMsr { index: msr, reg: self.caps.decode_msr(msr) }
+    }
+
     /// RDMSR of `msr`. Returns [`MsrAccess::Fault`] for MSRs this PMU does not have.
     pub fn get_msr(&mut self, msr: MsrIndex, who: Initiator) -> MsrAccess<u64> {
-        *self.stats.msr_reads.entry(msr.0).or_default() += 1;
-        let r = self.read_reg(msr, who);
+        self.get_decoded(self.decode(msr), who)
+    }
+
+    /// RDMSR of an MSR [`Pmu::decode`] decoded.
+    pub fn get_decoded(&mut self, msr: DecodedMsr, who: Initiator) -> MsrAccess<u64> {
+        *self.stats.msr_reads.entry(msr.index.0).or_default() += 1;
+        let r = msr.reg.and_then(|reg| self.read_reg(reg, who));
         self.account(r, who)
     }
 
     /// WRMSR of `value` to `msr`. Returns [`MsrAccess::Fault`] for absent MSRs, reserved
     /// bits, read-only registers (guest) and values a counter cannot hold.
     pub fn set_msr(&mut self, msr: MsrIndex, value: u64, who: Initiator) -> MsrAccess {
-        *self.stats.msr_writes.entry(msr.0).or_default() += 1;
-        let r = self.write_reg(msr, value, who);
+        self.set_decoded(self.decode(msr), value, who)
+    }
+
+    /// WRMSR of `value` to an MSR [`Pmu::decode`] decoded.
+    pub fn set_decoded(&mut self, msr: DecodedMsr, value: u64, who: Initiator) -> MsrAccess {
+        *self.stats.msr_writes.entry(msr.index.0).or_default() += 1;
+        let r = msr.reg.and_then(|reg| self.write_reg(reg, value, who));
         self.account(r, who)
     }
 
@@ -254,8 +290,8 @@ impl<B: CountSource> Pmu<B> {
         r.into()
     }
 
-    fn read_reg(&mut self, msr: MsrIndex, who: Initiator) -> Option<u64> {
-        Some(match self.caps.decode_msr(msr)? {
+    fn read_reg(&mut self, reg: PmuReg, who: Initiator) -> Option<u64> {
+        Some(match reg {
             PmuReg::Counter(idx, _) => self.read_counter(idx),
             PmuReg::EventSel(idx) => self.pmcs[idx.slot()].eventsel,
             PmuReg::FixedCtrCtrl => self.fixed_ctr_ctrl,
@@ -278,9 +314,9 @@ impl<B: CountSource> Pmu<B> {
         })
     }
 
-    fn write_reg(&mut self, msr: MsrIndex, data: u64, who: Initiator) -> Option<()> {
+    fn write_reg(&mut self, reg: PmuReg, data: u64, who: Initiator) -> Option<()> {
         let guest = who == Initiator::Guest;
-        match self.caps.decode_msr(msr)? {
+        match reg {
             PmuReg::Counter(idx, rule) => {
                 let v = rule.value(data, who)?;
                 self.write_counter(idx, v);
@@ -460,5 +496,20 @@ mod tests {
         assert!(f.usr && !f.os && f.interrupt);
         assert_eq!(fixed_config(&caps, 0, FixedCtrl(1)).event, ArchEvent::Instructions);
         assert_eq!(fixed_config(&caps, 1, FixedCtrl(1)).event, ArchEvent::CoreCycles);
+    }
+
+    #[test]
+    fn one_decode_serves_the_access_and_the_callers_bookkeeping() {
+        let mut pmu = Pmu::new(PmuConfig::default(), crate::MockSource::new()).unwrap();
+        let ctrl = pmu.decode(MsrIndex::IA32_PERF_GLOBAL_CTRL);
+        assert_eq!((ctrl.index(), ctrl.reg()), (MsrIndex::IA32_PERF_GLOBAL_CTRL, Some(PmuReg::GlobalCtrl)));
+        assert!(pmu.set_decoded(ctrl, 1, Initiator::Guest).is_ok());
+        assert_eq!(pmu.get_msr(MsrIndex::IA32_PERF_GLOBAL_CTRL, Initiator::Guest), MsrAccess::Ok(1));
+        // An MSR this PMU lacks decodes to no register, and its access #GPs.
+        let absent = pmu.decode(MsrIndex(0x10));
+        assert_eq!(absent.reg(), None);
+        assert!(pmu.get_decoded(absent, Initiator::Guest).is_fault());
+        let stats = pmu.stats();
+        assert_eq!((stats.faults, stats.msr_writes.get(&0x38f), stats.msr_reads.get(&0x10)), (1, Some(&1), Some(&1)));
     }
 }

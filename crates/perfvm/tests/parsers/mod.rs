@@ -45,10 +45,13 @@ pub fn pv_page(data: &[u8]) {
     let mut pmu = pmu::Pmu::new(pmu::PmuConfig::default(), pmu::MockSource::new()).expect("default vPMU");
     vmm::vpmu::pv::apply_batch(&mem, page, &mut pmu);
     let mut share = vmm::vpmu::pv::CpuShare::default();
+    let state = pmu.save();
     // The backend read at host TSC 1_500 (a version-4 page gets the stamp).
-    let mut clocks = |at: Option<u64>| (at.unwrap_or(1_000), at.is_some(), 2_000u64, 3_000u64);
-    let rate = |_| vmm::vpmu::pv::Extrapolation::TscRate;
-    vmm::vpmu::pv::publish(&mem, page, &mut pmu, rate, |_| Some(1_500), &mut share, &mut clocks);
+    let Some(publish) = vmm::vpmu::pv::Publish::new(&mem, page, &pmu, &state, pmu::EventSet::ALL, Some(1_500)) else {
+        return;
+    };
+    let clocks = vmm::vpmu::pv::Clocks { tsc: 1_500, stamped: true, cpu_ns: 2_000, wall_ns: 3_000 };
+    publish.write(&mem, &mut share, publish.needs_clocks().then_some(clocks));
 }
 
 /// Guest images: perfvm's ELF64 and multiboot guests, a Linux bzImage or vmlinux, each

@@ -154,17 +154,23 @@ impl VcpuPmu {
     /// Guest RDMSR of a PMU MSR.
     pub fn rdmsr(&mut self, index: u32) -> MsrAccess<u64> {
         let t = OpStart::now();
-        let access = self.pmu.get_msr(MsrIndex(index), Initiator::Guest);
-        self.account.msr_exit(PmuOp::of_read(self.pmu.caps().decode_msr(MsrIndex(index))), t);
+        let msr = self.pmu.decode(MsrIndex(index));
+        let access = self.pmu.get_decoded(msr, Initiator::Guest);
+        self.account.msr_exit(PmuOp::of_read(msr.reg()), t);
         access
     }
 
-    /// Guest WRMSR of a PMU MSR.
+    /// Guest WRMSR of a PMU MSR. While the exact backend steps, the WRMSR retires before
+    /// its write takes effect (docs/DESIGN.md), and is taken back if the write faults.
     pub fn wrmsr(&mut self, index: u32, value: u64) -> MsrAccess {
         let t = OpStart::now();
-        let write = |pmu: &mut Pmu<Backend>| pmu.set_msr(MsrIndex(index), value, Initiator::Guest);
-        let access = self.steps.wrmsr(&mut self.pmu, self.account.stats_mut(), write);
-        self.account.msr_exit(PmuOp::of_write(self.pmu.caps().decode_msr(MsrIndex(index)), value), t);
+        let msr = self.pmu.decode(MsrIndex(index));
+        let retired = self.steps.wrmsr_exit(&mut self.pmu, self.account.stats_mut());
+        let access = self.pmu.set_decoded(msr, value, Initiator::Guest);
+        if access.is_fault() {
+            self.steps.wrmsr_faulted(&mut self.pmu, self.account.stats_mut(), retired);
+        }
+        self.account.msr_exit(PmuOp::of_write(msr.reg(), value), t);
         access
     }
 

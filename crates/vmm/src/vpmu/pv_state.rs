@@ -6,7 +6,7 @@ use crate::backends::{Backend, VmmSource};
 use crate::vpmu::guest_tsc::GuestTsc;
 use crate::vpmu::pv::{self, CpuShare, PvPage, PvStats};
 use kvm_ioctls::VcpuFd;
-use pmu::{ArchEvent, PmcIdx, Pmu};
+use pmu::{PmcIdx, Pmu};
 use std::time::Instant;
 use vm_memory::GuestMemoryMmap;
 
@@ -96,19 +96,22 @@ impl PvState {
     /// Publish counter values for exitless reads (only with a v2 page).
     pub(super) fn publish(&mut self, pmu: &mut Pmu<Backend>, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
         let Some(page) = self.page.filter(|p| p.version >= 2) else { return };
+        let state = pmu.save();
+        // The instant the backend read the counts for that snapshot, where it knows it.
+        let at_read = pmu.backend().read_tsc();
         let backend = pmu.backend();
         let tsc_rate = pmu::EventSet::from_fn(|e| backend.counts_at_tsc_rate(e));
-        let rate = |e: ArchEvent| match tsc_rate.contains(e) {
-            true => pv::Extrapolation::TscRate,
-            false => pv::Extrapolation::NeedsExit,
+        let Some(publish) = pv::Publish::new(mem, page, pmu, &state, tsc_rate, at_read) else { return };
+        // Guest TSC, thread CPU time and wall time: read only if some counter runs.
+        let clocks = match publish.needs_clocks() {
+            true => {
+                let (tsc, stamped) = self.guest_tsc.read_at(vcpu, at_read);
+                let wall_ns = self.created.elapsed().as_nanos() as u64;
+                Some(pv::Clocks { tsc, stamped, cpu_ns: thread_cpu_ns(), wall_ns })
+            }
+            false => None,
         };
-        let (created, guest_tsc) = (self.created, &mut self.guest_tsc);
-        let mut clocks = |at_read: Option<u64>| {
-            let (tsc, stamped) = guest_tsc.read_at(vcpu, at_read);
-            (tsc, stamped, thread_cpu_ns(), created.elapsed().as_nanos() as u64)
-        };
-        let read_tsc = |b: &Backend| b.read_tsc();
-        pv::publish(mem, page, pmu, rate, read_tsc, &mut self.cpu_share, &mut clocks);
+        publish.write(mem, &mut self.cpu_share, clocks);
         self.stats.publishes += 1;
     }
 

@@ -113,24 +113,23 @@ impl StepControl {
         self.pmi_raised = owed;
     }
 
-    /// A guest WRMSR exit, whose write `write` makes: while stepping the WRMSR retires
-    /// before its write takes effect (docs/DESIGN.md), and is taken back if it faults.
-    pub(super) fn wrmsr(
-        &mut self,
-        pmu: &mut Pmu<Backend>,
-        stats: &mut VpmuStats,
-        write: impl FnOnce(&mut Pmu<Backend>) -> MsrAccess,
-    ) -> MsrAccess {
+    /// A guest WRMSR exit, before its write: while stepping the WRMSR retires now, before
+    /// its write takes effect (docs/DESIGN.md). Returns the RIP it retired at, if it did,
+    /// for `wrmsr_faulted`.
+    pub(super) fn wrmsr_exit(&mut self, pmu: &mut Pmu<Backend>, stats: &mut VpmuStats) -> Option<u64> {
         let rip = if self.stepper.is_on() { self.retirement.retired_early() } else { None };
         if let Some(rip) = rip {
             self.counting(pmu, stats).retire_early(rip);
         }
         self.wrmsr_completing = true;
-        let access = write(pmu);
-        if let (Some(rip), MsrAccess::Fault) = (rip, access) {
+        rip
+    }
+
+    /// The write of a WRMSR that `wrmsr_exit` retired at `retired` faulted: it did not retire.
+    pub(super) fn wrmsr_faulted(&mut self, pmu: &mut Pmu<Backend>, stats: &mut VpmuStats, retired: Option<u64>) {
+        if let Some(rip) = retired {
             self.counting(pmu, stats).faulted(rip);
         }
-        access
     }
 
     /// Guest RDPMC with ECX = `ecx` (one the VMM trapped).
@@ -352,7 +351,14 @@ impl StepControl {
             Some(gpa) => FlagHome::Vif(gpa),
             None => FlagHome::Rflags,
         };
-        let cpu = VcpuStep { vcpu, mem, code_pages: &mut self.code_pages, rdpmc_traps: &self.rdpmc_traps, home };
+        let cpu = VcpuStep {
+            vcpu,
+            mem,
+            code_pages: &mut self.code_pages,
+            rdpmc_traps: &self.rdpmc_traps,
+            home,
+            rdpmc_regs: None,
+        };
         let counting = StepCounting { pmu, stats, rip_profile: &mut self.rip_profile, retired: &mut self.retired };
         (&mut self.retirement, cpu, counting)
     }

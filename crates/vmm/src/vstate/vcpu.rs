@@ -1,4 +1,5 @@
-//! One vCPU thread: KVM_RUN, dispatch the exit, repeat until the VM ends.
+//! One vCPU thread: the request step, KVM_RUN and its exit handled in one pass
+//! (`dispatch::handle_exit`), repeat until the VM ends.
 
 use crate::backends::exact::stepping::Owed;
 use crate::backends::exact::stepping::StepExit;
@@ -6,7 +7,7 @@ use crate::devices::PioBus;
 use crate::host::pvm::syscall_entry::{DebugExit, SyscallRepair};
 use crate::stats::VcpuStats;
 use crate::vpmu::{NmiSource, VcpuPmu};
-use crate::vstate::dispatch::{dispatch, reset_end, Next};
+use crate::vstate::dispatch::{failed, handle_exit, Emulation, ExitParts, ExitVcpu};
 use crate::vstate::exit::VmEnd;
 use crate::vstate::guest_debug::GuestDebug;
 use crate::vstate::kick;
@@ -92,6 +93,13 @@ pub struct Vcpu {
     /// RIP of an emulation failure re-entered as text another vCPU changed (`complete_or_stop`),
     /// until an exit of another kind.
     refetched_at: Option<u64>,
+    /// The VMM's sampler on this thread (`record -a`).
+    sampler: Option<crate::profiling::sampler::Sampler>,
+    /// The host TSC when KVM_RUN last returned.
+    exited_at: u64,
+    /// Thread CPU time when KVM_RUN last returned for a signal (an overflow notification
+    /// is one): what handling it costs the VMM, in the same time the software clock counts.
+    signal_exit_cpu_ns: Option<u64>,
 }
 
 /// What a vCPU thread hands back when the VM ends.
@@ -122,6 +130,9 @@ impl Vcpu {
             guest_debug: GuestDebug::default(),
             events_current: false,
             refetched_at: None,
+            sampler: None,
+            exited_at: 0,
+            signal_exit_cpu_ns: None,
         }
     }
 
@@ -141,7 +152,7 @@ impl Vcpu {
         let syscalls =
             if self.common.count_syscalls { crate::stats::syscount::SyscallCounter::start().ok() } else { None };
         let kvm_stats = crate::stats::kvm::KvmStatsFile::open(&self.fd);
-        let mut sampler = self.start_sampler();
+        self.sampler = self.start_sampler();
         // (A stepping backend wants steps whenever a counter is programmed: from the start.)
         if self.pmu.as_ref().is_some_and(VcpuPmu::steps_from_start) {
             // Each step retires at the privilege level in CS: have KVM copy it out.
@@ -152,7 +163,7 @@ impl Vcpu {
             }
             if crate::host::caps().steps_by_cpu_tf() {
                 if let Err(e) = self.guest_debug.catch_stray_steps(&self.fd) {
-                    self.common.shared.end(self.failed(format!("KVM_SET_GUEST_DEBUG: {e}")));
+                    self.common.shared.end(failed(&self, format!("KVM_SET_GUEST_DEBUG: {e}")));
                 }
             }
         }
@@ -165,58 +176,23 @@ impl Vcpu {
         // guest's first instruction on this vCPU.
         if let Err(reason) = crate::confine::confine_thread(crate::confine::ThreadKind::Vcpu) {
             self.common.shared.stop.store(true, Ordering::Release);
-            self.common.shared.end(self.failed(reason.to_string()));
+            self.common.shared.end(failed(&self, reason.to_string()));
         }
-        // Thread CPU time when KVM_RUN last returned for a signal (an overflow notification
-        // is one): what handling it costs the VMM, in the same time the software clock counts.
-        let mut signal_exit_cpu_ns = None;
         // The loop times itself with the TSC: clock_gettime's vDSO and library pages would be
         // more lines to fetch on every exit.
-        let tsc = pmu::tsc::TscRate::from_khz_or_1(self.common.tsc_khz);
+        let tsc = self.tsc();
         let mut exits = crate::stats::ExitTally::default();
         while !self.common.shared.stop.load(Ordering::Acquire) {
             self.process_requests();
-            if let (Some(pmu), Some(t0)) = (&mut self.pmu, signal_exit_cpu_ns.take()) {
+            if let (Some(pmu), Some(t0)) = (&mut self.pmu, self.signal_exit_cpu_ns.take()) {
                 pmu.note_notification_cost(crate::vpmu::thread_cpu_ns().saturating_sub(t0));
             }
-            let entered = crate::backends::host_tsc();
-            self.stats.entries += 1;
-            let result = self.fd.run();
-            let exited = crate::backends::host_tsc();
-            self.stats.run_ns += tsc.cycles_to_ns(exited.saturating_sub(entered));
-            if let Some(pmu) = &mut self.pmu {
-                pmu.guest_ran();
-            }
-            let mut wrote = false;
-            self.events_current = false;
-            let (reason, next) = match result {
-                Ok(exit) => {
-                    wrote = matches!(exit, VcpuExit::IoOut(..) | VcpuExit::MmioWrite(..));
-                    dispatch(exit, &self.common.shared, &mut self.pmu, self.index)
-                }
-                Err(e) if e.errno() == libc::EINTR => {
-                    self.fd.set_kvm_immediate_exit(0);
-                    if self.pmu.is_some() {
-                        signal_exit_cpu_ns = Some(crate::vpmu::thread_cpu_ns());
-                        self.events_current = true;
-                    }
-                    ("intr", Next::Continue)
-                }
-                Err(e) if e.errno() == libc::EAGAIN => ("again", Next::Continue),
-                Err(e) => ("error", Next::End(self.failed(format!("KVM_RUN: {e}")))),
-            };
+            let (reason, emulation) = handle_exit(&mut self);
             // The registers KVM synced out at this exit are there until the next entry.
-            if let Some(s) = &mut sampler {
-                s.after_exit(&self.fd, &self.common.mem);
-            }
-            // A write retires with the counters as they were before it (a doorbell's OUT).
-            if let (true, Some(pmu)) = (wrote, &mut self.pmu) {
-                pmu.on_write_exit(&self.fd, &self.common.mem);
-            }
-            let end = self.follow_up(next);
-            let handled = tsc.cycles_to_ns(crate::backends::host_tsc().saturating_sub(exited));
+            self.sample();
+            let handled = tsc.cycles_to_ns(crate::backends::host_tsc().saturating_sub(self.exited_at));
             exits.record(reason, handled, self.common.in_workload.load(Ordering::Relaxed));
-            if let Some(end) = end {
+            if let Emulation::End(end) = emulation {
                 self.common.shared.end(end);
             }
         }
@@ -233,7 +209,7 @@ impl Vcpu {
         if let Some(pmu) = &mut self.pmu {
             (counts.counters, counts.retired) = pmu.finish();
         }
-        let samples = sampler.map(|s| s.finish()).unwrap_or_default();
+        let samples = self.sampler.take().map(|s| s.finish()).unwrap_or_default();
         VcpuResult { stats: self.stats, pmu: self.pmu, samples, counts }
     }
 
@@ -257,75 +233,16 @@ impl Vcpu {
         }
     }
 
-    /// Work an exit leaves for after the kvm_run borrow: PV page, NMI requests, single-steps,
-    /// and the ends that need registers. Returns how the VM ends, if it does.
-    fn follow_up(&mut self, next: Next) -> Option<VmEnd> {
-        if !matches!(next, Next::InternalError) {
-            self.refetched_at = None;
-        }
-        match next {
-            Next::PvRegister(gpa) => {
-                if let Some(pmu) = &mut self.pmu {
-                    pmu.pv_register(&self.fd, &self.common.mem, gpa);
-                }
-                None
-            }
-            Next::PvPublish => {
-                if let Some(pmu) = &mut self.pmu {
-                    pmu.pv_publish(&self.fd, &self.common.mem);
-                }
-                None
-            }
-            Next::PvDoorbell => {
-                if let Some(pmu) = &mut self.pmu {
-                    pmu.pv_doorbell(&self.fd, &self.common.mem);
-                }
-                None
-            }
-            Next::Nmi(after) => {
-                match self.pmu.as_ref().filter(|p| p.is_stepping() && after > 0) {
-                    // The OUT itself has retired (at its exit): due after `after` more.
-                    Some(p) => self.nmi_due = Some(p.stats().steps + u64::from(after)),
-                    None => self.nmi_request.store(true, Ordering::Release),
-                }
-                None
-            }
-            Next::Lstar(entry) => {
-                let (fd, debug, mem) = (&self.fd, &mut self.guest_debug, &self.common.mem);
-                if let Err(e) = self.syscall_repair.lstar_written(fd, debug, mem, entry) {
-                    eprintln!("perfvm: vCPU {}: SYSCALL from user mode left to the host: {e}", self.index);
-                }
-                None
-            }
-            Next::Step(pc, dr6) => {
-                let (fd, debug, mem) = (&mut self.fd, &mut self.guest_debug, &self.common.mem);
-                match self.syscall_repair.debug_exit(fd, debug, mem, pc) {
-                    Ok(DebugExit::Step) => {
-                        let exit = match self.guest_debug.watched_hit(dr6) {
-                            Some(n) => {
-                                StepExit::Delivered { vector: crate::backends::exact::handler_watch::VECTORS[n] }
-                            }
-                            None => StepExit::Stepped,
-                        };
-                        self.stepped(pc, exit);
-                    }
-                    Ok(DebugExit::Syscall) => {
-                        *self.stats.completed.entry("syscall").or_default() += 1;
-                        // The SYSCALL retired; stepping goes on at its entry.
-                        let entry = self.fd.sync_regs().regs.rip;
-                        self.stepped(entry, StepExit::Stepped);
-                    }
-                    Ok(DebugExit::Fault) => {}
-                    Err(e) => return Some(self.failed(e.to_string())),
-                }
-                None
-            }
-            Next::RdpmcTrap => self.port_trapped_rdpmc(),
-            Next::TripleFault => Some(VmEnd::TripleFault { vcpu: self.index, rip: self.rip() }),
-            Next::InternalError => self.complete_or_stop(),
-            Next::Reset => Some(reset_end(&self.common.mem)),
-            Next::End(end) => Some(end),
-            Next::Continue => None,
+    /// The host TSC's rate, which times the loop.
+    fn tsc(&self) -> pmu::tsc::TscRate {
+        pmu::tsc::TscRate::from_khz_or_1(self.common.tsc_khz)
+    }
+
+    /// The VMM's sample of this exit, if its sampling clock fired: the registers KVM synced
+    /// out at the exit, so taken before any work that replaces them.
+    fn sample(&mut self) {
+        if let Some(s) = &mut self.sampler {
+            s.after_exit(&self.fd, &self.common.mem);
         }
     }
 
@@ -466,14 +383,6 @@ impl Vcpu {
         self.fd.set_kvm_immediate_exit(0);
     }
 
-    fn rip(&self) -> u64 {
-        self.fd.get_regs().map(|r| r.rip).unwrap_or(0)
-    }
-
-    fn failed(&self, reason: String) -> VmEnd {
-        VmEnd::Failed { vcpu: self.index, reason }
-    }
-
     /// The host's emulator rejected an instruction: complete it here (`complete`) and go
     /// on, or end the run with the instruction in the message.
     fn complete_or_stop(&mut self) -> Option<VmEnd> {
@@ -564,6 +473,119 @@ impl Vcpu {
                 .and_then(|()| crate::vstate::inject::inject_gp(&self.fd))
                 .map_err(|e| format!("RDPMC #GP: {e}")),
         };
-        Some(done.err().map(|reason| self.failed(reason)))
+        Some(done.err().map(|reason| failed(self, reason)))
+    }
+}
+
+impl ExitVcpu for Vcpu {
+    fn enter(&mut self) -> (Result<VcpuExit<'_>, kvm_ioctls::Error>, ExitParts<'_>) {
+        let tsc = self.tsc();
+        let entered = crate::backends::host_tsc();
+        self.stats.entries += 1;
+        let result = self.fd.run();
+        self.exited_at = crate::backends::host_tsc();
+        self.stats.run_ns += tsc.cycles_to_ns(self.exited_at.saturating_sub(entered));
+        if let Some(pmu) = &mut self.pmu {
+            pmu.guest_ran();
+        }
+        self.events_current = false;
+        // A re-entered emulation failure is remembered only across emulation failures.
+        if !matches!(result, Ok(VcpuExit::InternalError)) {
+            self.refetched_at = None;
+        }
+        (result, ExitParts { bus: &self.common.shared.bus, pmu: self.pmu.as_mut() })
+    }
+
+    fn index(&self) -> u32 {
+        self.index
+    }
+
+    fn rip(&self) -> u64 {
+        self.fd.get_regs().map(|r| r.rip).unwrap_or(0)
+    }
+
+    fn mem(&self) -> &GuestMemoryMmap {
+        &self.common.mem
+    }
+
+    fn interrupted(&mut self) {
+        self.fd.set_kvm_immediate_exit(0);
+        if self.pmu.is_some() {
+            self.signal_exit_cpu_ns = Some(crate::vpmu::thread_cpu_ns());
+            self.events_current = true;
+        }
+    }
+
+    fn write_retired(&mut self) {
+        if let Some(pmu) = &mut self.pmu {
+            pmu.on_write_exit(&self.fd, &self.common.mem);
+        }
+    }
+
+    fn nmi_requested(&mut self, after: u32) {
+        match self.pmu.as_ref().filter(|p| p.is_stepping() && after > 0) {
+            // The OUT itself has retired (at its exit): due after `after` more.
+            Some(p) => self.nmi_due = Some(p.stats().steps + u64::from(after)),
+            None => self.nmi_request.store(true, Ordering::Release),
+        }
+    }
+
+    fn pv_register(&mut self, gpa: u64) {
+        if let Some(pmu) = &mut self.pmu {
+            pmu.pv_register(&self.fd, &self.common.mem, gpa);
+        }
+    }
+
+    fn pv_doorbell(&mut self) {
+        if let Some(pmu) = &mut self.pmu {
+            pmu.pv_doorbell(&self.fd, &self.common.mem);
+        }
+    }
+
+    fn pv_publish(&mut self) {
+        if let Some(pmu) = &mut self.pmu {
+            pmu.pv_publish(&self.fd, &self.common.mem);
+        }
+    }
+
+    fn lstar_written(&mut self, entry: u64) {
+        let (fd, debug, mem) = (&self.fd, &mut self.guest_debug, &self.common.mem);
+        if let Err(e) = self.syscall_repair.lstar_written(fd, debug, mem, entry) {
+            eprintln!("perfvm: vCPU {}: SYSCALL from user mode left to the host: {e}", self.index);
+        }
+    }
+
+    fn debug_exit(&mut self, pc: u64, dr6: u64) -> Emulation {
+        // Sampled first: the SYSCALL repair replaces the registers KVM synced out.
+        self.sample();
+        let (fd, debug, mem) = (&mut self.fd, &mut self.guest_debug, &self.common.mem);
+        match self.syscall_repair.debug_exit(fd, debug, mem, pc) {
+            Ok(DebugExit::Step) => {
+                let exit = match self.guest_debug.watched_hit(dr6) {
+                    Some(n) => StepExit::Delivered { vector: crate::backends::exact::handler_watch::VECTORS[n] },
+                    None => StepExit::Stepped,
+                };
+                self.stepped(pc, exit);
+            }
+            Ok(DebugExit::Syscall) => {
+                *self.stats.completed.entry("syscall").or_default() += 1;
+                // The SYSCALL retired; stepping goes on at its entry.
+                let entry = self.fd.sync_regs().regs.rip;
+                self.stepped(entry, StepExit::Stepped);
+            }
+            Ok(DebugExit::Fault) => {}
+            Err(e) => return Emulation::End(failed(self, e.to_string())),
+        }
+        Emulation::Handled
+    }
+
+    fn rdpmc_trap(&mut self) -> Emulation {
+        // Sampled first: the KVM_RUN that completes the OUT replaces the synced registers.
+        self.sample();
+        self.port_trapped_rdpmc().into()
+    }
+
+    fn internal_error(&mut self) -> Emulation {
+        self.complete_or_stop().into()
     }
 }

@@ -39,9 +39,11 @@ pub trait StepCpu {
     fn user_mode(&mut self) -> bool;
     /// RIP += `len` (an instruction the VMM ran); the new RIP.
     fn skip(&mut self, len: u64) -> Option<u64>;
-    /// RDPMC: EDX:EAX := `read(ECX)`, RIP += `len`; the new RIP. `None` when `read` says
-    /// #GP: the guest then runs the real instruction and takes the fault.
-    fn rdpmc(&mut self, len: u64, read: &mut dyn FnMut(u32) -> Option<u64>) -> Option<u64>;
+    /// The ECX of the RDPMC at RIP.
+    fn rdpmc_ecx(&mut self) -> Option<u32>;
+    /// Complete the RDPMC at RIP with `value` read for its ECX: EDX:EAX := `value`,
+    /// RIP += `len`; the new RIP.
+    fn rdpmc_done(&mut self, len: u64, value: u64) -> Option<u64>;
     /// Deliver INT `vector` (`len` bytes at RIP); the handler's RIP.
     fn soft_int(&mut self, vector: u8, len: u64) -> Option<u64>;
     /// IRETQ at RIP; the return RIP and whether it is in user mode.
@@ -99,7 +101,12 @@ impl Retirement {
             self.insn = decode(&cpu.code(pc), self.long_mode);
             let user = self.user;
             let ran = match self.insn.class {
-                InsnClass::Rdpmc => cpu.rdpmc(self.insn.len, &mut |ecx| counting.rdpmc(ecx)),
+                // The counter's value for its ECX, then the RDPMC completed with it; `None`
+                // where the model says #GP: the guest runs the real instruction and faults.
+                InsnClass::Rdpmc => cpu
+                    .rdpmc_ecx()
+                    .and_then(|ecx| counting.rdpmc(ecx))
+                    .and_then(|value| cpu.rdpmc_done(self.insn.len, value)),
                 InsnClass::Fence => cpu.skip(self.insn.len),
                 InsnClass::Swapgs => cpu.swapgs(self.insn.len),
                 InsnClass::SoftInt(vector) => cpu.soft_int(vector, self.insn.len),
@@ -234,8 +241,10 @@ mod tests {
             self.rip += len;
             Some(self.rip)
         }
-        fn rdpmc(&mut self, len: u64, read: &mut dyn FnMut(u32) -> Option<u64>) -> Option<u64> {
-            read(0)?;
+        fn rdpmc_ecx(&mut self) -> Option<u32> {
+            Some(0)
+        }
+        fn rdpmc_done(&mut self, len: u64, _value: u64) -> Option<u64> {
             (!self.gp_on_rdpmc).then(|| self.skip(len))?
         }
         fn soft_int(&mut self, _vector: u8, len: u64) -> Option<u64> {

@@ -222,6 +222,9 @@ pub struct VcpuStep<'a> {
     pub rdpmc_traps: &'a crate::vpmu::rdpmc_traps::RdpmcTraps,
     /// Where the vCPU keeps its interrupt flag (for INT n and IRETQ).
     pub home: FlagHome,
+    /// The registers `rdpmc_ecx` read, for `rdpmc_done` to write back (one KVM_GET_REGS
+    /// per RDPMC); `None` outside an RDPMC.
+    pub rdpmc_regs: Option<kvm_bindings::kvm_regs>,
 }
 
 impl VcpuStep<'_> {
@@ -292,9 +295,17 @@ impl StepCpu for VcpuStep<'_> {
         Some(regs.rip)
     }
 
-    fn rdpmc(&mut self, len: u64, read: &mut dyn FnMut(u32) -> Option<u64>) -> Option<u64> {
-        let mut regs = self.vcpu.get_regs().ok()?;
-        let value = read(regs.rcx as u32)?;
+    fn rdpmc_ecx(&mut self) -> Option<u32> {
+        let regs = self.vcpu.get_regs().ok()?;
+        self.rdpmc_regs = Some(regs);
+        Some(regs.rcx as u32)
+    }
+
+    fn rdpmc_done(&mut self, len: u64, value: u64) -> Option<u64> {
+        let mut regs = match self.rdpmc_regs.take() {
+            Some(regs) => regs,
+            None => self.vcpu.get_regs().ok()?,
+        };
         regs.rax = value & 0xffff_ffff;
         regs.rdx = value >> 32;
         regs.rip += len;

@@ -5,7 +5,7 @@
 
 pub mod sampling;
 
-use pmu::{ArchEvent, CountSource, Initiator, MsrIndex, PmcIdx, Pmu};
+use pmu::{CountSource, EventSet, Initiator, MsrIndex, PmcIdx, Pmu, PmuState};
 use serde::Serialize;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -206,90 +206,133 @@ pub fn apply_batch<B: CountSource>(mem: &GuestMemoryMmap, page: PvPage, pmu: &mu
     done
 }
 
-/// How a counter's value may be extrapolated between publishes.
+/// The clocks a publish stamps its running counters with, read by the caller once
+/// [`Publish::needs_clocks`] says they are wanted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Extrapolation {
-    /// Counts one per guest TSC tick while it runs (the software clock's cycles).
-    TscRate,
-    /// Cannot be read without an exit (exact single-stepping, hardware events).
-    NeedsExit,
+pub struct Clocks {
+    /// The guest TSC to stamp.
+    pub tsc: u64,
+    /// Whether `tsc` is the instant the backend read the counts (the publish's `at_read`).
+    pub stamped: bool,
+    /// The vCPU thread's CPU time, ns.
+    pub cpu_ns: u64,
+    /// Wall time, ns.
+    pub wall_ns: u64,
 }
 
-/// Publish every counter's value at guest TSC `tsc` under the seqlock.
-///
-/// `clocks(read_tsc)` gives the guest TSC to stamp, whether it is `read_tsc` (the host TSC
-/// at which the backend read the counts, from `read_tsc(backend)`, when the guest's TSC is
-/// the host's), the thread's CPU time and the wall time.
-pub fn publish<B: CountSource>(
-    mem: &GuestMemoryMmap,
+/// One publish of every counter's value under the seqlock, decided from the model before
+/// any clock is read: the caller reads the clocks only if [`Publish::needs_clocks`] (a
+/// guest TSC read may be a vCPU ioctl), then [`Publish::write`]s it.
+#[derive(Debug)]
+pub struct Publish {
     page: PvPage,
-    pmu: &mut Pmu<B>,
-    rate: impl Fn(ArchEvent) -> Extrapolation,
-    read_tsc: impl Fn(&B) -> Option<u64>,
-    share: &mut CpuShare,
-    clocks: &mut dyn FnMut(Option<u64>) -> (u64, bool, u64, u64),
-) {
-    if page.version < 2 {
-        return;
-    }
-    // A snapshot, not MSR reads: the guest's `--stats` count only the reads it made.
-    let state = pmu.save();
-    let at_read = read_tsc(pmu.backend());
-    // Guest TSC, thread CPU time and wall time: read only if some counter runs.
-    let mut tsc = None;
-    for slot in 0..11u32 {
-        let (idx, value) = match slot {
-            0..8 => (PmcIdx::gp(slot as u8), state.pmc.get(slot as usize)),
-            _ => (PmcIdx::fixed((slot - 8) as u8), state.fixed_ctr.get(slot as usize - 8)),
-        };
-        let (Some(idx), Some(&value)) = (idx, value) else { continue };
-        // What counts is the model's to say (any vendor; a filtered counter counts nothing);
-        // a clock cannot tell privilege levels apart, so only OS counting runs.
-        let flags = match pmu.counting_config(idx).filter(|c| c.os).map(|c| rate(c.event)) {
-            None => 0,
-            Some(Extrapolation::TscRate) => C_RUNNING,
-            Some(Extrapolation::NeedsExit) => C_NEEDS_EXIT,
-        };
-        // Slots never programmed and never published stay untouched.
-        let at = page.gpa + COUNTERS_OFFSET + u64::from(slot) * COUNTER_SIZE;
-        let published: u64 = mem.read_obj(GuestAddress(at + 8)).unwrap_or(0);
-        if flags == 0 && value == 0 && published == 0 {
-            continue;
+    /// Per page slot (GP 0-7, fixed 0-2), what to write; `None`: left untouched.
+    slots: [Option<SlotPublish>; 11],
+}
+
+/// One counter of a publish.
+#[derive(Debug, Clone, Copy)]
+struct SlotPublish {
+    flags: u32,
+    value: u64,
+    /// Stamped with the publish's clocks: running, or (version 4) stopped by a read in this exit.
+    clocked: bool,
+}
+
+impl Publish {
+    /// The publish of `pmu`'s counters at the values `state` holds (a snapshot, not MSR
+    /// reads: the guest's `--stats` count only the reads it made), read by the backend at
+    /// host TSC `at_read` where it knows; counters of `tsc_rate`'s events count one per
+    /// guest TSC tick while they run, the others need an exit to be read. `None` for a
+    /// page older than version 2, which has no counters.
+    pub fn new<B: CountSource>(
+        mem: &GuestMemoryMmap,
+        page: PvPage,
+        pmu: &Pmu<B>,
+        state: &PmuState,
+        tsc_rate: EventSet,
+        at_read: Option<u64>,
+    ) -> Option<Publish> {
+        if page.version < 2 {
+            return None;
         }
-        // Version 4 stamps a stopped counter too when the counts were read in this exit
-        // (a stop's own read): the instant it stopped, for the guest's bookkeeping.
-        let stamp_stopped = flags == 0 && at_read.is_some() && page.version >= 4;
-        let (now, stamped) = if flags == C_RUNNING || stamp_stopped {
-            *tsc.get_or_insert_with(|| {
-                let (tsc, stamped, cpu_ns, wall_ns) = clocks(at_read);
-                share.observe(cpu_ns, wall_ns);
-                (tsc, stamped)
-            })
-        } else {
-            (0, false)
-        };
-        let now = if flags == 0 && !stamped { 0 } else { now };
-        let flags = if stamped && page.version >= 4 { flags | C_TSC_AT_READ } else { flags };
-        let (mult, err_ppm) = (share.mult(), share.err_ppm());
-        let seq: u32 = mem.read_obj(GuestAddress(at)).unwrap_or(0);
-        let _ = mem.write_obj(seq.wrapping_add(1) | 1, GuestAddress(at));
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        let _ = mem.write_obj(flags, GuestAddress(at + 4));
-        let _ = mem.write_obj(value, GuestAddress(at + 8));
-        let _ = mem.write_obj(now, GuestAddress(at + 16));
-        let _ = mem.write_obj(mult.min(u64::from(u32::MAX)) as u32, GuestAddress(at + 24));
-        let _ = mem.write_obj(RATE_SHIFT, GuestAddress(at + 28));
-        let _ = mem.write_obj(err_ppm, GuestAddress(at + 32));
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        let _ = mem.write_obj((seq | 1).wrapping_add(1), GuestAddress(at));
+        let mut slots = [None; 11];
+        for (slot, publish) in (0..11u32).zip(&mut slots) {
+            let (idx, value) = match slot {
+                0..8 => (PmcIdx::gp(slot as u8), state.pmc.get(slot as usize)),
+                _ => (PmcIdx::fixed((slot - 8) as u8), state.fixed_ctr.get(slot as usize - 8)),
+            };
+            let (Some(idx), Some(&value)) = (idx, value) else { continue };
+            // What counts is the model's to say (any vendor; a filtered counter counts
+            // nothing); a clock cannot tell privilege levels apart, so only OS counting runs.
+            let flags = match pmu.counting_config(idx).filter(|c| c.os).map(|c| tsc_rate.contains(c.event)) {
+                None => 0,
+                Some(true) => C_RUNNING,
+                Some(false) => C_NEEDS_EXIT,
+            };
+            // Slots never programmed and never published stay untouched.
+            let published: u64 = mem.read_obj(GuestAddress(slot_address(page, slot) + 8)).unwrap_or(0);
+            if flags == 0 && value == 0 && published == 0 {
+                continue;
+            }
+            // Version 4 stamps a stopped counter too when the counts were read in this exit
+            // (a stop's own read): the instant it stopped, for the guest's bookkeeping.
+            let stamp_stopped = flags == 0 && at_read.is_some() && page.version >= 4;
+            *publish = Some(SlotPublish { flags, value, clocked: flags == C_RUNNING || stamp_stopped });
+        }
+        Some(Publish { page, slots })
     }
+
+    /// Whether some counter is stamped with the clocks.
+    pub fn needs_clocks(&self) -> bool {
+        self.slots.iter().flatten().any(|s| s.clocked)
+    }
+
+    /// Write every counter to the page, stamped with `clocks` (read if
+    /// [`Publish::needs_clocks`]), which also feed the thread's CPU `share`.
+    pub fn write(&self, mem: &GuestMemoryMmap, share: &mut CpuShare, clocks: Option<Clocks>) {
+        let page = self.page;
+        let mut observed = false;
+        for (slot, s) in (0..11u32).zip(&self.slots) {
+            let Some(s) = s else { continue };
+            let (now, stamped) = match clocks.filter(|_| s.clocked) {
+                Some(c) => {
+                    if !std::mem::replace(&mut observed, true) {
+                        share.observe(c.cpu_ns, c.wall_ns);
+                    }
+                    (c.tsc, c.stamped)
+                }
+                None => (0, false),
+            };
+            let now = if s.flags == 0 && !stamped { 0 } else { now };
+            let flags = if stamped && page.version >= 4 { s.flags | C_TSC_AT_READ } else { s.flags };
+            let (mult, err_ppm) = (share.mult(), share.err_ppm());
+            let at = slot_address(page, slot);
+            let seq: u32 = mem.read_obj(GuestAddress(at)).unwrap_or(0);
+            let _ = mem.write_obj(seq.wrapping_add(1) | 1, GuestAddress(at));
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            let _ = mem.write_obj(flags, GuestAddress(at + 4));
+            let _ = mem.write_obj(s.value, GuestAddress(at + 8));
+            let _ = mem.write_obj(now, GuestAddress(at + 16));
+            let _ = mem.write_obj(mult.min(u64::from(u32::MAX)) as u32, GuestAddress(at + 24));
+            let _ = mem.write_obj(RATE_SHIFT, GuestAddress(at + 28));
+            let _ = mem.write_obj(err_ppm, GuestAddress(at + 32));
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            let _ = mem.write_obj((seq | 1).wrapping_add(1), GuestAddress(at));
+        }
+    }
+}
+
+/// Where page slot `slot`'s counter is.
+fn slot_address(page: PvPage, slot: u32) -> u64 {
+    page.gpa + COUNTERS_OFFSET + u64::from(slot) * COUNTER_SIZE
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use pmu::MsrAccess;
-    use pmu::{MockSource, PmuConfig};
+    use pmu::{ArchEvent, MockSource, PmuConfig};
 
     fn mem() -> GuestMemoryMmap {
         GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap()
@@ -303,6 +346,26 @@ mod tests {
 
     fn flags(mem: &GuestMemoryMmap, gpa: u64) -> (u32, u32) {
         (mem.read_obj(GuestAddress(gpa + 4)).unwrap(), mem.read_obj(GuestAddress(gpa + 12)).unwrap())
+    }
+
+    /// A publish as a vCPU makes one, cycles counting at the TSC's rate and the rest needing
+    /// an exit: the snapshot, the backend's read at `at_read`, and, only if the publish
+    /// wants them, the guest TSC `clocks` gives for that read (no CPU time or wall time).
+    fn publish(
+        m: &GuestMemoryMmap,
+        page: PvPage,
+        pmu: &mut Pmu<MockSource>,
+        at_read: Option<u64>,
+        share: &mut CpuShare,
+        clocks: impl Fn(Option<u64>) -> (u64, bool),
+    ) {
+        let state = pmu.save();
+        let publish = Publish::new(m, page, pmu, &state, EventSet::EMPTY.with(ArchEvent::CoreCycles), at_read).unwrap();
+        let clocks = publish.needs_clocks().then(|| {
+            let (tsc, stamped) = clocks(at_read);
+            Clocks { tsc, stamped, cpu_ns: 0, wall_ns: 0 }
+        });
+        publish.write(m, share, clocks);
     }
 
     #[test]
@@ -358,9 +421,8 @@ mod tests {
         pmu.set_msr(MsrIndex(0x187), 0x4300c0, Initiator::Guest).ok(); // instructions
         pmu.set_msr(MsrIndex(0xc1), 500, Initiator::Guest).ok();
         let mut share = CpuShare::default();
-        let rate = |e| if e == ArchEvent::CoreCycles { Extrapolation::TscRate } else { Extrapolation::NeedsExit };
         let reads_before = pmu.stats().msr_reads;
-        publish(&m, page, &mut pmu, rate, |_| None, &mut share, &mut |_| (777, false, 0, 0));
+        publish(&m, page, &mut pmu, None, &mut share, |_| (777, false));
         assert_eq!(pmu.stats().msr_reads, reads_before, "publishing is no guest MSR read");
         let at = |slot: u64, off: u64| GuestAddress(0x1000 + COUNTERS_OFFSET + slot * COUNTER_SIZE + off);
         let seq: u32 = m.read_obj(at(0, 0)).unwrap();
@@ -379,7 +441,6 @@ mod tests {
     #[test]
     fn only_a_version_4_page_learns_that_its_stamp_is_the_read_instant() {
         let m = mem();
-        let rate = |e| if e == ArchEvent::CoreCycles { Extrapolation::TscRate } else { Extrapolation::NeedsExit };
         let at = |gpa: u64, off: u64| GuestAddress(gpa + COUNTERS_OFFSET + off);
         for (gpa, version, size) in [(0x1000, 3, V3_SIZE), (0x2000, 4, V3_SIZE)] {
             let page = offer(&m, gpa, version, size).unwrap();
@@ -388,18 +449,18 @@ mod tests {
             pmu.set_msr(MsrIndex(0xc1), 500, Initiator::Guest).ok(); // (a slot left all 0 is not published)
             let mut share = CpuShare::default();
             // The backend read at host TSC 1234; the guest's TSC is the host's.
-            let mut clocks = |at: Option<u64>| (at.unwrap_or(9999), at.is_some(), 0, 0);
-            publish(&m, page, &mut pmu, rate, |_| Some(1234), &mut share, &mut clocks);
+            let clocks = |at: Option<u64>| (at.unwrap_or(9999), at.is_some());
+            publish(&m, page, &mut pmu, Some(1234), &mut share, clocks);
             assert_eq!(m.read_obj::<u64>(at(gpa, 16)).unwrap(), 1234, "v{version}: stamped at the read");
             let want = if version >= 4 { C_RUNNING | C_TSC_AT_READ } else { C_RUNNING };
             assert_eq!(m.read_obj::<u32>(at(gpa, 4)).unwrap(), want, "v{version}");
             // Without a read instant (another backend, a guest TSC of its own): a later stamp, no flag.
-            publish(&m, page, &mut pmu, rate, |_| None, &mut share, &mut clocks);
+            publish(&m, page, &mut pmu, None, &mut share, clocks);
             assert_eq!(m.read_obj::<u64>(at(gpa, 16)).unwrap(), 9999);
             assert_eq!(m.read_obj::<u32>(at(gpa, 4)).unwrap(), C_RUNNING, "v{version}");
             // Stopped (GLOBAL_CTRL = 0 reads the counts): version 4 learns when it stopped.
             pmu.set_msr(MsrIndex(0x38f), 0, Initiator::Guest).ok();
-            publish(&m, page, &mut pmu, rate, |_| Some(4321), &mut share, &mut clocks);
+            publish(&m, page, &mut pmu, Some(4321), &mut share, clocks);
             let (tsc, flags) = if version >= 4 { (4321, C_TSC_AT_READ) } else { (0, 0) };
             assert_eq!(m.read_obj::<u64>(at(gpa, 16)).unwrap(), tsc, "v{version}, stopped");
             assert_eq!(m.read_obj::<u32>(at(gpa, 4)).unwrap(), flags, "v{version}, stopped");
