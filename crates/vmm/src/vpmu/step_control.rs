@@ -241,6 +241,7 @@ impl StepControl {
             code_pages: &mut self.code_pages,
             rdpmc_traps: &self.rdpmc_traps,
             home: FlagHome::Rflags,
+            rdpmc_regs: None,
         };
         let block = blocks::plan(&mut cpu, &Regs::of(&regs, sregs), limit, &avoid)?;
         let end = block.end;
