@@ -60,11 +60,12 @@ for m in virt/lib/irqbypass arch/x86/kvm/kvm arch/x86/kvm/kvm-amd; do
     fi
 done
 
-# perfvm runs on the host's libc: copy what ldd resolves, at the same paths. Its debug info
+# perfvm (and perfvm-bench) run on the host's libc: copy what ldd resolves, at the same
+# paths. Its debug info
 # (most of its size) only slows the boot's unpacking.
 objcopy --strip-debug "$perfvm" "$rootfs/usr/bin/perfvm"
 [ -z "$bench" ] || objcopy --strip-debug "$bench" "$rootfs/usr/bin/perfvm-bench"
-ldd "$perfvm" | awk '$3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | while read -r lib; do
+ldd "$perfvm" $bench | awk '$3 ~ /^\// {print $3} $1 ~ /^\/.*[^:]$/ {print $1}' | sort -u | while read -r lib; do
     mkdir -p "$rootfs$(dirname "$lib")"
     cp -L "$lib" "$rootfs$lib"
 done
