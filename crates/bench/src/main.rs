@@ -202,7 +202,9 @@ pub fn in_mode(config: &VmConfig, mode: NativeMode) -> VmConfig {
     config
 }
 
-/// A VM configuration for a bench guest, console captured.
+/// A VM configuration for a bench guest, console captured, with Intel's PMU identity on
+/// every host (the seeds' tables are Intel's, PEBS among them; `pmu-ops` sets each vendor's
+/// in turn), not the host vendor's that a run defaults to on kvm_amd and kvm_intel.
 pub fn config(guest: &str, cmdline: &str, pmu: Option<PmuSettings>) -> VmConfig {
     VmConfig {
         kernel: guests::resolve(guest),
@@ -211,6 +213,7 @@ pub fn config(guest: &str, cmdline: &str, pmu: Option<PmuSettings>) -> VmConfig 
         capture_console: true,
         timeout: Some(std::time::Duration::from_secs(600)),
         pmu,
+        cpu_vendor: vmm::arch::x86_64::identity::CpuVendor::Intel,
         ..Default::default()
     }
 }
