@@ -7,10 +7,18 @@ use std::time::{Duration, Instant};
 
 /// The id of `pid`'s first thread whose name starts with `name` (None: its main thread,
 /// once it runs perfvm), waiting up to `timeout` for it to appear and, with `confined`, to
-/// have its seccomp filter (Seccomp: 2).
+/// have its own seccomp filter: more filters than the main thread has (a thread the
+/// confined main thread spawned runs under the filters it inherited until it adds its own).
 pub fn thread(pid: u32, name: Option<&str>, confined: bool, timeout: Duration) -> Result<i32, String> {
     let deadline = Instant::now() + timeout;
+    let filters = |status: &str| {
+        status.lines().find_map(|l| l.strip_prefix("Seccomp_filters:")).and_then(|n| n.trim().parse::<u32>().ok())
+    };
     loop {
+        let main_filters = match name {
+            Some(_) => std::fs::read_to_string(format!("/proc/{pid}/status")).ok().and_then(|s| filters(&s)),
+            None => Some(0),
+        };
         for entry in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
             let tid = entry.file_name().to_string_lossy().parse::<i32>().map_err(|e| format!("{e}"))?;
             let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
@@ -19,7 +27,8 @@ pub fn thread(pid: u32, name: Option<&str>, confined: bool, timeout: Duration) -
                 Some(name) => thread_name.starts_with(name),
                 None => tid as u32 == pid && thread_name == "perfvm",
             };
-            let filtered = status.lines().any(|l| l.starts_with("Seccomp:") && l.ends_with('2'));
+            let filtered = status.lines().any(|l| l.starts_with("Seccomp:") && l.ends_with('2'))
+                && filters(&status).zip(main_filters).is_none_or(|(own, main)| own > main);
             if named && (filtered || !confined) {
                 return Ok(tid);
             }
