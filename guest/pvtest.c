@@ -8,8 +8,9 @@
 #include "perfvm_pv.h"
 
 /* Room for every version's page; the checks below mostly use the v2 part. */
-static struct pv_page_v3 page_v3 __attribute__((aligned(4096)));
-#define page (page_v3.v2)
+static struct pv_page_v5 page_v5 __attribute__((aligned(4096)));
+#define page_v3 (page_v5.v3)
+#define page (page_v5.v3.v2)
 static struct pmu_caps caps;
 
 static void offer(uint32_t version, uint32_t size)
@@ -32,8 +33,13 @@ static void check_negotiation(void)
 	report((page.v1.flags & PV_F_ACCEPTED) && (page.v1.flags & PV_F_AUTO_RELOAD),
 	       "v3 accepted with paravirtual sampling (flags %#x)", page.v1.flags);
 	offer(4, sizeof(struct pv_page_v3));
-	report((page.v1.flags & PV_F_ACCEPTED) && (page.v1.flags & PV_F_AUTO_RELOAD),
+	report((page.v1.flags & PV_F_ACCEPTED) && (page.v1.flags & PV_F_AUTO_RELOAD) &&
+	       !(page.v1.flags & PV_F_VMM_SAMPLES),
 	       "v4 accepted with version 3's layout (flags %#x)", page.v1.flags);
+	offer(5, sizeof(struct pv_page_v5));
+	report((page.v1.flags & PV_F_ACCEPTED) && (page.v1.flags & PV_F_AUTO_RELOAD) &&
+	       (page.v1.flags & PV_F_VMM_SAMPLES),
+	       "v5 accepted with samples taken by the VMM (flags %#x)", page.v1.flags);
 	offer(1, sizeof(struct pv_page_v1));
 	report((page.v1.flags & PV_F_ACCEPTED) && !(page.v1.flags & PV_F_EXITLESS_READS),
 	       "older guest (v1) accepted without v2 features (flags %#x)", page.v1.flags);

@@ -33,6 +33,8 @@ const char *agent_task_name(uint32_t id);
  * save the outgoing context's counts and load the incoming one's; otherwise they return. */
 void agent_sched_out(uint32_t prev);
 void agent_sched_in(uint32_t next);
+/* The scheduler's current task becomes `next` (for the samples the VMM takes: PV v5). */
+void agent_task_switch(uint32_t next);
 /* The scheduler's timer tick (interrupts off): the agent rotates multiplexed events on it
  * while sched_run has the LAPIC timer. Returns at once unless the agent multiplexes. */
 void agent_tick(void);

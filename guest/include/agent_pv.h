@@ -9,19 +9,24 @@
 #include "x86.h"
 #include "perfvm_pv.h"
 
-/* The page (v3, or its v2 part with an older VMM). Fill batch[0..n) and call
+/* The page (v5, or its v3 or v2 part with an older VMM). Fill batch[0..n) and call
  * agent_pv_submit(n). */
-extern struct pv_page_v3 agent_pv_page3;
-#define agent_pv_page (agent_pv_page3.v2)
+extern struct pv_page_v5 agent_pv_page5;
+#define agent_pv_page3 (agent_pv_page5.v3)
+#define agent_pv_page (agent_pv_page5.v3.v2)
 /* The VMM reloads sampling counters and reports overflows in agent_pv_page3.sampling
  * (PV_F_AUTO_RELOAD): the PMI handler needs no MSR. Lost with the page. */
 extern int agent_pv_sampling;
+/* The VMM can take the samples itself at the exits where it reloads (PV_F_VMM_SAMPLES, a
+ * version-5 page); while recording the agent asks it to (agent_pv_page5.vmm) and programs
+ * its counters without INT: no PMI per sample. Lost with the page. */
+extern int agent_pv_vmm_samples;
 /* What the page gives: nothing (not registered: MSRs), batched writes, or batched writes and
  * exitless reads of the published counters (the VMM's PV_F_EXITLESS_READS). */
 enum { AGENT_PV_OFF, AGENT_PV_BATCH, AGENT_PV_READS };
 extern int agent_pv_mode;
 
-/* Offer the page (version 3, or 2 to a VMM that speaks only 2): one OUT each. Returns
+/* Offer the page (version 5, or the newest the VMM speaks down to 2): one OUT each. Returns
  * the flags the VMM answered (PV_F_ACCEPTED clear: refused, use MSRs). */
 uint32_t agent_pv_register(void);
 /* Take the page back (one OUT); later submits go through MSRs. */

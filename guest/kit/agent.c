@@ -76,6 +76,7 @@ static char *wargv[MAX_WORDS + 1];
 uint32_t agent_pv_flags;
 uint32_t agent_pv_start_n;
 int agent_pv_sampling_used;
+int agent_pv_vmm_samples_used;
 
 /* ---- counter bookkeeping ------------------------------------------------------------- */
 
@@ -435,6 +436,9 @@ int agent_run(int argc, char **argv, int (*main_fn)(int, char **))
 	agent_mark(AGENT_MARK_END);
 	int pv_kept = agent_pv_mode;
 	agent_pv_sampling_used = agent_pv_sampling;
+	agent_pv_vmm_samples_used = agent_pv_vmm_samples;
+	if (agent_pv_vmm_samples)
+		agent_vmm_samples = agent_pv_page5.vmm.samples;
 	agent_pv_unregister();
 
 	if (agent_sampling_mask)

@@ -114,7 +114,7 @@ int agent_check_period(void)
 static uint64_t event_select(const struct agent_event *e)
 {
 	uint64_t levels = (e->levels & AGENT_LEVEL_USR ? EVTSEL_USR : 0) | (e->levels & AGENT_LEVEL_OS ? EVTSEL_OS : 0);
-	return e->sel | levels | EVTSEL_EN | (agent_recording ? EVTSEL_INT : 0);
+	return e->sel | levels | EVTSEL_EN | (agent_wants_pmis() ? EVTSEL_INT : 0);
 }
 
 static uint64_t fixed_control(void)
@@ -124,7 +124,7 @@ static uint64_t fixed_control(void)
 		if (agent_evs[i].hw >= 32) {
 			const struct agent_event *e = &agent_evs[i];
 			uint64_t levels = (e->levels & AGENT_LEVEL_USR ? FIXED_USR : 0) | (e->levels & AGENT_LEVEL_OS ? FIXED_OS : 0);
-			ctrl |= FIXED_CTRL(e->hw - 32, levels | (agent_recording ? FIXED_PMI : 0));
+			ctrl |= FIXED_CTRL(e->hw - 32, levels | (agent_wants_pmis() ? FIXED_PMI : 0));
 		}
 	return ctrl;
 }
@@ -193,14 +193,23 @@ static void program_controls_pv(void)
 }
 
 /* Paravirtual sampling: every sampling counter reloads with -period at its wrap, and its
- * PMI leaves LVTPC unmasked. Read by the VMM at the next doorbell. */
+ * PMI leaves LVTPC unmasked; with a version-5 page the VMM takes each sample at the wrap
+ * instead (the slot's event code, the current task, a chain with -g), and no PMI comes.
+ * Read by the VMM at the next doorbell. */
 static void setup_pv_sampling(void)
 {
 	struct pv_sampling *s = &agent_pv_page3.sampling;
+	struct pv_vmm_sampling *v = &agent_pv_page5.vmm;
 	for (unsigned i = 0; i < agent_nev; i++)
-		if (agent_evs[i].hw >= 0)
+		if (agent_evs[i].hw >= 0) {
 			s->reload[agent_evs[i].pv_slot] = -agent_period & agent_evs[i].width_mask;
+			v->code[agent_evs[i].pv_slot] = agent_evs[i].code;
+		}
 	s->flags = PV_S_RELOAD | PV_S_PMI_NO_MASK;
+	if (agent_pv_vmm_samples) {
+		v->task = current_task_id();
+		v->flags = PV_V_SAMPLE | (agent_call_graph ? PV_V_CHAIN : 0);
+	}
 }
 
 /* Program the counters stopped; agent_pmu_start() enables them. */
@@ -209,7 +218,7 @@ void agent_program(void)
 	if (agent_pv_sampling && agent_recording)
 		setup_pv_sampling();
 	else
-		agent_pv_sampling = 0; /* counting only: no reloads to account for */
+		agent_pv_sampling = agent_pv_vmm_samples = 0; /* counting only: no reloads to account for */
 	if (agent_pv_mode)
 		program_controls_pv();
 	else

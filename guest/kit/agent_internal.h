@@ -67,8 +67,11 @@ extern uint8_t agent_task_started[AGENT_MAX_IDS];
 extern uint32_t agent_pv_flags;          /* what the VMM answered to the PV page */
 extern uint32_t agent_pv_start_n;        /* PV: batch = {GLOBAL_CTRL=0, counters, GLOBAL_CTRL=mask} */
 extern int agent_pv_sampling_used;       /* the run sampled with the VMM's reloads */
+extern int agent_pv_vmm_samples_used;    /* ... and the VMM took the samples (PV v5) */
 
 static inline int is_gp(const struct agent_event *e) { return e->hw >= 0 && e->hw < 32; }
+/* Sampling counters raise a PMI at the wrap, unless the VMM takes their samples (PV v5). */
+static inline int agent_wants_pmis(void) { return agent_recording && !agent_pv_vmm_samples; }
 
 void agent_charge(unsigned i, uint64_t raw);
 /* Read counter i and charge its advance. */
@@ -172,6 +175,7 @@ void agent_mux_timer_start(void);
 /* ---- agent_sample.c ---- */
 
 extern uint64_t agent_samples_total, agent_late_drops, agent_nr_pmis, agent_sample_msgs, agent_nr_deferred;
+extern uint64_t agent_vmm_samples; /* the VMM's samples at the run's end (PV v5) */
 
 void agent_sampling_start(void);
 void agent_flush_samples(void);

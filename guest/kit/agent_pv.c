@@ -6,29 +6,33 @@
 #include "kit.h"
 #include "agent_pv.h"
 
-struct pv_page_v3 agent_pv_page3 __attribute__((aligned(4096)));
+struct pv_page_v5 agent_pv_page5 __attribute__((aligned(4096)));
 int agent_pv_mode;
 int agent_pv_sampling;
+int agent_pv_vmm_samples;
 
 static uint32_t offer(uint32_t version, uint32_t size)
 {
-	memset(&agent_pv_page3, 0, sizeof(agent_pv_page3));
+	memset(&agent_pv_page5, 0, sizeof(agent_pv_page5));
 	agent_pv_page.v1.guest_version = version;
 	agent_pv_page.v1.size = size;
 	barrier();
-	outl(PERFVM_PORT_PV_REGISTER, (uint32_t)(uintptr_t)&agent_pv_page3);
+	outl(PERFVM_PORT_PV_REGISTER, (uint32_t)(uintptr_t)&agent_pv_page5);
 	barrier();
 	return agent_pv_page.v1.flags;
 }
 
 uint32_t agent_pv_register(void)
 {
-	uint32_t flags = offer(4, sizeof(struct pv_page_v3));
+	uint32_t flags = offer(5, sizeof(struct pv_page_v5));
+	if (!(flags & PV_F_ACCEPTED) && agent_pv_page.v1.host_version == 4)
+		flags = offer(4, sizeof(struct pv_page_v3)); /* an older VMM */
 	if (!(flags & PV_F_ACCEPTED) && agent_pv_page.v1.host_version == 3)
 		flags = offer(3, sizeof(struct pv_page_v3)); /* an older VMM */
 	if (!(flags & PV_F_ACCEPTED) && agent_pv_page.v1.host_version == 2)
 		flags = offer(2, sizeof(struct pv_page_v2));
 	agent_pv_sampling = (flags & PV_F_ACCEPTED) && (flags & PV_F_AUTO_RELOAD);
+	agent_pv_vmm_samples = agent_pv_sampling && (flags & PV_F_VMM_SAMPLES);
 	if (!(flags & PV_F_ACCEPTED))
 		agent_pv_mode = AGENT_PV_OFF;
 	else
@@ -42,6 +46,7 @@ void agent_pv_unregister(void)
 		return;
 	agent_pv_mode = AGENT_PV_OFF;
 	agent_pv_sampling = 0;
+	agent_pv_vmm_samples = 0;
 	outl(PERFVM_PORT_PV_REGISTER, 0);
 }
 
@@ -52,6 +57,7 @@ uint32_t agent_pv_lost(uint32_t n)
 	uint32_t done = 0;
 	agent_pv_mode = AGENT_PV_OFF;
 	agent_pv_sampling = 0;
+	agent_pv_vmm_samples = 0;
 	p->batch_fault = 0;
 	for (; done < n; done++) {
 		if (wrmsr_safe(p->batch[done].msr, p->batch[done].value) < 0) {

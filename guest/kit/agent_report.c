@@ -34,6 +34,7 @@ void agent_print_summary(int pv_kept)
 	else
 		printf("agent: pv page v%u (%s%s)\n", agent_pv_page.v1.guest_version,
 		       agent_pv_flags & PV_F_EXITLESS_READS ? "exitless reads" : "batched writes, reads by RDMSR",
+		       agent_pv_vmm_samples_used ? ", samples taken by the VMM" :
 		       agent_pv_sampling_used ? ", paravirtual sampling" : "");
 	if (agent_mux)
 		printf("agent: multiplexing %u events on %u counters, %lu rotations (every %u us)\n", agent_mux_n,
@@ -60,7 +61,10 @@ void agent_print_summary(int pv_kept)
 			if (!(agent_evs[i].flags & AGENT_COUNT_UNSUPPORTED))
 				printf("agent: outside tasks 0x%04x %lu\n", agent_evs[i].code, (unsigned long)agent_task_count[0][i]);
 	}
-	if (agent_recording)
+	if (agent_recording && agent_pv_vmm_samples_used)
+		printf("agent: samples %lu taken by the VMM at the wraps (no PMI), period %lu\n",
+		       (unsigned long)agent_vmm_samples, (unsigned long)agent_period);
+	else if (agent_recording)
 		printf("agent: samples %lu in %lu messages, pmis %lu (%lu in the agent's critical sections), "
 		       "dropped %lu, period %lu\n", (unsigned long)agent_samples_total, (unsigned long)agent_sample_msgs,
 		       (unsigned long)agent_nr_pmis, (unsigned long)agent_nr_deferred, (unsigned long)agent_late_drops,

@@ -15,6 +15,7 @@ static uint8_t sample_msg[sizeof(struct agent_msg_header) + sizeof(struct agent_
 static uint32_t sample_used; /* record bytes in sample_msg */
 static volatile int flushing;
 uint64_t agent_samples_total, agent_late_drops, agent_nr_pmis, agent_sample_msgs, agent_nr_deferred;
+uint64_t agent_vmm_samples;
 
 static struct agent_samples2 *sample_buf(void)
 {

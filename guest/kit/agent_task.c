@@ -6,6 +6,12 @@
  */
 #include "agent_internal.h"
 
+void agent_task_switch(uint32_t next)
+{
+	if (agent_pv_vmm_samples)
+		agent_pv_page5.vmm.task = next;
+}
+
 /* The last sched-out charged at a publish and left the counters running. */
 static int running_across;
 

@@ -115,6 +115,7 @@ static int schedule(void)
 	if (next != &tasks[0])
 		rr_last = next->id;
 	cur = next;
+	agent_task_switch(next->id);
 	sched_switch(&prev->rsp, next->rsp);
 	finish_switch(); /* back in prev, switched to by someone else */
 	return 1;
@@ -243,6 +244,7 @@ void sched_run(void)
 	}
 	st.timer_count = count;
 	cur = &tasks[0];
+	agent_task_switch(0);
 	while (nlive) {
 		schedule();
 		if (nlive) { /* every live task is blocked: wait for an interrupt to wake one */

@@ -48,5 +48,6 @@ int main(void)
 	C(PERFVM_BACKEND_NONE); C(PERFVM_BACKEND_PERF); C(PERFVM_BACKEND_EXACT);
 	C(PERFVM_PORT_PV_REGISTER); C(PERFVM_PORT_PV_DOORBELL); C(PV_HOST_VERSION); C(PV_COUNTERS);
 	C(sizeof(struct pv_page_v2)); C(sizeof(struct pv_sampling));
+	C(sizeof(struct pv_vmm_sampling)); C(offsetof(struct pv_page_v5, vmm));
 	return 0;
 }

@@ -278,6 +278,11 @@ pub struct PmuArgs {
     /// fall back to MSRs.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub pv: OnOff,
+    /// With the PV page, take the agent's samples in the VMM at the exit where a sampling
+    /// counter wraps, with no PMI into the guest per sample; off: a PMI per sample, taken
+    /// by the agent's handler.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub pv_samples: OnOff,
     /// Software PEBS: advertise PEBS (record format 1) and write a record into the guest's
     /// DS buffer on each PEBS counter overflow.
     #[arg(long)]

@@ -48,6 +48,7 @@ pub fn pmu_settings(args: &PmuArgs) -> Result<Option<PmuSettings>, Failure> {
         max_host_events: args.max_host_events,
         trace_rips: false,
         pv: args.pv == OnOff::On,
+        pv_samples: args.pv_samples == OnOff::On,
         filter,
         pebs: args.pebs,
         pmi_max_percent: args.pmi_max_percent,

@@ -120,8 +120,8 @@ fn pmu_report(r: &PmuReport) -> String {
     }
     if pv.auto_reloads + pv.unmasked_pmis > 0 {
         out.push_str(&format!(
-            "  {:<22} {} reloads at the wrap, {} PMIs as one NMI (no LVTPC ioctls)\n",
-            "PV sampling", pv.auto_reloads, pv.unmasked_pmis
+            "  {:<22} {} reloads at the wrap, {} PMIs as one NMI (no LVTPC ioctls), {} samples taken by the VMM (no PMI)\n",
+            "PV sampling", pv.auto_reloads, pv.unmasked_pmis, pv.vmm_samples
         ));
     }
     let n = &r.notifications;

@@ -58,7 +58,7 @@ fn pv_page_negotiates_batches_and_reads_without_exits() {
     for mode in modes("pvtest") {
         // The exact backend's counters need an exit to read: its stamp checks are one
         // (no stamp) instead of four.
-        for (backend, checks) in [("perf", 18), ("exact", 15)] {
+        for (backend, checks) in [("perf", 19), ("exact", 16)] {
             let doc = stats_json(&["pvtest", "--backend", backend, "--native", mode]);
             let console = doc["console"].as_str().unwrap();
             let summary = format!("{checks} passed, 0 failed");

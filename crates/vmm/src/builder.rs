@@ -305,6 +305,7 @@ fn build_pmus(
                     crate::vpmu::throttle::Throttle::new(settings.pmi_max_percent, exit_ns)
                 }),
                 pv_offered: settings.pv,
+                pv_samples: settings.pv_samples,
                 trace_rips: settings.trace_rips && exact,
                 count_retired: settings.count_retired && exact,
                 // Blocks on one vCPU only: another vCPU may write the code a block runs.

@@ -84,6 +84,9 @@ pub struct PmuSettings {
     pub trace_rips: bool,
     /// Accept the guest's paravirtual PMU page.
     pub pv: bool,
+    /// Offer (PV page version 5) to take the agent's samples at the exits where its
+    /// sampling counters wrap, with no PMI per sample (`--pv-samples`).
+    pub pv_samples: bool,
     /// The event filter (KVM_SET_PMU_EVENT_FILTER semantics).
     pub filter: Option<pmu::PmuEventFilter>,
     /// Software PEBS: advertise it and write PEBS records into the guest's DS buffer.
@@ -107,6 +110,7 @@ impl Default for PmuSettings {
             max_host_events: None,
             trace_rips: false,
             pv: true,
+            pv_samples: true,
             filter: None,
             pebs: false,
             pmi_max_percent: crate::vpmu::throttle::DEFAULT_MAX_PERCENT,

@@ -295,6 +295,8 @@ pub const CONSTANTS: &[(&str, u64)] = {
         ("PV_COUNTERS", pmu::PMC_SLOTS as u64),
         ("sizeof(struct pv_page_v2)", crate::vpmu::pv::V2_SIZE as u64),
         ("sizeof(struct pv_sampling)", crate::vpmu::pv::sampling::SIZE as u64),
+        ("sizeof(struct pv_vmm_sampling)", crate::vpmu::pv::vmm_samples::SIZE as u64),
+        ("offsetof(struct pv_page_v5, vmm)", crate::vpmu::pv::V3_SIZE as u64),
     ]
 };
 

@@ -42,6 +42,18 @@
  * differ by exactly what was counted between their two `tsc`s, which lets the guest share
  * one publish's advance over the tasks that ran since the previous one without an exit per
  * switch (the kit's agent: agent_task.c).
+ *
+ * Samples taken by the VMM (version >= 5, flag PV_F_VMM_SAMPLES): the guest sets
+ * vmm.flags = PV_V_SAMPLE (| PV_V_CHAIN) and, per counter slot, vmm.code[slot] = the event
+ * code its samples carry (perfvm's code: Intel's EVENTSEL[15:0]), read at registration and
+ * at every doorbell; it keeps vmm.task = the task running now (0: none). At the exit where
+ * the VMM reloads a sampling counter (PV_S_RELOAD) it takes the sample itself, as `record
+ * -a` does: the guest's RIP at that exit (what an NMI frame would have held), the vCPU, the
+ * slot's code, vmm.task, and with PV_V_CHAIN the return addresses by the frame pointers
+ * (at most AGENT_CHAIN_MAX); they reach the VMM's agent samples (no message, no guest
+ * buffer) and vmm.samples counts them. That counter's bit is not ORed into
+ * sampling.status (its reloads[] still counts): the guest programs it without INT/PMI and
+ * takes no PMI per sample.
  */
 #ifndef PERFVM_PV_H
 #define PERFVM_PV_H
@@ -49,12 +61,15 @@
 
 #define PERFVM_PORT_PV_REGISTER 0x504
 #define PERFVM_PORT_PV_DOORBELL 0x508
-#define PV_HOST_VERSION 4          /* what this kit's VMM speaks */
+#define PV_HOST_VERSION 5          /* what this kit's VMM speaks */
 #define PV_F_ACCEPTED       (1u << 0)
 #define PV_F_EXITLESS_READS (1u << 1)
 #define PV_F_AUTO_RELOAD    (1u << 2)
+#define PV_F_VMM_SAMPLES    (1u << 3) /* version 5: the VMM takes the samples (vmm section) */
 #define PV_S_RELOAD      (1u << 0) /* sampling.flags: reload counters with reload[] */
 #define PV_S_PMI_NO_MASK (1u << 1) /* sampling.flags: PMIs leave LVTPC unmasked */
+#define PV_V_SAMPLE (1u << 0)      /* vmm.flags: the VMM samples each reloaded counter, no PMI */
+#define PV_V_CHAIN  (1u << 1)      /* vmm.flags: with call chains, by frame pointers */
 #define PV_BATCH_MAX 32
 #define PV_COUNTERS 11             /* GP 0-7, then fixed 0-2 */
 #define PV_C_RUNNING    (1u << 0)
@@ -106,5 +121,18 @@ struct pv_page_v3 {
 	struct pv_sampling sampling;
 };
 /* Version 4 is version 3's layout (sizeof(struct pv_page_v3)), with PV_C_TSC_AT_READ. */
+
+struct pv_vmm_sampling {
+	uint32_t flags;                  /* PV_V_* */
+	volatile uint32_t task;          /* guest: the task running now (0: none) */
+	uint16_t code[PV_COUNTERS];      /* guest: each counter slot's event code */
+	uint16_t reserved[5];
+	volatile uint64_t samples;       /* VMM: samples it took so far */
+};
+
+struct pv_page_v5 {
+	struct pv_page_v3 v3;
+	struct pv_vmm_sampling vmm;
+};
 
 #endif

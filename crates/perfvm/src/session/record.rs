@@ -144,7 +144,7 @@ pub fn record(
         policy: pmu.map(|p| p.policy.clone()).unwrap_or_default(),
         mode,
         callgraph: callgraph.is_some() && !reference,
-        unwinding: unwinding(mode, callgraph, &elf_bytes),
+        unwinding: unwinding(mode, callgraph, &elf_bytes, report.agent.samples_by_vmm > 0),
         samples,
         tasks: report.agent.tasks.clone(),
         samples_dropped: report.agent.samples_dropped_guest
@@ -165,10 +165,14 @@ pub fn record(
     Ok(Capture { record, profile, code, stats: report.stats, agent_seen, thread_ns })
 }
 
-/// How the chains of a record were unwound, as its header says it.
-fn unwinding(mode: Mode, callgraph: Option<CallGraph>, elf: &[u8]) -> Option<String> {
+/// How the chains of a record were unwound, as its header says it (`by_vmm`: the VMM took
+/// the agent's samples, PV page version 5).
+fn unwinding(mode: Mode, callgraph: Option<CallGraph>, elf: &[u8], by_vmm: bool) -> Option<String> {
     match (mode, callgraph?) {
         (Mode::Reference, _) => None,
+        (Mode::Sampled, _) if by_vmm => {
+            Some("fp: the VMM followed the frame pointers at the agent's counters' wraps".into())
+        }
         (Mode::Sampled, _) => Some("fp: the guest agent followed the frame pointers".into()),
         (_, CallGraph::FramePointers) => Some("fp: the VMM followed the guest's frame pointers".into()),
         (_, CallGraph::Dwarf) => Some(format!(

@@ -41,7 +41,8 @@ pub fn pv_page(data: &[u8]) {
     let mem = memory();
     let gpa = 0x2000;
     let _ = mem.write_slice(&data[..data.len().min(4096)], GuestAddress(gpa));
-    let Ok(page) = vmm::vpmu::pv::register(&mem, gpa, true, true) else { return };
+    let offer = vmm::vpmu::pv::Offer { exitless_reads: true, vmm_samples: true };
+    let Ok(page) = vmm::vpmu::pv::register(&mem, gpa, true, offer) else { return };
     let mut pmu = pmu::Pmu::new(pmu::PmuConfig::default(), pmu::MockSource::new()).expect("default vPMU");
     vmm::vpmu::pv::apply_batch(&mem, page, &mut pmu);
     let mut share = vmm::vpmu::pv::CpuShare::default();
@@ -52,6 +53,10 @@ pub fn pv_page(data: &[u8]) {
     };
     let clocks = vmm::vpmu::pv::Clocks { tsc: 1_500, stamped: true, cpu_ns: 2_000, wall_ns: 3_000 };
     publish.write(&mem, &mut share, publish.needs_clocks().then_some(clocks));
+    // Version 5: the VMM's samples as the page asks for them, of every counter.
+    if let Some(asked) = vmm::vpmu::pv::vmm_samples::configure(&mem, page) {
+        let _ = vmm::vpmu::pv::vmm_samples::take(&mem, page, &asked, u64::MAX, 0x10_0000, &[1, 2, 3]);
+    }
 }
 
 /// Guest images: perfvm's ELF64 and multiboot guests, a Linux bzImage or vmlinux, each

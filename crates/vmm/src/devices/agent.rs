@@ -68,6 +68,9 @@ pub struct AgentData {
     pub bad_messages: u64,
     /// Samples read from the guest's buffer after the run was stopped from outside.
     pub samples_drained: u64,
+    /// Samples the VMM took for the agent at its counters' wraps (PV page version 5),
+    /// counted in `samples_received` too.
+    pub samples_by_vmm: u64,
     /// Slots the kept samples take (one each plus their call-chain entries).
     #[serde(skip)]
     sample_slots: usize,
@@ -242,6 +245,15 @@ impl AgentPort {
             }
             _ => 0,
         }
+    }
+
+    /// A sample the VMM took for the agent at `at` (PV page version 5: at the exit where a
+    /// sampling counter wrapped, instead of a PMI): kept as the agent's own are, placed in
+    /// host time by when it was taken.
+    pub fn keep_vmm_sample(&mut self, at: Instant, mut sample: Sample) {
+        sample.time_ns = at.saturating_duration_since(self.started).as_nanos() as u64;
+        self.data.samples_by_vmm += 1;
+        self.keep(sample);
     }
 
     /// Keep a received sample if the bound allows: one slot, plus one per chain entry.

@@ -144,7 +144,7 @@ impl Sampler {
 
 /// The return addresses of the stack at the registers KVM synced out: unwound with the
 /// guest's CFI where `unwinder` has it, else by frame pointers.
-fn walk(
+pub(crate) fn walk(
     sync: &kvm_bindings::kvm_sync_regs,
     mem: &GuestMemoryMmap,
     unwinder: Option<&mut (Arc<GuestUnwinder>, UnwindCache)>,

@@ -65,6 +65,9 @@ pub struct VpmuOptions {
     pub throttle: Option<Throttle>,
     /// Whether the VMM accepts PV pages (`--pv on`).
     pub pv_offered: bool,
+    /// Whether the VMM offers to take the agent's samples itself (PV page version 5,
+    /// `--pv-samples on`).
+    pub pv_samples: bool,
     /// Exact backend: keep retired instructions per RIP (the reference profile).
     pub trace_rips: bool,
     /// Exact backend: step the whole run and count every retired instruction and branch.
@@ -89,13 +92,23 @@ pub struct VcpuPmu {
 impl VcpuPmu {
     /// Wrap `pmu` for one vCPU set up as `options` says.
     pub fn new(pmu: Pmu<Backend>, options: VpmuOptions) -> Self {
-        let VpmuOptions { long_mode, vif, throttle, pv_offered, trace_rips, count_retired, blocks, tsc_khz } = options;
+        let VpmuOptions {
+            long_mode,
+            vif,
+            throttle,
+            pv_offered,
+            pv_samples,
+            trace_rips,
+            count_retired,
+            blocks,
+            tsc_khz,
+        } = options;
         let tsc = pmu::tsc::TscRate::from_khz_or_1(tsc_khz);
         VcpuPmu {
             pmu,
             account: Accounting::new(tsc),
             steps: step_control::StepControl::new(long_mode, vif, trace_rips, count_retired, blocks),
-            pv: PvState::new(pv_offered),
+            pv: PvState::new(pv_offered, pv_samples),
             notifications: Notifications::new(throttle),
         }
     }
@@ -211,7 +224,7 @@ impl VcpuPmu {
             if notified {
                 self.pmu.backend_mut().after_notification();
             }
-            self.pv.report_reloads(&mut self.pmu, mem);
+            self.pv.report_reloads(&mut self.pmu, vcpu, mem);
             if pmi {
                 owed = self.raise_pmi(vm, vcpu, t);
                 self.steps.pmi_raised(owed);
@@ -220,7 +233,7 @@ impl VcpuPmu {
             }
         }
         // A guest RDMSR may also have found (and reloaded) a wrap.
-        self.pv.report_reloads(&mut self.pmu, mem);
+        self.pv.report_reloads(&mut self.pmu, vcpu, mem);
         self.steps.follow(&self.pmu);
         if self.pmu.is_active() {
             self.pmu.tick(run_ns);
@@ -298,6 +311,23 @@ impl VcpuPmu {
     /// Publish counter values for exitless reads (only with a v2 page).
     pub fn pv_publish(&mut self, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
         self.pv.publish(&mut self.pmu, vcpu, mem);
+    }
+
+    /// The registers the VMM's samples for the agent want KVM to sync out at every exit,
+    /// when they become wanted: the loop sets them, then calls `sample_regs_synced`.
+    pub(crate) fn sample_regs_wanted(&self) -> Option<pv_state::SampleRegs> {
+        self.pv.sample_regs_wanted()
+    }
+
+    /// The loop set the registers `sample_regs_wanted` asked for before a KVM_RUN.
+    pub fn sample_regs_synced(&mut self) {
+        self.pv.sample_regs_synced();
+    }
+
+    /// The samples the VMM took for the guest's agent since the last call (PV page
+    /// version 5), each with when it was taken; for the agent channel.
+    pub fn take_agent_samples(&mut self) -> Vec<(std::time::Instant, crate::profiling::Sample)> {
+        self.pv.take_samples()
     }
 
     /// Whether a PV page with published counters is registered.

@@ -1,9 +1,12 @@
 //! The guest's paravirtual PMU page as one vCPU holds it: registration, the doorbell's
-//! batches, publishes for exitless reads, and PV sampling's reloads.
+//! batches, publishes for exitless reads, PV sampling's reloads, and the samples the VMM
+//! takes at them for a guest that asks (version 5).
 
 use super::thread_cpu_ns;
 use crate::backends::{Backend, VmmSource};
+use crate::profiling::Sample;
 use crate::vpmu::guest_tsc::GuestTsc;
+use crate::vpmu::pv::vmm_samples::{self, VmmSampling};
 use crate::vpmu::pv::{self, CpuShare, PvPage, PvStats};
 use kvm_ioctls::VcpuFd;
 use pmu::{PmcIdx, Pmu};
@@ -24,11 +27,35 @@ pub(super) struct PvState {
     created: Instant,
     /// The guest's TSC, for publishes.
     guest_tsc: GuestTsc,
+    /// Whether the VMM offers to take the agent's samples (`--pv-samples`).
+    offer_samples: bool,
+    /// The guest asked the VMM to take its samples (version 5), as it asked.
+    vmm: Option<VmmSampling>,
+    /// The registers the VMM's samples need: wanted (chains need the system registers too),
+    /// and whether KVM has synced them out since (else the exit's are read by ioctl).
+    regs: SampleRegs,
+    /// Samples taken and not yet handed to the agent channel, with when.
+    pending: Vec<(Instant, Sample)>,
+}
+
+/// The registers KVM syncs out at every exit for the VMM's samples.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SampleRegs {
+    /// Wanted: the general registers (the IP).
+    pub regs: bool,
+    /// Wanted: the system registers too (CR3, for call chains).
+    pub sregs: bool,
+    /// KVM_RUN has run with what is wanted since it was last asked for.
+    synced: bool,
 }
 
 impl PvState {
-    pub(super) fn new(offered: bool) -> Self {
+    pub(super) fn new(offered: bool, offer_samples: bool) -> Self {
         PvState {
+            offer_samples,
+            vmm: None,
+            regs: SampleRegs::default(),
+            pending: Vec::new(),
             offered,
             page: None,
             stats: PvStats::default(),
@@ -60,20 +87,51 @@ impl PvState {
         if gpa == 0 {
             return;
         }
-        match pv::register(mem, gpa, self.offered, true) {
+        let offer = pv::Offer { exitless_reads: true, vmm_samples: self.offer_samples };
+        match pv::register(mem, gpa, self.offered, offer) {
             Ok(page) => {
                 self.stats.registrations += 1;
                 self.page = Some(page);
-                self.pmi_no_mask = crate::vpmu::pv::sampling::configure(mem, page, pmu);
+                self.configure(pmu, mem, page);
                 self.publish(pmu, vcpu, mem);
             }
             Err(_) => self.stats.refusals += 1,
         }
     }
 
+    /// Read the page's sampling settings: the reloads (version 3) and whether the VMM
+    /// takes the samples (version 5, if offered).
+    fn configure(&mut self, pmu: &mut Pmu<Backend>, mem: &GuestMemoryMmap, page: PvPage) {
+        self.pmi_no_mask = crate::vpmu::pv::sampling::configure(mem, page, pmu);
+        self.vmm = if self.offer_samples { vmm_samples::configure(mem, page) } else { None };
+        if let Some(v) = self.vmm {
+            let sregs = self.regs.sregs || v.chain;
+            if !self.regs.regs || sregs != self.regs.sregs {
+                self.regs = SampleRegs { regs: true, sregs, synced: false };
+            }
+        }
+    }
+
+    /// The registers the VMM's samples want synced out at every exit, once, when they
+    /// become wanted (the loop sets them before the next KVM_RUN: `regs_synced`).
+    pub(super) fn sample_regs_wanted(&self) -> Option<SampleRegs> {
+        (self.regs.regs && !self.regs.synced).then_some(self.regs)
+    }
+
+    /// The loop set the wanted registers before a KVM_RUN: its exits have them.
+    pub(super) fn sample_regs_synced(&mut self) {
+        self.regs.synced = true;
+    }
+
+    /// The samples taken since the last call, with when each was taken.
+    pub(super) fn take_samples(&mut self) -> Vec<(Instant, Sample)> {
+        std::mem::take(&mut self.pending)
+    }
+
     /// A page goes away: its counters return to the SDM rules.
     fn forget_sampling(&mut self, pmu: &mut Pmu<Backend>) {
         self.pmi_no_mask = false;
+        self.vmm = None;
         for bit in 0..pmu::MAX_GP_COUNTERS {
             pmu.set_auto_reload(PmcIdx::gp(bit).expect("in range"), None);
         }
@@ -87,7 +145,7 @@ impl PvState {
     pub(super) fn doorbell(&mut self, pmu: &mut Pmu<Backend>, vcpu: &VcpuFd, mem: &GuestMemoryMmap) -> bool {
         let Some(page) = self.page else { return false };
         self.stats.doorbells += 1;
-        self.pmi_no_mask = crate::vpmu::pv::sampling::configure(mem, page, pmu);
+        self.configure(pmu, mem, page);
         self.stats.batched_writes += u64::from(pv::apply_batch(mem, page, pmu));
         self.publish(pmu, vcpu, mem);
         true
@@ -120,12 +178,37 @@ impl PvState {
         self.page.is_some_and(|p| p.version >= 2)
     }
 
-    /// Tell the guest's page which counters the model reloaded.
-    pub(super) fn report_reloads(&mut self, pmu: &mut Pmu<Backend>, mem: &GuestMemoryMmap) {
+    /// Tell the guest's page which counters the model reloaded; if the guest asked (version
+    /// 5), take their samples at this exit first, as `record -a` does.
+    pub(super) fn report_reloads(&mut self, pmu: &mut Pmu<Backend>, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
         let reloaded = pmu.take_auto_reloaded();
-        if let (true, Some(page)) = (reloaded != 0, self.page) {
-            self.stats.auto_reloads += u64::from(reloaded.count_ones());
-            crate::vpmu::pv::sampling::publish_reloads(mem, page, pmu, reloaded);
-        }
+        let Some(page) = self.page.filter(|_| reloaded != 0) else { return };
+        self.stats.auto_reloads += u64::from(reloaded.count_ones());
+        let sampled = match self.vmm {
+            Some(asked) => {
+                let at = Instant::now();
+                let (ip, chain) = self.exit_stack(vcpu, mem, asked.chain);
+                let samples = vmm_samples::take(mem, page, &asked, reloaded, ip, &chain);
+                self.stats.vmm_samples += samples.len() as u64;
+                self.pending.extend(samples.into_iter().map(|s| (at, s)));
+                reloaded
+            }
+            None => 0,
+        };
+        crate::vpmu::pv::sampling::publish_reloads(mem, page, pmu, reloaded, sampled);
+    }
+
+    /// The guest's IP at this exit and, with `chain`, its return addresses by the frame
+    /// pointers: from the registers KVM synced out, or by ioctl at the one exit before they
+    /// were (the doorbell that asked for them).
+    fn exit_stack(&self, vcpu: &VcpuFd, mem: &GuestMemoryMmap, chain: bool) -> (u64, Vec<u64>) {
+        let sync = if self.regs.synced && (self.regs.sregs || !chain) {
+            vcpu.sync_regs()
+        } else {
+            let (Ok(regs), Ok(sregs)) = (vcpu.get_regs(), vcpu.get_sregs()) else { return (0, Vec::new()) };
+            kvm_bindings::kvm_sync_regs { regs, sregs, ..Default::default() }
+        };
+        let callchain = if chain { crate::profiling::sampler::walk(&sync, mem, None) } else { Vec::new() };
+        (sync.regs.rip, callchain)
     }
 }

@@ -184,9 +184,11 @@ impl Vcpu {
         let mut exits = crate::stats::ExitTally::default();
         while !self.common.shared.stop.load(Ordering::Acquire) {
             self.process_requests();
+            self.deliver_agent_samples();
             if let (Some(pmu), Some(t0)) = (&mut self.pmu, self.signal_exit_cpu_ns.take()) {
                 pmu.note_notification_cost(crate::vpmu::thread_cpu_ns().saturating_sub(t0));
             }
+            self.sync_sample_regs();
             let (reason, emulation) = handle_exit(&mut self);
             // The registers KVM synced out at this exit are there until the next entry.
             self.sample();
@@ -276,6 +278,37 @@ impl Vcpu {
                 regs.rflags &= !RFLAGS_TF;
                 let _ = self.fd.set_regs(&regs);
                 *self.stats.completed.entry("stray-step").or_default() += 1;
+            }
+        }
+    }
+
+    /// The samples the VMM takes for the guest's agent (PV page version 5) want the
+    /// registers at every exit: have KVM sync them out from this entry on.
+    fn sync_sample_regs(&mut self) {
+        let Some(pmu) = &mut self.pmu else { return };
+        let Some(wanted) = pmu.sample_regs_wanted() else { return };
+        if wanted.regs {
+            self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::Register);
+        }
+        if wanted.sregs {
+            self.fd.set_sync_valid_reg(kvm_ioctls::SyncReg::SystemRegister);
+        }
+        pmu.sample_regs_synced();
+    }
+
+    /// Hand the samples the VMM took for the guest's agent to the agent channel, where the
+    /// agent's own samples go (and their bound holds).
+    fn deliver_agent_samples(&mut self) {
+        let Some(pmu) = &mut self.pmu else { return };
+        let samples = pmu.take_agent_samples();
+        if samples.is_empty() {
+            return;
+        }
+        let mut bus = self.common.shared.bus.lock().unwrap();
+        if let Some(agent) = bus.agent.as_mut() {
+            for (at, mut sample) in samples {
+                sample.vcpu = self.index;
+                agent.keep_vmm_sample(at, sample);
             }
         }
     }

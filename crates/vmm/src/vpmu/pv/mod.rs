@@ -1,16 +1,17 @@
 //! The paravirtual PMU page (guest/include/abi/perfvm_pv.h): version negotiation, batched
 //! counter programming in one exit, and pvclock-style published counters that the guest
 //! reads without an exit where the backend allows it. Version 3's paravirtual sampling is
-//! `sampling`.
+//! `sampling`, version 5's samples taken by the VMM `vmm_samples`.
 
 pub mod sampling;
+pub mod vmm_samples;
 
 use pmu::{CountSource, EventSet, Initiator, MsrIndex, PmcIdx, Pmu, PmuState};
 use serde::Serialize;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// Newest page version this VMM speaks; it also accepts every older one.
-pub const HOST_VERSION: u32 = 4;
+pub const HOST_VERSION: u32 = 5;
 /// The guest writes its page's guest-physical address here (0 withdraws it).
 pub const REGISTER_PORT: u16 = 0x504;
 /// A write here applies the page's batch of MSR writes in this one exit.
@@ -19,6 +20,8 @@ const F_ACCEPTED: u32 = 1 << 0;
 const F_EXITLESS_READS: u32 = 1 << 1;
 /// Version 3: the sampling section is honoured (sampling.rs).
 const F_AUTO_RELOAD: u32 = 1 << 2;
+/// Version 5: the VMM takes the samples of reloaded counters (vmm_samples.rs).
+const F_VMM_SAMPLES: u32 = 1 << 3;
 const C_RUNNING: u32 = 1 << 0;
 const C_NEEDS_EXIT: u32 = 1 << 1;
 /// Version 4: a running counter's `tsc` is the TSC at which `base` was read (within a
@@ -30,7 +33,9 @@ const V1_SIZE: u32 = 32 + 32 * 16;
 const COUNTER_SIZE: u64 = 40;
 /// Size of a version-2 page (the version-3 sampling section starts here).
 pub const V2_SIZE: u32 = V1_SIZE + 11 * COUNTER_SIZE as u32;
-const V3_SIZE: u32 = V2_SIZE + sampling::SIZE;
+/// Size of a version-3 (and 4) page (the version-5 section starts here).
+pub const V3_SIZE: u32 = V2_SIZE + sampling::SIZE;
+const V5_SIZE: u32 = V3_SIZE + vmm_samples::SIZE;
 const COUNTERS_OFFSET: u64 = V1_SIZE as u64;
 /// Fixed point of a rate of one count per TSC tick: the software clock never runs faster.
 const FULL_RATE: u64 = 1 << RATE_SHIFT;
@@ -91,6 +96,7 @@ pub fn expected_size(version: u32) -> Option<u32> {
         2 => Some(V2_SIZE),
         // Version 4 changes what a running counter's `tsc` means (C_TSC_AT_READ), not the layout.
         3 | 4 => Some(V3_SIZE),
+        5 => Some(V5_SIZE),
         _ => None,
     }
 }
@@ -141,6 +147,8 @@ pub struct PvStats {
     pub auto_reloads: u64,
     /// Version 3: PMIs delivered as one KVM_NMI, LVTPC left unmasked as the guest asked.
     pub unmasked_pmis: u64,
+    /// Version 5: samples the VMM took for the guest's agent, with no PMI.
+    pub vmm_samples: u64,
 }
 
 impl PvStats {
@@ -153,12 +161,22 @@ impl PvStats {
         self.publishes += o.publishes;
         self.auto_reloads += o.auto_reloads;
         self.unmasked_pmis += o.unmasked_pmis;
+        self.vmm_samples += o.vmm_samples;
     }
+}
+
+/// What the VMM offers a page beyond batched writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offer {
+    /// Exitless reads (version 2 on).
+    pub exitless_reads: bool,
+    /// Samples taken by the VMM (version 5 on; `--pv-samples`).
+    pub vmm_samples: bool,
 }
 
 /// Negotiate a page at `gpa`: answer host_version and flags in it; Ok if accepted. With
 /// `offered` false the VMM refuses every page (the guest falls back to MSRs).
-pub fn register(mem: &GuestMemoryMmap, gpa: u64, offered: bool, exitless_reads: bool) -> Result<PvPage, Refusal> {
+pub fn register(mem: &GuestMemoryMmap, gpa: u64, offered: bool, offer: Offer) -> Result<PvPage, Refusal> {
     if gpa & 0xfff != 0 {
         return Err(Refusal::NotAligned);
     }
@@ -175,10 +193,12 @@ pub fn register(mem: &GuestMemoryMmap, gpa: u64, offered: bool, exitless_reads: 
         Ok(PvPage { gpa, version: guest_version })
     };
     let flags = match &verdict {
-        Ok(p) if p.version >= 3 && exitless_reads => F_ACCEPTED | F_EXITLESS_READS | F_AUTO_RELOAD,
-        Ok(p) if p.version >= 3 => F_ACCEPTED | F_AUTO_RELOAD,
-        Ok(p) if p.version >= 2 && exitless_reads => F_ACCEPTED | F_EXITLESS_READS,
-        Ok(_) => F_ACCEPTED,
+        Ok(p) => {
+            let reads = if p.version >= 2 && offer.exitless_reads { F_EXITLESS_READS } else { 0 };
+            let reload = if p.version >= 3 { F_AUTO_RELOAD } else { 0 };
+            let samples = if p.version >= 5 && offer.vmm_samples { F_VMM_SAMPLES } else { 0 };
+            F_ACCEPTED | reads | reload | samples
+        }
         Err(_) => 0,
     };
     let _ = mem.write_obj(flags, GuestAddress(gpa + 12));
@@ -341,7 +361,7 @@ mod tests {
     fn offer(mem: &GuestMemoryMmap, gpa: u64, version: u32, size: u32) -> Result<PvPage, Refusal> {
         mem.write_obj(version, GuestAddress(gpa)).unwrap();
         mem.write_obj(size, GuestAddress(gpa + 8)).unwrap();
-        register(mem, gpa, true, true)
+        register(mem, gpa, true, Offer { exitless_reads: true, vmm_samples: true })
     }
 
     fn flags(mem: &GuestMemoryMmap, gpa: u64) -> (u32, u32) {
@@ -377,7 +397,7 @@ mod tests {
         assert_eq!(offer(&m, 0x2000, 1, V1_SIZE), Ok(PvPage { gpa: 0x2000, version: 1 }));
         assert_eq!(flags(&m, 0x2000), (HOST_VERSION, F_ACCEPTED));
         // A guest newer than the host is refused; it learns the host's version.
-        assert_eq!(offer(&m, 0x3000, 5, 2048), Err(Refusal::NewerThanHost(5)));
+        assert_eq!(offer(&m, 0x3000, 6, 2048), Err(Refusal::NewerThanHost(6)));
         assert_eq!(flags(&m, 0x3000), (HOST_VERSION, 0));
         assert_eq!(offer(&m, 0x4000, 2, V1_SIZE), Err(Refusal::BadSize { version: 2, size: V1_SIZE }));
         assert_eq!(offer(&m, 0x4008, 2, V2_SIZE), Err(Refusal::NotAligned));
@@ -386,10 +406,21 @@ mod tests {
         assert_eq!(flags(&m, 0x7000), (HOST_VERSION, F_ACCEPTED | F_EXITLESS_READS | F_AUTO_RELOAD));
         // Version 4 keeps version 3's layout.
         assert_eq!(offer(&m, 0x8000, 4, V3_SIZE), Ok(PvPage { gpa: 0x8000, version: 4 }));
+        assert_eq!(flags(&m, 0x8000), (HOST_VERSION, F_ACCEPTED | F_EXITLESS_READS | F_AUTO_RELOAD));
         assert_eq!(offer(&m, 0x9000, 4, V2_SIZE), Err(Refusal::BadSize { version: 4, size: V2_SIZE }));
+        // Version 5 adds the VMM's samples, unless the VMM runs with them off.
+        assert_eq!(offer(&m, 0xa000, 5, V5_SIZE), Ok(PvPage { gpa: 0xa000, version: 5 }));
+        assert_eq!(flags(&m, 0xa000), (HOST_VERSION, F_ACCEPTED | F_EXITLESS_READS | F_AUTO_RELOAD | F_VMM_SAMPLES));
+        assert_eq!(offer(&m, 0xb000, 5, V3_SIZE), Err(Refusal::BadSize { version: 5, size: V3_SIZE }));
+        let without = Offer { exitless_reads: true, vmm_samples: false };
+        assert_eq!(register(&m, 0xa000, true, without), Ok(PvPage { gpa: 0xa000, version: 5 }));
+        assert_eq!(flags(&m, 0xa000), (HOST_VERSION, F_ACCEPTED | F_EXITLESS_READS | F_AUTO_RELOAD));
         m.write_obj(2u32, GuestAddress(0x6000)).unwrap();
         m.write_obj(V2_SIZE, GuestAddress(0x6008)).unwrap();
-        assert_eq!(register(&m, 0x6000, false, true), Err(Refusal::Disabled));
+        assert_eq!(
+            register(&m, 0x6000, false, Offer { exitless_reads: true, vmm_samples: true }),
+            Err(Refusal::Disabled)
+        );
         assert_eq!(flags(&m, 0x6000), (HOST_VERSION, 0));
     }
 

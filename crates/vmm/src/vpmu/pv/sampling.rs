@@ -48,15 +48,18 @@ pub fn configure<B: CountSource>(mem: &GuestMemoryMmap, page: PvPage, pmu: &mut 
     flags & S_PMI_NO_MASK != 0
 }
 
-/// Report reloaded counters: OR them into `status` and publish every reload count.
-pub fn publish_reloads<B: CountSource>(mem: &GuestMemoryMmap, page: PvPage, pmu: &Pmu<B>, reloaded: u64) {
+/// Report reloaded counters: OR them into `status`, less those in `sampled` (the VMM took
+/// their samples: version 5), and publish every reload count.
+pub fn publish_reloads<B: CountSource>(mem: &GuestMemoryMmap, page: PvPage, pmu: &Pmu<B>, reloaded: u64, sampled: u64) {
     let status: u64 = mem.read_obj(GuestAddress(page.gpa + STATUS_OFFSET)).unwrap_or(0);
     for slot in 0..SLOTS {
         if let Some(idx) = counter(slot).filter(|i| reloaded & i.mask() != 0) {
             let _ = mem.write_obj(pmu.auto_reloads(idx), GuestAddress(page.gpa + RELOADS_OFFSET + slot * 8));
         }
     }
-    let _ = mem.write_obj(status | reloaded, GuestAddress(page.gpa + STATUS_OFFSET));
+    if reloaded & !sampled != 0 {
+        let _ = mem.write_obj(status | (reloaded & !sampled), GuestAddress(page.gpa + STATUS_OFFSET));
+    }
 }
 
 #[cfg(test)]
@@ -81,9 +84,13 @@ mod tests {
         let reloaded = pmu.take_auto_reloaded();
         assert_eq!(reloaded, 1);
         mem.write_obj(4u64, GuestAddress(0x1000 + STATUS_OFFSET)).unwrap(); // a bit the guest has not cleared
-        publish_reloads(&mem, page, &pmu, reloaded);
+        publish_reloads(&mem, page, &pmu, reloaded, 0);
         assert_eq!(mem.read_obj::<u64>(GuestAddress(0x1000 + STATUS_OFFSET)).unwrap(), 5);
         assert_eq!(mem.read_obj::<u64>(GuestAddress(0x1000 + RELOADS_OFFSET)).unwrap(), pmu.auto_reloads(gp0));
+        // A counter the VMM sampled (version 5) is counted, not reported in status.
+        mem.write_obj(0u64, GuestAddress(0x1000 + STATUS_OFFSET)).unwrap();
+        publish_reloads(&mem, page, &pmu, reloaded, reloaded);
+        assert_eq!(mem.read_obj::<u64>(GuestAddress(0x1000 + STATUS_OFFSET)).unwrap(), 0);
         // Turning the flag off returns every counter to the SDM rules.
         mem.write_obj(0u32, GuestAddress(0x1000 + OFFSET)).unwrap();
         assert!(!configure(&mem, page, &mut pmu));
