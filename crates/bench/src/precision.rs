@@ -4,7 +4,7 @@
 //! the cost of sampling at the default rate.
 
 use super::precision_host::{host_run, shares_of, HostSamples};
-use super::sampling_overhead;
+use super::sampling_overhead::{self, Sampler};
 use super::{config, in_mode, mode_name, pmu, runs_natively, Bench, NATIVE_WORK_SCALE};
 use perfvm::cli::default_record_freq;
 use perfvm::session::record::{record, Capture};
@@ -176,8 +176,13 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
     }
     // What sampling costs against its floor, from -F 100 to -F 5000 (the default among them).
     let runs = if b.quick { 3 } else { b.reps.max(5) };
-    let sweep = sampling_overhead::measure(b, mode, runs, |hz| {
-        let f = profile(b, mode, perf, "cycles", SamplePeriod::Hz(hz), false)?;
+    let sweep = sampling_overhead::measure(b, mode, runs, |hz, pv_samples| {
+        let mut cfg = ftest_config(mode, perf);
+        if let Some(p) = cfg.pmu.as_mut() {
+            p.pv_samples = pv_samples;
+        }
+        let args = work(&cfg, mode, perf.0);
+        let f = profile_args(b, cfg, mode, perf, "cycles", SamplePeriod::Hz(hz), false, args)?;
         Ok(f.map(|f| (f.thread_ns as f64, f.record.sample_count() as f64, f.stats)))
     })?;
     let mut summary = host_vs_native.as_ref().map_or(String::new(), |(text, _)| text.clone());
@@ -187,18 +192,38 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
         fmt(per_policy[0].median),
         fmt(per_policy[1].median),
     ));
-    let (agent, vmm) = (sweep.at(default_freq, true), sweep.at(default_freq, false));
-    if let (Some(agent), Some(vmm)) = (agent, vmm) {
+    let at = |sampler| sweep.at(default_freq, sampler);
+    let (agent, agent_pmi, vmm) = (at(Sampler::Agent), at(Sampler::AgentPmi), at(Sampler::Vmm));
+    if let (Some(agent), Some(pmi), Some(vmm)) = (agent, agent_pmi, vmm) {
         let s = sweep.plain_ns / 1e9;
         summary.push_str(&format!(
-            "{}: sampling overhead at the default rate (-F {default_freq}), in vCPU CPU time: ftest {s:.3} s counting; agent {:+.2}%, record -a -g {:+.2}%; floor (one {} µs exit per sample) {:.2}% and {:.2}%: {:.2}x and {:.2}x the floor ({} runs each)\n",
+            "{}: sampling's steady cost at the default rate (-F {default_freq}), a guest reading the TSC: it loses {} µs a sample to the agent's samples taken by the VMM, {} µs to the agent's PMIs, {} µs to record -a -g: {:.2}x ({:.2}-{:.2}), {:.2}x ({:.2}-{:.2}) and 1x; {:.2}x, {:.2}x and {:.2}x an OUT's exit\n",
+            mode_name(mode),
+            fmt(agent.lost / 1000.0),
+            fmt(pmi.lost / 1000.0),
+            fmt(vmm.lost / 1000.0),
+            agent.x_vmm.median,
+            agent.x_vmm.min,
+            agent.x_vmm.max,
+            pmi.x_vmm.median,
+            pmi.x_vmm.min,
+            pmi.x_vmm.max,
+            agent.lost_x_floor(),
+            pmi.lost_x_floor(),
+            vmm.lost_x_floor(),
+        ));
+        summary.push_str(&format!(
+            "{}: sampling overhead at the default rate (-F {default_freq}), in vCPU CPU time beyond a counting run beside each: ftest {s:.3} s counting; agent {:+.2}%, agent's PMIs {:+.2}%, record -a -g {:+.2}%; floor (one {} µs exit per sample) {:.2}%, {:.2}% and {:.2}%: {:.2}x, {:.2}x and {:.2}x the floor ({} runs each)\n",
             mode_name(mode),
             agent.overhead,
+            pmi.overhead,
             vmm.overhead,
             fmt(sweep.roundtrip_ns / 1000.0),
             agent.floor,
+            pmi.floor,
             vmm.floor,
             agent.x_floor(),
+            pmi.x_floor(),
             vmm.x_floor(),
             sweep.runs
         ));
@@ -206,6 +231,8 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
     let json = json!({"samples_per_second": {"legacy": per_policy[0], "reuse": per_policy[1]},
                       "overhead_percent": agent.map(|r| r.overhead), "floor_percent": agent.map(|r| r.floor),
                       "vmm_sampling_overhead_percent": vmm.map(|r| r.overhead), "vmm_floor_percent": vmm.map(|r| r.floor),
+                      "agent_pmi_overhead_percent": agent_pmi.map(|r| r.overhead),
+                      "lost_ns": {"agent": agent.map(|r| r.lost), "agent_pmi": agent_pmi.map(|r| r.lost), "vmm": vmm.map(|r| r.lost)},
                       "plain_ns": sweep.plain_ns, "exit_roundtrip_ns": sweep.roundtrip_ns,
                       "host_vs_native": host_vs_native.map(|(_, j)| j)});
     Ok(ModeResult { lines, reference, exact: sampled, summary, json, sweep })
@@ -355,9 +382,12 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
     let sweeps: Vec<_> = results.into_iter().map(|r| r.sweep).collect();
     let sweep = sampling_overhead::table(b, &sweeps);
     text.push_str(&format!(
-        "\nsampling overhead against its floor (one exit per sample at an OUT's roundtrip, portio, measured in this run):\n\
-         the vCPU threads' CPU time beyond ftest's counting run, over its workload's. A sample's µs: the signal's exit (what a guest reading the TSC loses per\n\
-         sample under -a, less the VMM's), the VMM's handling, the guest's refill (ftest's under -a less the loop's), the agent's PMI (the rest)\n\n{}",
+        "\nsampling overhead against its floor (one exit per sample at an OUT's roundtrip, portio, measured in this run), three samplers: the agent with its\n\
+         samples taken by the VMM (PV page v5), the agent's PMIs (--pv-samples off), record -a -g. overhead: the vCPU threads' CPU time beyond a counting run\n\
+         of ftest beside it, over its workload's (median of the pairs; a shared host's CPU time varies more than this at 1 kHz). lost: the steady measure,\n\
+         what a guest reading the TSC loses per sample (steps of 1 us-1 ms, less the plain loop's), x floor over an exit, x -a over record -a -g's\n\
+         (per repetition: median and range). A sample's µs: the signal's exit (the loop's loss under -a, less the VMM's), the VMM's handling, the\n\
+         guest's refill (ftest's under -a less the loop's), the agent's PMI (its loop loss less the signal's exit and the VMM's)\n\n{}",
         sweep.text()
     ));
     Ok((text, json!({"rows": table.json(), "by_mode": by_mode, "sampling_overhead": sweep.json()})))
