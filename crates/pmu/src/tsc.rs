@@ -152,7 +152,7 @@ mod tests {
                 seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 seed >> (seed % 64)
             });
-            let edges = [0, 1, 7, 1_000_003, edge - 1, edge, edge + 1, ns_edge, ns_edge + 1, u64::MAX];
+            let edges = [0, 1, 7, 1_000_003, edge - 1, edge, edge + 1, ns_edge, ns_edge.saturating_add(1), u64::MAX];
             for x in edges.into_iter().chain(random.take(1000)) {
                 assert_eq!(tsc.cycles_to_ns(x), wide(x, 1_000_000, khz, false), "{x} cycles at {khz}");
                 assert_eq!(tsc.cycles_to_ns_ceil(x), wide(x, 1_000_000, khz, true), "{x} cycles at {khz}");
