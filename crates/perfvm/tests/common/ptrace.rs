@@ -68,9 +68,9 @@ fn wait(tid: i32) -> Result<i32, String> {
 pub fn inject_syscall(tid: i32, nr: i64) -> Result<(), String> {
     ptrace(libc::PTRACE_SEIZE, tid, 0, libc::PTRACE_O_TRACESYSGOOD as usize, "PTRACE_SEIZE")?;
     ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0, "PTRACE_INTERRUPT")?;
-    // Interrupted (a blocking call returns, to be restarted or to say EINTR), then on to
-    // the next syscall entry.
-    let own = next_syscall_stop(tid)?;
+    // Interrupted (a blocking call returns, to be restarted or to say EINTR: its exit stop
+    // comes first), then on to the next syscall entry.
+    let own = next_syscall_entry(tid)?;
     let mut regs = own;
     regs.orig_rax = nr as u64;
     setregs(tid, &regs)?;
@@ -79,6 +79,18 @@ pub fn inject_syscall(tid: i32, nr: i64) -> Result<(), String> {
     // Back before the thread's own `syscall` instruction (2 bytes), its number in RAX.
     setregs(tid, &libc::user_regs_struct { rip: own.rip - 2, rax: own.orig_rax, ..own })?;
     ptrace(libc::PTRACE_DETACH, tid, 0, 0, "PTRACE_DETACH")
+}
+
+/// Run thread `tid` (stopped) to its next syscall-entry stop (x86-64 reports an entry with
+/// -ENOSYS in RAX; an exit stop holds the call's result), past any exit stop.
+fn next_syscall_entry(tid: i32) -> Result<libc::user_regs_struct, String> {
+    loop {
+        let regs = next_syscall_stop(tid)?;
+        if regs.rax as i64 == -i64::from(libc::ENOSYS) {
+            return Ok(regs);
+        }
+        ptrace(libc::PTRACE_SYSCALL, tid, 0, 0, "PTRACE_SYSCALL")?;
+    }
 }
 
 /// Run thread `tid` (stopped) to its next syscall stop, delivering any signal that stops
