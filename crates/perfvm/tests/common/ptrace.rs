@@ -75,10 +75,25 @@ pub fn inject_syscall(tid: i32, nr: i64) -> Result<(), String> {
     regs.orig_rax = nr as u64;
     setregs(tid, &regs)?;
     ptrace(libc::PTRACE_SYSCALL, tid, 0, 0, "PTRACE_SYSCALL")?;
-    next_syscall_stop(tid)?;
-    // Back before the thread's own `syscall` instruction (2 bytes), its number in RAX.
-    setregs(tid, &libc::user_regs_struct { rip: own.rip - 2, rax: own.orig_rax, ..own })?;
-    ptrace(libc::PTRACE_DETACH, tid, 0, 0, "PTRACE_DETACH")
+    // The injected call's exit stop, or (refused by seccomp) its SIGSYS's delivery stop,
+    // whichever comes first: there the thread goes back before its own `syscall`
+    // instruction (2 bytes), its number in RAX, and a SIGSYS is delivered as it detaches
+    // (delivered earlier, its handler's own calls would meet the rewind).
+    let back = libc::user_regs_struct { rip: own.rip - 2, rax: own.orig_rax, ..own };
+    loop {
+        let status = wait(tid)?;
+        if !libc::WIFSTOPPED(status) {
+            return Err(format!("thread {tid} ended in the injected system call ({status:#x})"));
+        }
+        let signal = libc::WSTOPSIG(status);
+        if status >> 8 == (libc::SIGTRAP | 0x80) || (signal == libc::SIGSYS && status >> 16 == 0) {
+            setregs(tid, &back)?;
+            let deliver = if signal == libc::SIGSYS { signal } else { 0 };
+            return ptrace(libc::PTRACE_DETACH, tid, 0, deliver as usize, "PTRACE_DETACH");
+        }
+        let deliver = if status >> 16 != 0 { 0 } else { signal };
+        ptrace(libc::PTRACE_SYSCALL, tid, 0, deliver as usize, "PTRACE_SYSCALL")?;
+    }
 }
 
 /// Run thread `tid` (stopped) to its next syscall-entry stop (x86-64 reports an entry with
