@@ -34,17 +34,6 @@ struct Timer {
     period: u64,
 }
 
-impl Timer {
-    /// The timer as it stands at `now`: the kernel starts a timer that fired over with the
-    /// same period.
-    fn at(mut self, now: u64) -> Timer {
-        if self.due <= now {
-            self.due += ((now - self.due) / self.period + 1) * self.period;
-        }
-        self
-    }
-}
-
 /// The shared clock of one vCPU and the counters on it.
 #[derive(Debug)]
 pub struct ClockSource {
@@ -161,9 +150,13 @@ impl ClockSource {
     /// already fires there. With none left, a timer is let be: it is put off at the
     /// notification it brings (`after_notification`), not at every stop.
     fn sync_timer(&mut self, now: u64) {
-        let Some(wanted) = self.wanted(now) else { return };
-        if let Some(t) = self.timer.map(|t| t.at(now)) {
-            self.timer = Some(t);
+        let wanted = self.counters.iter().flatten().filter_map(|c| self.deadline(c, now)).min();
+        let Some(wanted) = wanted else { return };
+        if let Some(t) = &mut self.timer {
+            // The kernel starts a timer that fired over with the same period.
+            if t.due <= now {
+                t.due += ((now - t.due) / t.period + 1) * t.period;
+            }
             if lands(t.due, wanted, wanted - now) {
                 return;
             }
@@ -173,11 +166,6 @@ impl ClockSource {
             clock.set_period(period).ok(); // a failure is counted by perf_sys (--stats)
         }
         self.timer = Some(Timer { due: wanted, period });
-    }
-
-    /// The nearest overflow of a running, armed counter at clock `now`.
-    fn wanted(&self, now: u64) -> Option<u64> {
-        self.counters.iter().flatten().filter_map(|c| self.deadline(c, now)).min()
     }
 
     /// Stop the sampling timer.
