@@ -107,11 +107,6 @@ pub fn mode_name(mode: NativeMode) -> &'static str {
     }
 }
 
-/// Whether a configuration run in `mode` executes at full speed (natively, or in hardware).
-pub fn runs_natively(config: &VmConfig, mode: NativeMode) -> bool {
-    vmm::host::runs_at_full_speed(config, mode)
-}
-
 /// What every suite gets: repetitions, size, the execution modes, and the native
 /// configurations that failed.
 #[derive(Debug)]

@@ -1,7 +1,7 @@
 //! Suite `nmi-order` (seed 002): entries cancelled because a PMI turned up after the NMI
 //! step, legacy request order vs ours, under PMI-heavy sampling plus a host NMI source.
 
-use super::{config, mode_name, pmu, runs_natively, sample_cycles, Bench, NATIVE_WORK_SCALE};
+use super::{config, mode_name, pmu, sample_cycles, Bench, NATIVE_WORK_SCALE};
 use perfvm::Failure;
 use pmu::Policy;
 use profile::measure::{fmt, Summary};
@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use vmm::config::BackendKind;
 use vmm::host::pvm::native::NativeMode;
+use vmm::host::runs_at_full_speed;
 use vmm::vstate::requests::RequestOrder;
 
 pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
@@ -33,7 +34,7 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
             let mut cfg = config("ftest", "", pmu(BackendKind::Perf, Policy::default()));
             cfg.request_order = order;
             cfg.nmi_interval = Some(Duration::from_millis(1));
-            let scale = if runs_natively(&cfg, mode) { NATIVE_WORK_SCALE } else { 1 };
+            let scale = if runs_at_full_speed(&cfg, mode) { NATIVE_WORK_SCALE } else { 1 };
             cfg.cmdline = sample_cycles(hz, &(work * scale).to_string());
             for _ in 0..b.reps {
                 let Some(r) = b.run(&cfg, mode)? else { break };

@@ -4,7 +4,7 @@
 //! to a PV guest (the agent sampling through the PV page, no LVTPC mask) against its floor,
 //! one bare `KVM_NMI` ioctl timed in the same runs.
 
-use super::{config, console_value, mode_name, runs_natively, sample_cycles, Bench, NATIVE_WORK_SCALE};
+use super::{config, console_value, mode_name, sample_cycles, Bench, NATIVE_WORK_SCALE};
 use perfvm::Failure;
 use pmu::Policy;
 use profile::measure::{fmt, ratio, Summary};
@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use vmm::arch::x86_64::identity::CpuVendor;
 use vmm::config::{BackendKind, PmuSettings};
 use vmm::host::pvm::native::NativeMode;
+use vmm::host::runs_at_full_speed;
 use vmm::vpmu::stats::PmuOp;
 
 /// The operations the tables show, in order (counter writes, GLOBAL_STATUS, OVF_CTRL and
@@ -210,7 +211,7 @@ fn pv_delivery(b: &Bench) -> Result<(String, Value), Failure> {
         for _ in 0..b.reps {
             let settings = PmuSettings { backend: BackendKind::Perf, policy: Policy::default(), ..Default::default() };
             let mut cfg = config("ftest", "", Some(settings));
-            let work = if runs_natively(&cfg, mode) { NATIVE_WORK_SCALE.to_string() } else { "1".into() };
+            let work = if runs_at_full_speed(&cfg, mode) { NATIVE_WORK_SCALE.to_string() } else { "1".into() };
             cfg.cmdline = sample_cycles(hz, &work);
             let Some(report) = b.run(&cfg, mode)? else { continue };
             let vmm = &report.stats.pmu.as_ref().expect("PMU report").vmm;

@@ -5,7 +5,7 @@
 
 use super::precision_host::{host_run, shares_of, HostSamples};
 use super::sampling_overhead::{self, Sampler};
-use super::{config, in_mode, mode_name, pmu, runs_natively, Bench, NATIVE_WORK_SCALE};
+use super::{config, in_mode, mode_name, pmu, Bench, NATIVE_WORK_SCALE};
 use perfvm::cli::default_record_freq;
 use perfvm::session::record::{record, Capture};
 use perfvm::Failure;
@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 use vmm::config::BackendKind;
 use vmm::host::pvm::native::NativeMode;
+use vmm::host::runs_at_full_speed;
 use vmm::VmConfig;
 
 /// ftest's VM in `mode` with this backend and policy.
@@ -77,7 +78,7 @@ fn profile_args(
 /// ftest's arguments: sampling does natively the work it does emulated in the same time;
 /// the exact backend single-steps, at emulation speed in both modes.
 fn work(cfg: &VmConfig, mode: NativeMode, backend: BackendKind) -> Vec<String> {
-    if backend == BackendKind::Perf && runs_natively(cfg, mode) {
+    if backend == BackendKind::Perf && runs_at_full_speed(cfg, mode) {
         vec![NATIVE_WORK_SCALE.to_string()]
     } else {
         vec![]
@@ -111,7 +112,7 @@ struct ModeResult {
 }
 
 fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
-    let default_freq = default_record_freq(runs_natively(&config("ftest", "", None), mode));
+    let default_freq = default_record_freq(runs_at_full_speed(&config("ftest", "", None), mode));
     let default_period = SamplePeriod::Hz(default_freq);
     let fast_period = SamplePeriod::Hz(2000);
     let (exact, perf) = ((BackendKind::Exact, Policy::default()), (BackendKind::Perf, Policy::default()));
@@ -157,7 +158,7 @@ fn run_mode(b: &Bench, mode: NativeMode) -> Result<ModeResult, Failure> {
         ));
     }
 
-    let host_vs_native = if runs_natively(&config("ftest", "", None), mode) {
+    let host_vs_native = if runs_at_full_speed(&config("ftest", "", None), mode) {
         Some(host_vs_native(b, mode, default_freq)?)
     } else {
         None

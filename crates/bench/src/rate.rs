@@ -7,7 +7,7 @@
 //! from KVM's MSR filter).
 
 use super::transitions::portio_ns;
-use super::{config, console_value, mode_name, runs_natively, tsc, Bench};
+use super::{config, console_value, mode_name, tsc, Bench};
 use perfvm::Failure;
 use pmu::tsc::{SamplePeriod, TscRate};
 use profile::measure::{fmt, per_second, Summary};
@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use std::time::Instant;
 use vmm::config::PmuSettings;
 use vmm::host::pvm::native::NativeMode;
+use vmm::host::runs_at_full_speed;
 use vmm::RunReport;
 
 /// Loop iterations: ~1 s natively and on the host (several 10^9 instructions/s), ~2 s
@@ -136,7 +137,7 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
         host_ftest.push(host_ftest_measured(rep)?);
         for (&mode, (n, [rate, portio, rdmsr, sampled, lock, ftest])) in b.modes.iter().zip(&mut per) {
             let mut cfg = config("rate", "", Some(PmuSettings::default()));
-            let native = runs_natively(&cfg, mode);
+            let native = runs_at_full_speed(&cfg, mode);
             *n = iterations(native, b.quick);
             cfg.cmdline = format!("{n} msr");
             if let Some(r) = b.run(&cfg, mode)? {
@@ -201,7 +202,7 @@ pub fn run(b: &Bench) -> Result<(String, Value), Failure> {
             Cell::text(per_second(lock.median)),
             Cell::text(seconds(ftest.median)),
         ]);
-        let freq = perfvm::cli::default_record_freq(runs_natively(&config("rate", "", None), mode));
+        let freq = perfvm::cli::default_record_freq(runs_at_full_speed(&config("rate", "", None), mode));
         let slowdown = 100.0 * (rate.median / sampled.median - 1.0);
         sampling.push_str(&format!(
             "{}: record -a -g at -F {freq} (the VMM samples the loop, no agent): {} instead of {} instr/s = {slowdown:+.2}%\n",

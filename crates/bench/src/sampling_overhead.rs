@@ -21,9 +21,7 @@
 //! and for the agent its PMI in the guest (the NMI's entry and the handler: its loop loss less
 //! the signal's exit and the VMM's handling).
 
-use super::{
-    config, console_value, count_cycles, mode_name, pmu, runs_natively, sample_cycles, Bench, NATIVE_WORK_SCALE,
-};
+use super::{config, console_value, count_cycles, mode_name, pmu, sample_cycles, Bench, NATIVE_WORK_SCALE};
 use perfvm::Failure;
 use pmu::tsc::{SamplePeriod, TscRate};
 use pmu::Policy;
@@ -31,6 +29,7 @@ use profile::measure::{fmt, Summary};
 use profile::table::{Cell, Column, Table};
 use vmm::config::BackendKind;
 use vmm::host::pvm::native::NativeMode;
+use vmm::host::runs_at_full_speed;
 use vmm::profiling::sampler::{CallGraph, SamplingConfig};
 use vmm::stats::VmStats;
 use vmm::{RunReport, VmConfig};
@@ -108,7 +107,7 @@ fn workload_cpu_ns(report: &RunReport) -> Option<f64> {
 /// ftest counting cycles with the agent (the baseline), in `mode`, perf backend.
 fn ftest(mode: NativeMode) -> VmConfig {
     let mut cfg = config("ftest", "", pmu(BackendKind::Perf, Policy::default()));
-    let work = if runs_natively(&cfg, mode) { NATIVE_WORK_SCALE.to_string() } else { String::new() };
+    let work = if runs_at_full_speed(&cfg, mode) { NATIVE_WORK_SCALE.to_string() } else { String::new() };
     cfg.cmdline = count_cycles(false, &work);
     cfg
 }
@@ -116,7 +115,7 @@ fn ftest(mode: NativeMode) -> VmConfig {
 /// The `rate` guest reading the TSC in a loop (`rate N gaps`): ~0.5 s natively, ~2 s emulated.
 fn gaps_loop(mode: NativeMode, quick: bool) -> VmConfig {
     let mut cfg = config("rate", "", None);
-    let n: u64 = match (runs_natively(&cfg, mode), quick) {
+    let n: u64 = match (runs_at_full_speed(&cfg, mode), quick) {
         (true, false) => 50_000_000,
         (true, true) => 20_000_000,
         (false, false) => 300_000,
