@@ -81,6 +81,9 @@ pub struct ClockSource {
     floor_ns: u64,
     /// Handling a notification: periods are set once, when it is done.
     in_notification: bool,
+    /// The clock's read(2)s as of the last notification: one since means the thread was
+    /// descheduled (the control page changed), and the kernel restarted its timer.
+    reads_at_notification: u64,
     /// What became of this vCPU's overflow notifications.
     pub notifications: NotificationStats,
 }
@@ -103,6 +106,7 @@ impl ClockSource {
             fired_due: None,
             floor_ns: MIN_CLOCK_PERIOD_NS,
             in_notification: false,
+            reads_at_notification: 0,
             notifications: NotificationStats::default(),
         }
     }
@@ -237,12 +241,17 @@ impl ClockSource {
         // fires at the nearest overflow or just after it, as periodic sampling with a reload
         // has it, so a sample costs no system call. A timer due before the overflow would
         // find the counter just short of it and notice it a period late, every period: that
-        // one is set afresh. So is one whose notification came off the grid kept here
-        // (before its deadline, or over a quarter period after it, less whole periods): the
-        // kernel's phase is then not the one assumed (a descheduled thread's timer restarts
-        // from what remained), and keeping it could notice each overflow a period late.
-        let on_grid = |t: &Timer| now >= t.due && (now - t.due) % t.period <= t.period / 4;
-        let kept = fired.filter(on_grid).map(|t| t.at(now));
+        // one is set afresh. So is the timer of a thread descheduled since the last
+        // notification (the clock took a read(2)) and one whose notification came off the
+        // grid kept here, as the kernel's phase may then not be the one assumed (it restarts
+        // a descheduled thread's timer from what remained): before the timer's deadline (the
+        // kernel's restart is already running: kept, the next overflow would be noticed a
+        // period late, and the next), or over half a period after it, less whole periods (a
+        // notification's own latency, the exit its signal causes, is ~50-100 us here).
+        let on_grid = |t: &Timer| now >= t.due && (now - t.due) % t.period <= t.period / 2;
+        let reads = self.reader.as_ref().map_or(0, |r| r.syscalls);
+        let unbroken = std::mem::replace(&mut self.reads_at_notification, reads) == reads;
+        let kept = fired.filter(|t| unbroken && on_grid(t)).map(|t| t.at(now));
         if let Some(t) = kept.filter(|t| fires_just_after(t.due, wanted, wanted - now)) {
             self.timer = Some(t);
             return;

@@ -7,8 +7,12 @@ use crate::backends::perf_sys;
 /// Run for `ms` of this thread's CPU time (what task-clock counts), however busy the host,
 /// as a guest would between two exits.
 fn spin(src: &mut ClockSource, ms: u64) {
+    spin_ns(src, ms * 1_000_000);
+}
+
+fn spin_ns(src: &mut ClockSource, ns: u64) {
     let t = crate::vpmu::thread_cpu_ns();
-    while crate::vpmu::thread_cpu_ns() - t < ms * 1_000_000 {
+    while crate::vpmu::thread_cpu_ns() - t < ns {
         std::hint::spin_loop();
     }
     src.guest_ran();
@@ -143,9 +147,9 @@ fn a_notification_sets_one_period_at_most() {
     });
     assert!(periodic <= 1, "a read at most, no period: {periodic}");
     assert_eq!(src.timer.unwrap().due, restarted.due, "the kernel's restarted timer, kept");
-    // A notification half a period off the kept timer's grid: the kernel's phase is not the
-    // one assumed, set afresh.
-    spin(&mut src, 3);
+    // A notification 3/4 of a period off the kept timer's grid: the kernel's phase is not
+    // the one assumed, set afresh.
+    spin_ns(&mut src, 3_500_000);
     src.notification_taken();
     let off_grid = syscalls_of(&mut src, |s| {
         let now = s.now();
