@@ -34,6 +34,24 @@ struct Timer {
     period: u64,
 }
 
+/// Whether a timer due at `due` notices an overflow at `wanted`, `distance` away, in time:
+/// at it or after it by at most 1/16 of the distance (a sample's time shifts by that much;
+/// its count does not, the clock is read).
+fn fires_just_after(due: u64, wanted: u64, distance: u64) -> bool {
+    due >= wanted && due - wanted <= distance / 16
+}
+
+impl Timer {
+    /// The timer as it stands at `now`: the kernel starts a timer that fired over with the
+    /// same period.
+    fn at(mut self, now: u64) -> Timer {
+        if self.due <= now {
+            self.due += ((now - self.due) / self.period + 1) * self.period;
+        }
+        self
+    }
+}
+
 /// The shared clock of one vCPU and the counters on it.
 #[derive(Debug)]
 pub struct ClockSource {
@@ -63,6 +81,9 @@ pub struct ClockSource {
     floor_ns: u64,
     /// Handling a notification: periods are set once, when it is done.
     in_notification: bool,
+    /// The clock's read(2)s as of the last notification: one since means the thread was
+    /// descheduled (the control page changed), and the kernel restarted its timer.
+    reads_at_notification: u64,
     /// What became of this vCPU's overflow notifications.
     pub notifications: NotificationStats,
 }
@@ -85,6 +106,7 @@ impl ClockSource {
             fired_due: None,
             floor_ns: MIN_CLOCK_PERIOD_NS,
             in_notification: false,
+            reads_at_notification: 0,
             notifications: NotificationStats::default(),
         }
     }
@@ -150,22 +172,28 @@ impl ClockSource {
     /// already fires there. With none left, a timer is let be: it is put off at the
     /// notification it brings (`after_notification`), not at every stop.
     fn sync_timer(&mut self, now: u64) {
-        let wanted = self.counters.iter().flatten().filter_map(|c| self.deadline(c, now)).min();
-        let Some(wanted) = wanted else { return };
-        if let Some(t) = &mut self.timer {
-            // The kernel starts a timer that fired over with the same period.
-            if t.due <= now {
-                t.due += ((now - t.due) / t.period + 1) * t.period;
-            }
+        let Some(wanted) = self.wanted(now) else { return };
+        if let Some(t) = self.timer.map(|t| t.at(now)) {
+            self.timer = Some(t);
             if lands(t.due, wanted, wanted - now) {
                 return;
             }
         }
-        let period = wanted - now;
+        self.set_timer(wanted, wanted - now);
+    }
+
+    /// Set the sampling timer to fire `period` from now, at clock `due`, and every `period`
+    /// after (the kernel restarts it).
+    fn set_timer(&mut self, due: u64, period: u64) {
         if let Some(clock) = &self.clock {
             clock.set_period(period).ok(); // a failure is counted by perf_sys (--stats)
         }
-        self.timer = Some(Timer { due: wanted, period });
+        self.timer = Some(Timer { due, period });
+    }
+
+    /// The nearest overflow of a running, armed counter at clock `now`.
+    fn wanted(&self, now: u64) -> Option<u64> {
+        self.counters.iter().flatten().filter_map(|c| self.deadline(c, now)).min()
     }
 
     /// Stop the sampling timer.
@@ -202,21 +230,41 @@ impl ClockSource {
         self.in_notification = false;
         let now = self.now();
         self.fired_due = None;
-        // The timer just fired: set it afresh from here. Between notifications the kernel
-        // keeps a periodic timer in phase only while the thread runs; it restarts a
-        // descheduled thread's timer from what remained, so on a busy host its phase
-        // drifts from what `lands` assumes, and a counter reloaded at the wrap would then
-        // be noticed up to a period late, every period. (Keeping the kernel's restarted
-        // timer where it lands just after the next overflow saved this IOC_PERIOD, ~4-5 us
-        // here, but beside two CPU hogs 15-28% of the notifications then came a period late.)
         let fired = self.timer.take();
-        self.sync_timer(now);
-        if fired.is_some() && self.timer.is_none() {
-            // No running counter is armed any more.
-            self.stop_timer();
+        let Some(wanted) = self.wanted(now) else {
+            if fired.is_some() {
+                self.stop_timer(); // no running counter is armed any more
+            }
+            return;
+        };
+        // The kernel restarts the timer that fired with the same period: kept where it next
+        // fires at the nearest overflow or just after it, as periodic sampling with a reload
+        // has it, so a sample costs no system call. A timer due before the overflow would
+        // find the counter just short of it and notice it a period late, every period: that
+        // one is set afresh. So is the timer of a thread descheduled since the last
+        // notification (the clock took a read(2)) and one whose notification came off the
+        // grid kept here, as the kernel's phase may then not be the one assumed (it restarts
+        // a descheduled thread's timer from what remained): before the timer's deadline (the
+        // kernel's restart is already running: kept, the next overflow would be noticed a
+        // period late, and the next), or over half a period after it, less whole periods (a
+        // notification's own latency, the exit its signal causes, is ~50-100 us here).
+        let on_grid = |t: &Timer| now >= t.due && (now - t.due) % t.period <= t.period / 2;
+        let reads = self.reader.as_ref().map_or(0, |r| r.syscalls);
+        let unbroken = std::mem::replace(&mut self.reads_at_notification, reads) == reads;
+        let kept = fired.filter(|t| unbroken && on_grid(t)).map(|t| t.at(now));
+        if let Some(t) = kept.filter(|t| fires_just_after(t.due, wanted, wanted - now)) {
+            self.timer = Some(t);
+            return;
+        }
+        // Afresh: with the spacing from the overflow that fired to the next one as the period,
+        // the kernel's restarts land on the overflows to come, each as late as this handling
+        // made the first; where that is too late, at the overflow itself.
+        let spacing = fired.filter(|f| f.due <= now).map(|f| wanted - f.due);
+        match spacing.filter(|&p| fires_just_after(now + p, wanted, wanted - now)) {
+            Some(period) => self.set_timer(now + period, period),
+            None => self.set_timer(wanted, wanted - now),
         }
     }
-
     /// Open the clock for the first counter.
     fn open_clock(&mut self) -> Result<(), BackendError> {
         let attr = PerfEventAttr {
