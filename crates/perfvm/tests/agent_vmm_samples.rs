@@ -56,6 +56,13 @@ impl Run {
         v.into_iter().take(n).map(|(f, _)| f.as_str()).collect()
     }
 
+    /// The total variation distance between this run's leaf-function shares and `other`'s.
+    fn distance(&self, other: &Run) -> f64 {
+        let share = |r: &Run, f: &str| *r.leaves.get(f).unwrap_or(&0) as f64 / r.leaves.values().sum::<u64>().max(1) as f64;
+        let names: std::collections::BTreeSet<&String> = self.leaves.keys().chain(other.leaves.keys()).collect();
+        names.iter().map(|f| (share(self, f) - share(other, f)).abs()).sum::<f64>() / 2.0
+    }
+
     /// The check every run passes: its samples stand for its count (one per period).
     fn check_count(&self, what: &str) {
         let event = &self.file["events"][0];
@@ -90,10 +97,13 @@ fn both(name: &str, mode: &str, extra: &[&str], guest: &[&str]) -> (Run, Run) {
     // A PMI's handler runs on the vCPU's clock: the PMI path counts more, within reason.
     let ratio = pmi.samples().len() as f64 / n as f64;
     assert!((0.7..2.0).contains(&ratio), "{what}: {} samples by PMI, {n} by the VMM", pmi.samples().len());
-    // The same function on top, and two of the three heaviest in common.
+    // The same function on top, and the same profile within sampling noise: ftest's
+    // functions after the first weigh 11-15% each, so their ranks swap run to run (two
+    // runs of each path differ by a total variation of ~0.04 emulated).
     let (a, b) = (vmm.top(3), pmi.top(3));
     assert_eq!(a[0], b[0], "{what}: {a:?} vs {b:?}");
-    assert!(a.iter().filter(|f| b.contains(f)).count() >= 2, "{what}: {a:?} vs {b:?}");
+    let tvd = vmm.distance(&pmi);
+    assert!(tvd <= 0.1, "{what}: total variation {tvd:.3} between {:?} and {:?}", vmm.leaves, pmi.leaves);
     // Every sample is of the recorded event, on vCPU 0, timed after the START mark.
     for s in vmm.samples() {
         assert_eq!((s["event"].as_u64(), s["vcpu"].as_u64()), (Some(0), Some(0)), "{what}: {s}");

@@ -21,10 +21,12 @@ const LINUX: &str = "perfvm run /linux/vmlinuz --initrd /linux/initramfs.cpio --
 /// (tests/linux.rs's first boot), plus perf record + perf report of twofunc.
 const LINUX_PERF_CMDS: &str = r#""echo marker-$((6 * 7))" "/bin/loop 1000" "/bin/twofunc 1000" "false" "perf stat -e cycles,instructions:u /bin/loop 1000" "perf record -e cycles -c 10000000 -B -N -o /tmp/p.data /bin/twofunc 20000000" "perf report -i /tmp/p.data --stdio --sort sym -q""#;
 
-/// Exact counts of the kit's loop with the Intel identity (tests/linux.rs's second boot).
-/// (Not yet here: `perf record -e instructions:u` on the exact backend, whose program takes a
-/// stray SIGTRAP on kvm_amd: docs/DESIGN.md, "Hosts".)
-const LINUX_EXACT_CMDS: &str = r#""perf stat -e instructions:u,branches:u,instructions:k /bin/loop 1000" "perf stat -e instructions:u,branches:u /bin/loop 7""#;
+/// Exact counts of the kit's loop with the Intel identity (tests/linux.rs's second boot, which
+/// also counts `/bin/loop 7`: each `perf stat` here steps ~1.1 million kernel instructions at
+/// TCG's exit cost, 85-190 s, so this tier counts one loop). (Not yet here: `perf record -e
+/// instructions:u` on the exact backend, whose program takes a stray SIGTRAP on kvm_amd:
+/// docs/DESIGN.md, "Hosts".)
+const LINUX_EXACT_CMDS: &str = r#""perf stat -e instructions:u,branches:u,instructions:k /bin/loop 1000""#;
 
 /// docs/getting-started.md's Linux section as the guide gives it, its assets at /linux in
 /// the host (the fetch is build.sh's): `perfvm record -a` of a boot, then `perfvm report`.
@@ -494,10 +496,7 @@ fn linux_exact_backend_intel() {
     assert_eq!(stat_count(stat("1000"), "instructions:u"), Some(2 * 1000 + 8 * 4 + 14), "{}", r.context());
     assert_eq!(stat_count(stat("1000"), "branches:u"), Some(1000 + 2 * 4 + 3), "{}", r.context());
     assert!(stat_count(stat("1000"), "instructions:k").is_some_and(|n| n > 0), "{}", r.context());
-    assert_eq!(stat_count(stat("7"), "instructions:u"), Some(2 * 7 + 8 + 14), "{}", r.context());
-    assert_eq!(stat_count(stat("7"), "branches:u"), Some(7 + 2 + 3), "{}", r.context());
     r.has("perfvm-init: exit 1: 0");
-    r.has("perfvm-init: exit 2: 0");
     r.has("execution: hardware (kvm_amd runs guest code in hardware)");
 }
 
