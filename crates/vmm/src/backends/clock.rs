@@ -9,7 +9,7 @@
 //! VMM, and its overflows arrive as a signal to the vCPU thread.
 
 use super::perf::accounting::{Armed, HostEvent};
-use super::perf::period::{clock_counts, clock_supports, lands, MIN_CLOCK_PERIOD_NS, NEVER};
+use super::perf::period::{clock_counts, clock_supports, fires_just_after, lands, MIN_CLOCK_PERIOD_NS, NEVER};
 use super::perf::{EventBudget, NotificationStats, PerfMode};
 use super::perf_sys::*;
 use super::{host_tsc, Stopwatch};
@@ -32,13 +32,6 @@ struct ClockCounter {
 struct Timer {
     due: u64,
     period: u64,
-}
-
-/// Whether a timer due at `due` notices an overflow at `wanted`, `distance` away, in time:
-/// at it or after it by at most 1/16 of the distance (a sample's time shifts by that much;
-/// its count does not, the clock is read).
-fn fires_just_after(due: u64, wanted: u64, distance: u64) -> bool {
-    due >= wanted && due - wanted <= distance / 16
 }
 
 impl Timer {

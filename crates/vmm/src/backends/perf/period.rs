@@ -54,3 +54,12 @@ pub(crate) fn clock_counts(config: &HostEventConfig) -> bool {
 pub(crate) fn lands(due: u64, wanted: u64, distance: u64) -> bool {
     due.abs_diff(wanted) <= distance / 64
 }
+
+/// Whether a timer due at `due` notices an overflow at `wanted`, `distance` away, in time
+/// after a notification: at it or after it by at most 1/16 of the distance (a sample's time
+/// shifts by that much; its count does not, the clock is read), never before it, as `lands`
+/// allows: a timer kept across a notification that fired just before the overflow would
+/// find the counter short of it and notice it a period late.
+pub(crate) fn fires_just_after(due: u64, wanted: u64, distance: u64) -> bool {
+    due >= wanted && due - wanted <= distance / 16
+}
