@@ -99,11 +99,15 @@ fn both(name: &str, mode: &str, extra: &[&str], guest: &[&str]) -> (Run, Run) {
     assert!((0.7..2.0).contains(&ratio), "{what}: {} samples by PMI, {n} by the VMM", pmi.samples().len());
     // The same function on top, and the same profile within sampling noise: ftest's
     // functions after the first weigh 11-15% each, so their ranks swap run to run (two
-    // runs of each path differ by a total variation of ~0.04 emulated).
+    // runs of each path differ by a total variation of ~0.04 emulated). Emulated, the PMI
+    // path's own handler runs at ~1.7e6 instructions/s between samples, a fifth of the
+    // vCPU's time, and CI's host gave its profile a total variation of 0.13-0.15 from the
+    // VMM's (random_r 8-11 points heavier; 0.02-0.08 on this AMD host, beside two hogs too).
     let (a, b) = (vmm.top(3), pmi.top(3));
     assert_eq!(a[0], b[0], "{what}: {a:?} vs {b:?}");
+    let bound = if mode == "on" { 0.1 } else { 0.2 };
     let tvd = vmm.distance(&pmi);
-    assert!(tvd <= 0.1, "{what}: total variation {tvd:.3} between {:?} and {:?}", vmm.leaves, pmi.leaves);
+    assert!(tvd <= bound, "{what}: total variation {tvd:.3} between {:?} and {:?}", vmm.leaves, pmi.leaves);
     // Every sample is of the recorded event, on vCPU 0, timed after the START mark.
     for s in vmm.samples() {
         assert_eq!((s["event"].as_u64(), s["vcpu"].as_u64()), (Some(0), Some(0)), "{what}: {s}");

@@ -110,18 +110,21 @@ impl SelfRead {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::backends::perf_sys::{PerfEventAttr, PERF_COUNT_SW_TASK_CLOCK, PERF_TYPE_SOFTWARE};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
 
-    /// The TSC rate, kHz, measured against the monotonic clock.
-    fn tsc_khz() -> u64 {
-        let (t0, c0) = (Instant::now(), crate::backends::host_tsc());
-        std::thread::sleep(Duration::from_millis(50));
-        let (ns, ticks) = (t0.elapsed().as_nanos() as u64, crate::backends::host_tsc() - c0);
-        ticks * 1_000_000 / ns
+    /// The TSC rate, kHz, measured once against the monotonic clock.
+    pub(crate) fn tsc_khz() -> u64 {
+        static KHZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        *KHZ.get_or_init(|| {
+            let (t0, c0) = (Instant::now(), crate::backends::host_tsc());
+            std::thread::sleep(Duration::from_millis(50));
+            let (ns, ticks) = (t0.elapsed().as_nanos() as u64, crate::backends::host_tsc() - c0);
+            ticks * 1_000_000 / ns
+        })
     }
 
     /// Over `reads` reads spaced by some work, each bracketed by two read(2)s: how far the

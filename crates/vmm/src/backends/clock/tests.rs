@@ -25,10 +25,17 @@ fn syscalls_of(src: &mut ClockSource, f: impl FnOnce(&mut ClockSource)) -> u64 {
     perf_sys::thread_syscalls() - before
 }
 
+/// A clock whose cycles are ns (1 GHz), read through the host TSC at the host's real rate:
+/// counts and periods compare without rounding, and reads without a system call hold.
+fn one_ghz_clock(budget: Arc<EventBudget>) -> ClockSource {
+    let host = ClockSource::new(super::self_read::tests::tsc_khz(), budget);
+    ClockSource { mode: PerfMode::SoftwareClock { tsc_khz: 1_000_000 }, ..host }
+}
+
 /// Four counters open on one clock (1 GHz: a count is a ns), or None with a SKIP line.
 fn four_counters(name: &str) -> Option<(ClockSource, Arc<EventBudget>, u64)> {
     let budget = EventBudget::new(1);
-    let mut src = ClockSource::new(1_000_000, budget.clone());
+    let mut src = one_ghz_clock(budget.clone());
     let mask = (0..4).fold(0, |m, i| m | PmcIdx::gp(i).unwrap().mask());
     for pmc in PmcIdx::iter_mask(mask) {
         if let Err(e) = src.open(pmc, &cycles()) {
@@ -122,57 +129,70 @@ fn a_notification_sets_one_period_at_most() {
         src.arm_overflow(pmc, Some(1_000_000_000));
     }
     spin(&mut src, 1);
+    // Sampling every 400 us of thread time: short enough that a busy host (two CPU hogs
+    // beside the test binary's threads) lets a period's spin run without a break.
+    const PERIOD: u64 = 400_000;
     src.notification_taken();
     let rearm = syscalls_of(&mut src, |s| {
         for pmc in PmcIdx::iter_mask(mask) {
-            s.arm_overflow(pmc, Some(2_000_000));
+            s.arm_overflow(pmc, Some(PERIOD));
         }
         s.after_notification();
     });
     assert!(rearm <= 2, "a read at most, one period: {rearm}");
+    // The timer fires; the model reloads at the last wrap, for a period again: the kernel's
+    // restarted timer is kept, for no system call. A try in which the thread was
+    // descheduled (the clock took a read(2)) must set it afresh instead; tries go on until
+    // one ran unbroken.
+    let reload_at_the_wrap = |s: &mut ClockSource, fired: Timer| {
+        let since_wrap = (s.now() - fired.due) % fired.period;
+        for pmc in PmcIdx::iter_mask(mask) {
+            s.arm_overflow(pmc, Some(fired.period - since_wrap));
+        }
+        s.after_notification();
+    };
+    let mut kept = false;
+    for _ in 0..32 {
+        spin_ns(&mut src, PERIOD);
+        let fired = src.timer.expect("armed");
+        src.notification_taken();
+        let reads = src.reader.as_ref().unwrap().syscalls;
+        let mut restarted = fired;
+        let calls = syscalls_of(&mut src, |s| {
+            restarted = fired.at(s.now());
+            reload_at_the_wrap(s, fired);
+        });
+        if src.reader.as_ref().unwrap().syscalls == reads {
+            assert_eq!(calls, 0, "ran unbroken: no read, no period");
+            assert_eq!(src.timer.unwrap().due, restarted.due, "the kernel's restarted timer, kept");
+            kept = true;
+            break;
+        }
+        assert_eq!(calls, 2, "descheduled: a read, and a period set afresh");
+    }
+    assert!(kept, "32 tries, each descheduled");
+    // A notification 5/8 of a period (and what the spin adds) past the kept timer's next
+    // deadline: off its grid, the kernel's phase is not the one assumed, set afresh.
+    let to_next = src.timer.unwrap().due - src.last;
+    spin_ns(&mut src, to_next + PERIOD * 5 / 8);
     let fired = src.timer.expect("armed");
-    // The timer fires (every 2 ms of thread time); the model reloads at the last wrap, for
-    // 2 ms again.
-    spin(&mut src, 2);
     src.notification_taken();
-    let mut restarted = fired;
-    let periodic = syscalls_of(&mut src, |s| {
-        let now = s.now();
-        restarted = fired.at(now);
-        let since_wrap = (now - fired.due) % fired.period;
-        for pmc in PmcIdx::iter_mask(mask) {
-            s.arm_overflow(pmc, Some(fired.period - since_wrap));
-        }
-        s.after_notification();
-    });
-    assert!(periodic <= 1, "a read at most, no period: {periodic}");
-    assert_eq!(src.timer.unwrap().due, restarted.due, "the kernel's restarted timer, kept");
-    // A notification 3/4 of a period off the kept timer's grid: the kernel's phase is not
-    // the one assumed, set afresh.
-    spin_ns(&mut src, 3_500_000);
-    src.notification_taken();
-    let off_grid = syscalls_of(&mut src, |s| {
-        let now = s.now();
-        let since_wrap = (now - fired.due) % fired.period;
-        for pmc in PmcIdx::iter_mask(mask) {
-            s.arm_overflow(pmc, Some(fired.period - since_wrap));
-        }
-        s.after_notification();
-    });
+    let off_grid = syscalls_of(&mut src, |s| reload_at_the_wrap(s, fired));
     assert!((1..=2).contains(&off_grid), "a period (and a read at most): {off_grid}");
     // Re-armed nearer than the restarted timer: set afresh, for the nearer overflow.
     src.notification_taken();
     let mut armed_at = 0;
-    let nearer = syscalls_of(&mut src, |s| {
+    let nearer = PERIOD / 2;
+    let calls = syscalls_of(&mut src, |s| {
         armed_at = s.now();
         for pmc in PmcIdx::iter_mask(mask) {
-            s.arm_overflow(pmc, Some(300_000));
+            s.arm_overflow(pmc, Some(nearer));
         }
         s.after_notification();
     });
-    assert!((1..=2).contains(&nearer), "a period (and a read at most): {nearer}");
+    assert!((1..=2).contains(&calls), "a period (and a read at most): {calls}");
     let due = src.timer.unwrap().due - armed_at;
-    assert!((300_000..=300_000 + 300_000 / 16).contains(&due), "at the nearer overflow or just after: {due}");
+    assert!((nearer..=nearer + nearer / 16).contains(&due), "at the nearer overflow or just after: {due}");
 }
 
 #[test]
