@@ -7,6 +7,7 @@
 
 mod charts;
 mod ctxsw;
+mod exact_rate;
 mod linux;
 mod nmi_order;
 mod plot;
@@ -34,7 +35,8 @@ use vmm::host::pvm::native::NativeMode;
 use vmm::{RunReport, Vm, VmConfig};
 
 /// The suites, in the order `perfvm bench` runs them.
-pub const SUITES: &[&str] = &["rate", "pmu-ops", "ctxsw", "precision", "transitions", "nmi-order", "pv", "scaling"];
+pub const SUITES: &[&str] =
+    &["rate", "pmu-ops", "ctxsw", "precision", "transitions", "nmi-order", "pv", "scaling", "exact"];
 
 /// Suites that run only when named: a stock Linux boot is tens of minutes here.
 pub const NAMED_ONLY: &[&str] = &["linux"];
@@ -364,6 +366,7 @@ fn run(args: BenchArgs) -> Result<i32, Failure> {
             "nmi-order" => nmi_order::run(&bench),
             "pv" => pv::run(&bench),
             "scaling" => scaling::run(&bench),
+            "exact" => exact_rate::run(&bench),
             "linux" => linux::run(&bench),
             _ => unreachable!(),
         };

@@ -57,7 +57,7 @@ fn bench_reps_must_be_positive_and_quick_leaves_them_alone() {
 fn bench_suites_are_checked_and_linux_needs_its_assets() {
     let o = perfvm(&["bench", "nosuch"]);
     assert_usage_error(&o, "unknown bench suite 'nosuch' (available: rate, pmu-ops,");
-    assert!(stderr(&o).contains(", scaling, linux)"), "the named-only suite is listed: {}", stderr(&o));
+    assert!(stderr(&o).contains(", scaling, exact, linux)"), "the named-only suite is listed: {}", stderr(&o));
     let empty = std::env::temp_dir().join(format!("perfvm-no-linux-{}", std::process::id()));
     let o = std::process::Command::new(perfvm_binary())
         .args(["bench", "linux"])

@@ -151,8 +151,8 @@ fn pmu_report(r: &PmuReport) -> String {
     if r.vmm.blocks > 0 {
         let v = &r.vmm;
         out.push_str(&format!(
-            "  {:<22} {:>12} ({} instructions, {} lost)\n",
-            "blocks", v.blocks, v.block_insns, v.blocks_lost
+            "  {:<22} {:>12} ({} instructions, {} lost, {} not as run ahead)\n",
+            "blocks", v.blocks, v.block_insns, v.blocks_lost, v.blocks_mispredicted
         ));
     }
     if !m.msr_writes.is_empty() || !m.msr_reads.is_empty() {

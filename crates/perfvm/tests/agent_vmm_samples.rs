@@ -58,7 +58,8 @@ impl Run {
 
     /// The total variation distance between this run's leaf-function shares and `other`'s.
     fn distance(&self, other: &Run) -> f64 {
-        let share = |r: &Run, f: &str| *r.leaves.get(f).unwrap_or(&0) as f64 / r.leaves.values().sum::<u64>().max(1) as f64;
+        let share =
+            |r: &Run, f: &str| *r.leaves.get(f).unwrap_or(&0) as f64 / r.leaves.values().sum::<u64>().max(1) as f64;
         let names: std::collections::BTreeSet<&String> = self.leaves.keys().chain(other.leaves.keys()).collect();
         names.iter().map(|f| (share(self, f) - share(other, f)).abs()).sum::<f64>() / 2.0
     }

@@ -128,6 +128,7 @@ impl PmuReport {
         t.blocks += v.blocks;
         t.block_insns += v.block_insns;
         t.blocks_lost += v.blocks_lost;
+        t.blocks_mispredicted += v.blocks_mispredicted;
         self.pv.merge(pmu.pv_stats());
         if let Some(n) = pmu.model().backend().notifications() {
             self.notifications.merge(n);

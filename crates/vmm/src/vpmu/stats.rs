@@ -225,6 +225,8 @@ pub struct VpmuStats {
     pub block_insns: u64,
     /// Blocks that ended where their plan does not say (counted to the stop as far as known).
     pub blocks_lost: u64,
+    /// Blocks that reached their end with registers other than the ones run ahead.
+    pub blocks_mispredicted: u64,
 }
 
 #[cfg(test)]

@@ -49,6 +49,8 @@ pub(super) struct StepControl {
     block_engine: bool,
     /// The block the guest is running (until the exit at its end or at a handler).
     block: Option<Block>,
+    /// The guest's code as the block engine decoded it.
+    decoded: blocks::DecodeCache,
 }
 
 const EFER_LMA: u64 = 1 << 10;
@@ -79,6 +81,7 @@ impl StepControl {
             retired: count_retired.then(Retired::default),
             block_engine: blocks && long_mode && crate::host::caps().stops_at_breakpoints(),
             block: None,
+            decoded: blocks::DecodeCache::default(),
         }
     }
 
@@ -243,7 +246,7 @@ impl StepControl {
             home: FlagHome::Rflags,
             rdpmc_regs: None,
         };
-        let block = blocks::plan(&mut cpu, &Regs::of(&regs, sregs), limit, &avoid)?;
+        let block = blocks::plan(&mut cpu, &mut self.decoded, &Regs::of(&regs, sregs), limit, &avoid)?;
         let end = block.end;
         self.block = Some(block);
         Some((end, regs.rflags))
@@ -264,7 +267,20 @@ impl StepControl {
         block: Block,
     ) {
         let ran = match exit {
-            StepExit::Stepped if pc == block.end => Some(block.insns.len()),
+            StepExit::Stepped if pc == block.end => {
+                let r = vcpu.sync_regs().regs;
+                let gpr = [
+                    r.rax, r.rcx, r.rdx, r.rbx, r.rsp, r.rbp, r.rsi, r.rdi, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13,
+                    r.r14, r.r15,
+                ];
+                if !block.as_run_ahead(&gpr, r.rflags) {
+                    if stats.blocks_mispredicted == 0 {
+                        eprintln!("perfvm: exact block engine: the guest reached {pc:#x} with registers other than run ahead: counts may be off");
+                    }
+                    stats.blocks_mispredicted += 1;
+                }
+                Some(block.insns.len())
+            }
             StepExit::Delivered { vector } => vcpu.get_regs().ok().and_then(|regs| {
                 let sregs = &vcpu.sync_regs().sregs;
                 let mut stack = PageWalk::of(mem, sregs.cr3, sregs.cr4);

@@ -140,6 +140,49 @@ impl<'a> PageWalk<'a> {
     }
 }
 
+/// CR0.WP: supervisor stores honour read-only pages.
+const CR0_WP: u64 = 1 << 16;
+/// CR4.SMAP: supervisor data accesses to user pages fault (RFLAGS.AC aside).
+const CR4_SMAP: u64 = 1 << 21;
+
+/// Where a CPL 0 data access goes: the guest-physical address and the page tables walked
+/// to it (zero past the last level).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataAccess {
+    /// The byte's guest-physical address.
+    pub pa: u64,
+    /// The physical pages of the tables walked, top first.
+    pub tables: [u64; 5],
+}
+
+impl PageWalk<'_> {
+    /// Where a CPL 0 data access to `va` goes (`write`: a store), None where it would
+    /// fault: not present, a store to a read-only page under CR0.WP, a user page under
+    /// CR4.SMAP (the caller sees that as a stop, whatever RFLAGS.AC says).
+    pub fn data(&self, va: u64, write: bool, cr0: u64, cr4: u64) -> Option<DataAccess> {
+        let mut table = self.cr3 & ENTRY_ADDR;
+        let mut tables = [0u64; 5];
+        let (mut writable, mut user) = (true, true);
+        for (i, level) in (0..self.levels).rev().enumerate() {
+            tables[i] = table;
+            let shift = 12 + 9 * level;
+            let entry: u64 = self.mem.read_obj(GuestAddress(table + ((va >> shift) & 0x1ff) * 8)).ok()?;
+            if entry & 1 == 0 {
+                return None;
+            }
+            writable &= entry & 2 != 0;
+            user &= entry & 4 != 0;
+            if level == 0 || (level <= 2 && entry & (1 << 7) != 0) {
+                let denied = (write && !writable && cr0 & CR0_WP != 0) || (user && cr4 & CR4_SMAP != 0);
+                let offset = (1u64 << shift) - 1;
+                return (!denied).then_some(DataAccess { pa: (entry & ENTRY_ADDR & !offset) | (va & offset), tables });
+            }
+            table = entry & ENTRY_ADDR;
+        }
+        None
+    }
+}
+
 impl LinearMemory for PageWalk<'_> {
     fn read(&mut self, addr: u64, buf: &mut [u8]) -> Option<()> {
         for (va, off, n) in pages(addr, buf.len()) {

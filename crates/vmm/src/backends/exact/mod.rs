@@ -11,9 +11,10 @@
 //!
 //! Its parts: `decode` and `retire` (which instruction retired), `stepping` (single-step
 //! control: guest debug, event windows), `handler_watch` (breakpoints on exception
-//! handlers while stepping) and `blocks` (the block engine: the guest runs to the next
-//! branch and the instructions between retire together).
+//! handlers while stepping), `blocks` (the block engine: the guest runs to a point far down
+//! the path `ahead` runs before it, and the instructions on the way retire together).
 
+pub mod ahead;
 pub mod blocks;
 pub mod decode;
 pub mod handler_watch;

@@ -21,6 +21,7 @@
 use crate::backends::exact::decode::MAX_INSN_LEN;
 use crate::backends::exact::retire::StepCpu;
 use crate::vstate::guest_debug::GuestDebug;
+use crate::vstate::linear::DataAccess;
 use crate::vstate::softint::{FlagHome, Run};
 use kvm_ioctls::VcpuFd;
 use std::collections::HashMap;
@@ -338,19 +339,23 @@ impl StepCpu for VcpuStep<'_> {
     }
 }
 
-/// What the block engine reads of a stopped vCPU: its code as stepping reads it, and the
-/// stack (a RET's target) through the guest's page tables.
+/// What the block engine reads of a stopped vCPU: its code as stepping reads it, and data
+/// through the guest's page tables as a CPL 0 access would (`PageWalk::data`).
 impl crate::backends::exact::blocks::BlockCpu for VcpuStep<'_> {
     fn code(&mut self, va: u64) -> [u8; MAX_INSN_LEN] {
         StepCpu::code(self, va)
     }
 
-    fn read_u64(&mut self, va: u64) -> Option<u64> {
+    fn data(&mut self, va: u64, write: bool) -> Option<DataAccess> {
         let sregs = &self.vcpu.sync_regs().sregs;
-        crate::vstate::linear::LinearMemory::read_u64(
-            &mut crate::vstate::linear::PageWalk::of(self.mem, sregs.cr3, sregs.cr4),
-            va,
-        )
+        let walk = crate::vstate::linear::PageWalk::of(self.mem, sregs.cr3, sregs.cr4);
+        let access = walk.data(va, write, sregs.cr0, sregs.cr4)?;
+        // (RAM, not MMIO: a store run ahead is never written, so its page is probed here.)
+        self.mem.read_slice(&mut [0u8], GuestAddress(access.pa)).ok().map(|_| access)
+    }
+
+    fn read_phys(&mut self, pa: u64, buf: &mut [u8]) -> Option<()> {
+        self.mem.read_slice(buf, GuestAddress(pa)).ok()
     }
 }
 
