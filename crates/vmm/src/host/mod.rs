@@ -169,7 +169,7 @@ impl HostCaps {
     /// (measured: the exact suites with `--exact-engine blocks`). On SVM and VMX KVM loads
     /// the breakpoints into the VMCB/VMCS, but the only such host perfvm has run, kvm_amd
     /// under QEMU 7.2 TCG, never arms a nested guest's breakpoints (docs/DESIGN.md), so
-    /// there the block engine steps every instruction as the steps engine does.
+    /// there a block ends at a port write the VMM plants (`blocks::EndBy::Trap`).
     pub fn stops_at_breakpoints(&self) -> bool {
         self.emulates_kernel()
     }

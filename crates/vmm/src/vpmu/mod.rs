@@ -340,6 +340,11 @@ impl VcpuPmu {
         self.steps.runs_blocks()
     }
 
+    /// Where the block engine planted a port write at the running block's end, if it did.
+    pub fn planted_end(&self) -> Option<u64> {
+        self.steps.planted_end()
+    }
+
     /// Whether the exact backend is single-stepping the guest.
     pub fn is_stepping(&self) -> bool {
         self.steps.is_on()

@@ -3,7 +3,7 @@
 //! With the block engine (`backends::exact::blocks`) an entry that would be a step with
 //! interrupts blocked runs a block instead, where one can be planned.
 
-use crate::backends::exact::blocks::{self, Block, Regs};
+use crate::backends::exact::blocks::{self, Block, EndBy, Regs};
 use crate::backends::exact::decode::InsnClass;
 use crate::backends::exact::retire::{Counting, Retirement};
 use crate::backends::exact::stepping::{CodePages, Debug, Owed, StepExit, Stepper, VcpuStep};
@@ -18,7 +18,8 @@ use kvm_ioctls::VcpuFd;
 use pmu::{MsrAccess, Pmu, RdpmcIdx};
 use std::collections::HashMap;
 use std::sync::Arc;
-use vm_memory::GuestMemoryMmap;
+use crate::vpmu::rdpmc_traps::TrapForm;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// The stepping of one vCPU and where what it retires goes.
 #[derive(Debug)]
@@ -51,6 +52,18 @@ pub(super) struct StepControl {
     block: Option<Block>,
     /// The guest's code as the block engine decoded it.
     decoded: blocks::DecodeCache,
+    /// How the guest stops at a block's end on this host.
+    end_by: EndBy,
+    /// The port write planted at the running block's end (`EndBy::Trap`).
+    planted: Option<Planted>,
+}
+
+/// A block end's first two bytes, replaced by `OUT RDPMC_TRAP_PORT, AL` while it runs.
+#[derive(Debug, Clone, Copy)]
+struct Planted {
+    end: u64,
+    pa: u64,
+    original: [u8; 2],
 }
 
 const EFER_LMA: u64 = 1 << 10;
@@ -79,9 +92,11 @@ impl StepControl {
             vif,
             rip_profile: trace_rips.then(HashMap::new),
             retired: count_retired.then(Retired::default),
-            block_engine: blocks && long_mode && crate::host::caps().stops_at_breakpoints(),
+            block_engine: blocks && long_mode,
             block: None,
             decoded: blocks::DecodeCache::default(),
+            end_by: EndBy::for_host(),
+            planted: None,
         }
     }
 
@@ -195,6 +210,9 @@ impl StepControl {
                 crate::backends::exact::handler_watch::entries(&mut PageWalk::of(mem, sregs.cr3, sregs.cr4), &sregs);
             let blocks_ok = blocks_ok && owed == Owed::Nothing && !wrmsr_completing && !debug.has_breakpoint();
             let planned = if blocks_ok { self.plan_block(pmu, vcpu, mem, &sregs, watch) } else { None };
+            if self.end_by == EndBy::Trap {
+                debug.plant_block_ends();
+            }
             let _ = debug.before_step(vcpu, self.retirement.rip(), watch, planned.map(|(end, _)| end));
             if !debug.runs_block() {
                 self.block = None;
@@ -202,6 +220,9 @@ impl StepControl {
                 // (Not run unstepped with TF: the guest would take the #DB.)
                 self.block = None;
                 let _ = debug.before_step(vcpu, self.retirement.rip(), watch, None);
+            }
+            if self.block.is_none() {
+                self.unplant(mem);
             }
         }
     }
@@ -246,10 +267,25 @@ impl StepControl {
             home: FlagHome::Rflags,
             rdpmc_regs: None,
         };
-        let block = blocks::plan(&mut cpu, &mut self.decoded, &Regs::of(&regs, sregs), limit, &avoid)?;
+        let block = blocks::plan(&mut cpu, &mut self.decoded, &Regs::of(&regs, sregs), limit, &avoid, self.end_by)?;
         let end = block.end;
+        if self.end_by == EndBy::Trap {
+            self.planted = Some(plant(mem, sregs, end)?);
+        }
         self.block = Some(block);
         Some((end, regs.rflags))
+    }
+
+    /// Where the port write planted at the running block's end is (`EndBy::Trap`).
+    pub(super) fn planted_end(&self) -> Option<u64> {
+        self.planted.map(|p| p.end)
+    }
+
+    /// Put back the bytes under a planted port write.
+    fn unplant(&mut self, mem: &GuestMemoryMmap) {
+        if let Some(p) = self.planted.take() {
+            let _ = mem.write_slice(&p.original, GuestAddress(p.pa));
+        }
     }
 
     /// The block `block` stopped at `pc` as `exit` says: at its end (every instruction
@@ -266,6 +302,7 @@ impl StepControl {
         exit: StepExit,
         block: Block,
     ) {
+        self.unplant(mem);
         let ran = match exit {
             StepExit::Stepped if pc == block.end => {
                 let r = vcpu.sync_regs().regs;
@@ -383,6 +420,15 @@ impl StepControl {
     fn counting<'a>(&'a mut self, pmu: &'a mut Pmu<Backend>, stats: &'a mut VpmuStats) -> StepCounting<'a> {
         StepCounting { pmu, stats, rip_profile: &mut self.rip_profile, retired: &mut self.retired }
     }
+}
+
+/// Plant `OUT RDPMC_TRAP_PORT, AL` over the first two bytes at `end` (in one page).
+fn plant(mem: &GuestMemoryMmap, sregs: &kvm_bindings::kvm_sregs, end: u64) -> Option<Planted> {
+    let pa = PageWalk::of(mem, sregs.cr3, sregs.cr4).page(end)? | (end & 0xfff);
+    let mut original = [0u8; 2];
+    mem.read_slice(&mut original, GuestAddress(pa)).ok()?;
+    mem.write_slice(&TrapForm::PortOut.bytes(), GuestAddress(pa)).ok()?;
+    Some(Planted { end, pa, original })
 }
 
 /// Retired instructions into the exact backend, the statistics and the reference profile.

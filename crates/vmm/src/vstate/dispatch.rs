@@ -115,7 +115,7 @@ pub(crate) fn handle_exit(v: &mut impl ExitVcpu) -> (&'static str, Emulation) {
         }
         VcpuExit::IoOut(crate::vpmu::rdpmc_traps::RDPMC_TRAP_PORT, _) => {
             v.write_retired();
-            ("rdpmc-trap", v.rdpmc_trap())
+            ("trap-port", v.rdpmc_trap())
         }
         VcpuExit::IoOut(port, data) => {
             let action = bus.lock().unwrap().write(port, data);
@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(asked, ["write_retired"]);
         let trap = crate::vpmu::rdpmc_traps::RDPMC_TRAP_PORT;
         let (label, _, asked) = run(VcpuExit::IoOut(trap, &[0]));
-        assert_eq!(label, "rdpmc-trap");
+        assert_eq!(label, "trap-port");
         assert_eq!(asked, ["write_retired", "rdpmc-trap"]);
     }
 

@@ -42,6 +42,9 @@ pub struct GuestDebug {
     at: u64,
     /// The coming entry runs a block to this address (no single-step; `BLOCK_END_DR`).
     run_to: Option<u64>,
+    /// Blocks end at a port write the VMM plants, not at `BLOCK_END_DR` (hosts whose
+    /// breakpoints do not stop the guest).
+    planted_ends: bool,
     /// The word KVM holds (None: never set, i.e. off).
     applied: Option<(u32, [u64; 8])>,
 }
@@ -91,6 +94,11 @@ impl GuestDebug {
             self.run_to = None;
         }
         result
+    }
+
+    /// Blocks end at a port write the VMM plants (`blocks::EndBy::Trap`): no breakpoint.
+    pub fn plant_block_ends(&mut self) {
+        self.planted_ends = true;
     }
 
     /// Whether the coming entry runs a block (set by `before_step`).
@@ -172,7 +180,7 @@ impl GuestDebug {
                     dbg.arch.debugreg[7] |= dr7_local_exec(n);
                 }
             }
-            if let Some(end) = block {
+            if let Some(end) = block.filter(|_| !self.planted_ends) {
                 dbg.control |= KVM_GUESTDBG_USE_HW_BP;
                 dbg.arch.debugreg[BLOCK_END_DR] = end;
                 dbg.arch.debugreg[7] |= dr7_local_exec(BLOCK_END_DR);

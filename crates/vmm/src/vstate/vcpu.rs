@@ -466,6 +466,32 @@ impl Vcpu {
         self.run_trapped_rdpmc(regs)
     }
 
+    /// The block engine's port write at a block's end (hosts whose breakpoints do not stop
+    /// the guest): the block ran to it. The OUT is completed and undone (RIP back on the
+    /// end, whose bytes the block's stop puts back), and the block retires.
+    fn block_end_trapped(&mut self) -> Option<Option<VmEnd>> {
+        let end = self.pmu.as_ref()?.planted_end()?;
+        // (SVM and VMX exit with RIP on the OUT, kvm_pvm's emulator past it.)
+        let at = self.fd.get_regs().ok()?.rip;
+        if at != end && at != end.wrapping_add(2) {
+            return None;
+        }
+        self.run_no_instruction();
+        let mut regs = match self.fd.get_regs() {
+            Ok(regs) if regs.rip == end.wrapping_add(2) => regs,
+            Ok(regs) => return Some(Some(failed(self, format!("block end at {end:#x}: RIP {:#x}", regs.rip)))),
+            Err(e) => return Some(Some(failed(self, format!("block end: KVM_GET_REGS: {e}")))),
+        };
+        regs.rip = end;
+        if let Err(e) = self.fd.set_regs(&regs) {
+            return Some(Some(failed(self, format!("block end: KVM_SET_REGS: {e}"))));
+        }
+        // What the VMM reads of this exit (KVM_SYNC_X86_REGS) says so too.
+        self.fd.sync_regs_mut().regs.rip = end;
+        self.stepped(end, StepExit::Stepped);
+        Some(None)
+    }
+
     /// An `OUT` to the RDPMC trap's port (hardware hosts): KVM completes the OUT at the next
     /// KVM_RUN, stepping RIP past it, so an immediate-exit run completes it first; then it is
     /// an RDPMC at the trap's address. A write to the port from anywhere else is ignored.
@@ -615,8 +641,12 @@ impl ExitVcpu for Vcpu {
     fn rdpmc_trap(&mut self) -> Emulation {
         // Sampled first: the KVM_RUN that completes the OUT replaces the synced registers.
         self.sample();
+        if let Some(done) = self.block_end_trapped() {
+            return done.into();
+        }
         self.port_trapped_rdpmc().into()
     }
+
 
     fn internal_error(&mut self) -> Emulation {
         self.complete_or_stop().into()

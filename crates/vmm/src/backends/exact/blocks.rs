@@ -15,7 +15,9 @@
 //! such point before the run ahead stopped: a breakpoint there fires exactly there (one on
 //! an address passed before would fire at the first pass; this host's emulator also takes
 //! a breakpoint at RIP again whatever RFLAGS.RF says), never on a watched exception handler
-//! (`avoid`). Interrupts stay out (`BLOCKIRQ`); what faults inside a block anyway is seen at
+//! (`avoid`). Where the host's breakpoints do not stop the guest (kvm_amd under QEMU), the
+//! end's first two bytes become `OUT imm8, AL` while the block runs (`EndBy::Trap`): the port
+//! exit is undone and the bytes put back at the stop. Interrupts stay out (`BLOCKIRQ`); what faults inside a block anyway is seen at
 //! its handler as when stepping (`handler_watch`: #PF, #GP, #UD in DR0-DR2, the block's end in
 //! DR3). At the end the guest's registers are checked against the ones run ahead. `plan` is
 //! pure, tested against a mock.
@@ -28,6 +30,38 @@ use iced_x86::{CpuidFeature, Decoder, DecoderOptions, FlowControl, Instruction, 
 
 /// The most instructions one block retires.
 pub const MAX_BLOCK: usize = 4096;
+
+/// How the guest is stopped at a block's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndBy {
+    /// An execution breakpoint (DR3), where the host's breakpoints stop the guest.
+    Breakpoint,
+    /// A port write planted over the end's first two bytes (`TrapForm::PortOut`), where
+    /// they do not (kvm_amd under QEMU): the end's instruction is two bytes long at least,
+    /// within one page, and no byte of it is an instruction on the path.
+    Trap,
+}
+
+impl EndBy {
+    /// A breakpoint where the host's breakpoints stop the guest, else a planted port write;
+    /// `PERFVM_BLOCK_ENDS=trap` plants them on any host (the tests run kvm_amd's way here).
+    pub fn for_host() -> Self {
+        let planted = std::env::var("PERFVM_BLOCK_ENDS").is_ok_and(|v| v == "trap");
+        if crate::host::caps().stops_at_breakpoints() && !planted {
+            EndBy::Breakpoint
+        } else {
+            EndBy::Trap
+        }
+    }
+
+    /// Whether the instruction `insn` at `pc` can end a block stopped this way.
+    fn can_end(self, insn: &Instruction, pc: u64, passed: &AHashSet<u64>) -> bool {
+        match self {
+            EndBy::Breakpoint => true,
+            EndBy::Trap => insn.len() >= 2 && pc & 0xfff != 0xfff && !passed.contains(&(pc + 1)),
+        }
+    }
+}
 
 /// How far the run ahead goes past the last address it reached for the first time before
 /// it gives up looking for another (a loop that has far to go: each pass ends a block).
@@ -201,6 +235,7 @@ pub fn plan(
     regs: &Regs,
     limit: usize,
     avoid: &[u64],
+    end_by: EndBy,
 ) -> Option<Block> {
     let limit = limit.min(MAX_BLOCK);
     let mut machine = Machine::new(*regs);
@@ -221,7 +256,11 @@ pub fn plan(
         passed.insert(pc);
         pc = next;
         // An address reached for the first time can end the block.
-        if insns.len() >= 2 && !passed.contains(&pc) && !avoid.contains(&pc) {
+        if insns.len() >= 2
+            && !passed.contains(&pc)
+            && !avoid.contains(&pc)
+            && end_by.can_end(&cache.get(cpu, pc).0, pc, &passed)
+        {
             best = Some((insns.len(), machine.regs, machine.known));
         }
     }
@@ -306,6 +345,11 @@ pub(super) mod tests {
         Regs { rip, ..Default::default() }
     }
 
+    /// The block planned from `r` with a breakpoint at its end.
+    fn planned(m: &mut Mem, r: &Regs, limit: usize, avoid: &[u64]) -> Option<Block> {
+        plan(m, &mut DecodeCache::default(), r, limit, avoid, EndBy::Breakpoint)
+    }
+
     fn rips(b: &Block) -> Vec<u64> {
         b.insns.iter().map(|x| x.0).collect()
     }
@@ -314,7 +358,7 @@ pub(super) mod tests {
     fn a_loop_is_run_ahead_to_its_exit() {
         // 0x100: mov $3,%ecx; 0x105: dec %ecx; 0x107: jne 0x105; 0x109: nop; 0x10a: wrmsr
         let mut m = Mem::at(0x100, &[MOV_3_ECX, DEC_ECX, JNE_BACK2, NOP, WRMSR]);
-        let b = plan(&mut m, &mut DecodeCache::default(), &regs(0x100), 100, &[]).unwrap();
+        let b = planned(&mut m, &regs(0x100), 100, &[]).unwrap();
         assert_eq!(rips(&b), vec![0x100, 0x105, 0x107, 0x105, 0x107, 0x105, 0x107, 0x109]);
         assert_eq!(b.end, 0x10a, "stops before the WRMSR");
         assert_eq!(b.insns.iter().filter(|x| x.1 == Branch).count(), 3);
@@ -332,7 +376,7 @@ pub(super) mod tests {
         // Cut by the limit inside the loop: the last address seen for the first time is the
         // JNE (after MOV, DEC); later ones were all passed before.
         let mut m = Mem::at(0x100, &[MOV_3_ECX, DEC_ECX, JNE_BACK2, NOP, WRMSR]);
-        let b = plan(&mut m, &mut DecodeCache::default(), &regs(0x100), 5, &[]).unwrap();
+        let b = planned(&mut m, &regs(0x100), 5, &[]).unwrap();
         assert_eq!((rips(&b), b.end), (vec![0x100, 0x105], 0x107));
     }
 
@@ -340,10 +384,10 @@ pub(super) mod tests {
     fn instructions_stepping_handles_end_a_block_and_are_never_a_head() {
         for stop in [WRMSR, REP_STOSB, &[0xcd, 0x80][..], &[0x0f, 0x33], &[0x0f, 0xae, 0xf0], &[0xfa]] {
             let mut m = Mem::at(0x100, &[MOV, MOV, stop, NOP]);
-            let b = plan(&mut m, &mut DecodeCache::default(), &regs(0x100), 100, &[]).unwrap();
+            let b = planned(&mut m, &regs(0x100), 100, &[]).unwrap();
             assert_eq!(b.end, 0x106, "{stop:02x?}");
             assert_eq!(
-                plan(&mut m, &mut DecodeCache::default(), &regs(0x106), 100, &[]),
+                planned(&mut m, &regs(0x106), 100, &[]),
                 None,
                 "{stop:02x?} is stepped"
             );
@@ -354,7 +398,7 @@ pub(super) mod tests {
     fn a_branch_on_an_undefined_flag_ends_the_run() {
         // imul leaves ZF undefined: the JE after it cannot be run ahead.
         let mut m = Mem::at(0x100, &[&[0x48, 0x0f, 0xaf, 0xd8], NOP, &[0x74, 0x00], WRMSR]);
-        let b = plan(&mut m, &mut DecodeCache::default(), &regs(0x100), 100, &[]).unwrap();
+        let b = planned(&mut m, &regs(0x100), 100, &[]).unwrap();
         assert_eq!((rips(&b), b.end), (vec![0x100, 0x104], 0x105));
     }
 
@@ -366,13 +410,13 @@ pub(super) mod tests {
         m.map(0x7ff8);
         let mut r = regs(0x100);
         r.gpr[4] = 0x8000;
-        let b = plan(&mut m, &mut DecodeCache::default(), &r, 100, &[]).unwrap();
+        let b = planned(&mut m, &r, 100, &[]).unwrap();
         assert_eq!(rips(&b), vec![0x100, 0x200, 0x203, 0x105]);
         assert_eq!(b.insns.iter().filter(|x| x.1.is_branch()).count(), 2, "CALL and RET");
         assert_eq!((b.end, b.expect.gpr[4]), (0x106, 0x8000));
         assert_eq!(m.data[&0x7ff8], 0, "the guest's memory is never written");
         assert_eq!(
-            plan(&mut Mem::at(0x100, &[RET, NOP]), &mut DecodeCache::default(), &r, 100, &[]),
+            planned(&mut Mem::at(0x100, &[RET, NOP]), &r, 100, &[]),
             None,
             "an unmapped stack"
         );
@@ -385,28 +429,37 @@ pub(super) mod tests {
         m.put(0x200, &[NOP, NOP, WRMSR]);
         let mut r = regs(0x100);
         r.gpr[0] = 0x200;
-        assert_eq!(rips(&plan(&mut m, &mut DecodeCache::default(), &r, 100, &[]).unwrap()), vec![0x100, 0x200, 0x201]);
+        assert_eq!(rips(&planned(&mut m, &r, 100, &[]).unwrap()), vec![0x100, 0x200, 0x201]);
         m.put_u64(0x1000 + 2 * 8, 0x200);
         r.gpr[0] = 2;
         r.rip = 0x180;
-        assert_eq!(rips(&plan(&mut m, &mut DecodeCache::default(), &r, 100, &[]).unwrap()), vec![0x180, 0x200, 0x201]);
+        assert_eq!(rips(&planned(&mut m, &r, 100, &[]).unwrap()), vec![0x180, 0x200, 0x201]);
     }
 
     #[test]
     fn limits_and_watched_addresses_end_blocks_early() {
         let mut m = Mem::at(0x100, &[NOP, NOP, NOP, NOP, NOP, WRMSR]);
-        let b = plan(&mut m, &mut DecodeCache::default(), &regs(0x100), 3, &[]).unwrap();
+        let b = planned(&mut m, &regs(0x100), 3, &[]).unwrap();
         assert_eq!((b.insns.len(), b.end), (3, 0x103));
-        let b = plan(&mut m, &mut DecodeCache::default(), &regs(0x100), 100, &[0x103]).unwrap();
+        let b = planned(&mut m, &regs(0x100), 100, &[0x103]).unwrap();
         assert_eq!((b.insns.len(), b.end), (2, 0x102), "a handler is never run through nor stopped on");
-        assert_eq!(plan(&mut m, &mut DecodeCache::default(), &regs(0x100), 1, &[]), None, "one instruction is a step");
-        let b = plan(&mut m, &mut DecodeCache::default(), &regs(0x100), 100, &[0x100]).unwrap();
+        assert_eq!(planned(&mut m, &regs(0x100), 1, &[]), None, "one instruction is a step");
+        let b = planned(&mut m, &regs(0x100), 100, &[0x100]).unwrap();
         assert_eq!(b.insns[0].0, 0x100, "a head on a watched handler: the stop is there already");
+    }
+
+    #[test]
+    fn a_planted_end_needs_two_bytes_off_the_path() {
+        // 0x100, 0x103, 0x106: mov; 0x109: cli (one byte, stepped)
+        let mut m = Mem::at(0x100, &[MOV, MOV, MOV, &[0xfa]]);
+        let trap = |m: &mut Mem| plan(m, &mut DecodeCache::default(), &regs(0x100), 100, &[], EndBy::Trap).unwrap();
+        assert_eq!(planned(&mut m, &regs(0x100), 100, &[]).unwrap().end, 0x109);
+        assert_eq!((trap(&mut m).end, trap(&mut m).insns.len()), (0x106, 2), "the CLI is too short to plant on");
     }
 
     #[test]
     fn a_jump_to_itself_is_stepped() {
         let mut m = Mem::at(0x100, &[&[0xeb, 0xfe]]);
-        assert_eq!(plan(&mut m, &mut DecodeCache::default(), &regs(0x100), 100, &[]), None);
+        assert_eq!(planned(&mut m, &regs(0x100), 100, &[]), None);
     }
 }
