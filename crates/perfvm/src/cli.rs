@@ -255,8 +255,9 @@ pub struct PmuArgs {
     #[arg(long, value_enum, default_value_t = BackendArg::Perf)]
     pub backend: BackendArg,
     /// How the exact backend finds what retired: single-step every instruction, or run the
-    /// guest from branch to branch and step only what a block cannot hold (same counts).
-    #[arg(long, value_enum, default_value_t = ExactEngineArg::Steps)]
+    /// guest down the path the VMM runs ahead of it and step only what a block cannot hold
+    /// (same counts).
+    #[arg(long, value_enum, default_value_t = ExactEngineArg::Blocks)]
     pub exact_engine: ExactEngineArg,
     /// Host event policy: reuse events (with lazy release), or re-create on every write.
     #[arg(long, value_enum, default_value_t = PolicyArg::Reuse)]

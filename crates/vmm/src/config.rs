@@ -62,10 +62,11 @@ pub enum BackendKind {
 #[serde(rename_all = "snake_case")]
 pub enum ExactEngine {
     /// Single-step every instruction (the reference).
-    #[default]
     Steps,
-    /// Run the guest from branch to branch and retire each block's instructions together
-    /// (`backends::exact::blocks`), stepping what a block cannot hold; counts identical.
+    /// Run the guest down the path the VMM runs ahead of it and retire each block's
+    /// instructions together (`backends::exact::blocks`), stepping what a block cannot
+    /// hold; counts identical.
+    #[default]
     Blocks,
 }
 
