@@ -43,6 +43,15 @@ pub enum EndBy {
 }
 
 impl EndBy {
+    /// The fewest instructions a block holds: a planted end costs a port exit, its
+    /// completion and two register ioctls, a few steps' worth.
+    fn min_block(self) -> usize {
+        match self {
+            EndBy::Breakpoint => 2,
+            EndBy::Trap => 8,
+        }
+    }
+
     /// A breakpoint where the host's breakpoints stop the guest, else a planted port write;
     /// `PERFVM_BLOCK_ENDS=trap` plants them on any host (the tests run kvm_amd's way here).
     pub fn for_host() -> Self {
@@ -256,7 +265,7 @@ pub fn plan(
         passed.insert(pc);
         pc = next;
         // An address reached for the first time can end the block.
-        if insns.len() >= 2
+        if insns.len() >= end_by.min_block()
             && !passed.contains(&pc)
             && !avoid.contains(&pc)
             && end_by.can_end(&cache.get(cpu, pc).0, pc, &passed)
@@ -449,12 +458,15 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn a_planted_end_needs_two_bytes_off_the_path() {
-        // 0x100, 0x103, 0x106: mov; 0x109: cli (one byte, stepped)
-        let mut m = Mem::at(0x100, &[MOV, MOV, MOV, &[0xfa]]);
-        let trap = |m: &mut Mem| plan(m, &mut DecodeCache::default(), &regs(0x100), 100, &[], EndBy::Trap).unwrap();
-        assert_eq!(planned(&mut m, &regs(0x100), 100, &[]).unwrap().end, 0x109);
-        assert_eq!((trap(&mut m).end, trap(&mut m).insns.len()), (0x106, 2), "the CLI is too short to plant on");
+    fn a_planted_end_needs_two_bytes_off_the_path_and_a_longer_block() {
+        // 0x100..0x11b: ten movs; 0x11e: cli (one byte, stepped)
+        let mut m = Mem::at(0x100, &[MOV; 10]);
+        m.put(0x11e, &[&[0xfa]]);
+        let trap = |m: &mut Mem, limit| plan(m, &mut DecodeCache::default(), &regs(0x100), limit, &[], EndBy::Trap);
+        assert_eq!(planned(&mut m, &regs(0x100), 100, &[]).unwrap().end, 0x11e);
+        let b = trap(&mut m, 100).unwrap();
+        assert_eq!((b.end, b.insns.len()), (0x11b, 9), "the CLI is too short to plant on");
+        assert_eq!(trap(&mut m, 7), None, "seven instructions: stepped");
     }
 
     #[test]
