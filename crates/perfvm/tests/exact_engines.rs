@@ -164,7 +164,8 @@ fn levels_agree() {
 fn the_block_engine_runs_long_blocks_ending_either_way() {
     require_kvm!();
     for ends in ["", "trap"] {
-        let o = perfvm_engine(&["stat", "--backend", "exact", "--stats", "-e", "instructions", "ftest"], ("blocks", ends));
+        let o =
+            perfvm_engine(&["stat", "--backend", "exact", "--stats", "-e", "instructions", "ftest"], ("blocks", ends));
         assert_eq!(code(&o), 0, "{}", stderr(&o));
         let err = stderr(&o);
         let line = err.lines().find(|l| l.trim_start().starts_with("blocks ")).unwrap_or_else(|| panic!("{err}"));

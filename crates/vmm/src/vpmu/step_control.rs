@@ -10,6 +10,7 @@ use crate::backends::exact::stepping::{CodePages, Debug, Owed, StepExit, Stepper
 use crate::backends::{Backend, VmmSource};
 use crate::profiling::counts::Retired;
 use crate::vpmu::rdpmc_traps::RdpmcTraps;
+use crate::vpmu::rdpmc_traps::TrapForm;
 use crate::vpmu::stats::VpmuStats;
 use crate::vstate::guest_debug::GuestDebug;
 use crate::vstate::linear::PageWalk;
@@ -18,7 +19,6 @@ use kvm_ioctls::VcpuFd;
 use pmu::{MsrAccess, Pmu, RdpmcIdx};
 use std::collections::HashMap;
 use std::sync::Arc;
-use crate::vpmu::rdpmc_traps::TrapForm;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// The stepping of one vCPU and where what it retires goes.
@@ -52,6 +52,9 @@ pub(super) struct StepControl {
     block: Option<Block>,
     /// The guest's code as the block engine decoded it.
     decoded: blocks::DecodeCache,
+    /// Stops where a block was run ahead in vain (a tight loop that outran the limit), and
+    /// how many more stops there step without trying again.
+    in_vain: ahash::AHashMap<u64, u32>,
     /// How the guest stops at a block's end on this host.
     end_by: EndBy,
     /// The port write planted at the running block's end (`EndBy::Trap`).
@@ -67,6 +70,11 @@ struct Planted {
 }
 
 const EFER_LMA: u64 = 1 << 10;
+/// A run ahead this long that found no block end marks its stop in vain (`in_vain`)...
+const IN_VAIN_RUN: usize = 64;
+/// ... for this many stops there: a loop that outran the limit once is stepped, and run
+/// ahead again now and then, when its exit may have come within reach.
+const IN_VAIN_SKIP: u32 = 256;
 const RFLAGS_TF: u64 = 1 << 8;
 
 /// Clear RFLAGS.TF before a block: an event window's handler returned through a frame
@@ -95,6 +103,7 @@ impl StepControl {
             block_engine: blocks && long_mode,
             block: None,
             decoded: blocks::DecodeCache::default(),
+            in_vain: ahash::AHashMap::new(),
             end_by: EndBy::for_host(),
             planted: None,
         }
@@ -244,6 +253,10 @@ impl StepControl {
         if !self.block_engine || !ready || !kernel || self.retirement.in_user_mode() {
             return None;
         }
+        if let Some(left) = self.in_vain.get_mut(&self.retirement.rip()).filter(|left| **left > 0) {
+            *left -= 1;
+            return None;
+        }
         let mut limit = pmu.backend().retirements_to_deadline().map_or(blocks::MAX_BLOCK, |n| n as usize);
         if self.vif.is_none() {
             limit = limit.min(self.stepper.until_window() as usize); // the timer's window
@@ -267,7 +280,16 @@ impl StepControl {
             home: FlagHome::Rflags,
             rdpmc_regs: None,
         };
-        let block = blocks::plan(&mut cpu, &mut self.decoded, &Regs::of(&regs, sregs), limit, &avoid, self.end_by)?;
+        let block = match blocks::plan(&mut cpu, &mut self.decoded, &Regs::of(&regs, sregs), limit, &avoid, self.end_by)
+        {
+            Ok(block) => block,
+            Err(miss) => {
+                if miss.ran_ahead >= IN_VAIN_RUN {
+                    self.in_vain.insert(regs.rip, IN_VAIN_SKIP);
+                }
+                return None;
+            }
+        };
         let end = block.end;
         if self.end_by == EndBy::Trap {
             self.planted = Some(plant(mem, sregs, end)?);

@@ -647,7 +647,6 @@ impl ExitVcpu for Vcpu {
         self.port_trapped_rdpmc().into()
     }
 
-
     fn internal_error(&mut self) -> Emulation {
         self.complete_or_stop().into()
     }

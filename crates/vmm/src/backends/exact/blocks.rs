@@ -74,6 +74,8 @@ impl EndBy {
 
 /// How far the run ahead goes past the last address it reached for the first time before
 /// it gives up looking for another (a loop that has far to go: each pass ends a block).
+/// Before it has found one it goes on to the limit: a tight loop's passes hold no such
+/// address, its exit does.
 const STALE_RUN: usize = 256;
 
 /// What planning reads of the guest.
@@ -234,10 +236,17 @@ pub fn plain(insn: &Instruction, class: InsnClass) -> bool {
         })
 }
 
+/// No block runs from a stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoBlock {
+    /// The instructions run ahead in vain (a tight loop that outran the limit: all of them).
+    pub ran_ahead: usize,
+}
+
 /// The block the guest runs from the stop at `regs.rip`: at most `limit` instructions, none
 /// of them (but the head) nor its end at an address of `avoid`. None where the first
-/// instruction must be stepped, or the block would hold fewer than two (a step costs no
-/// more).
+/// instruction must be stepped, or the block would hold fewer than `EndBy::min_block`
+/// (steps cost no more).
 pub fn plan(
     cpu: &mut impl BlockCpu,
     cache: &mut DecodeCache,
@@ -245,14 +254,14 @@ pub fn plan(
     limit: usize,
     avoid: &[u64],
     end_by: EndBy,
-) -> Option<Block> {
+) -> Result<Block, NoBlock> {
     let limit = limit.min(MAX_BLOCK);
     let mut machine = Machine::new(*regs);
     let mut insns: Vec<(u64, InsnClass)> = Vec::new();
     let mut passed: AHashSet<u64> = AHashSet::new();
     let mut best: Option<(usize, Regs, u64)> = None;
     let mut pc = regs.rip;
-    while insns.len() < limit && best.as_ref().map_or(0, |b| b.0) + STALE_RUN > insns.len() {
+    while insns.len() < limit && best.as_ref().is_none_or(|b| b.0 + STALE_RUN > insns.len()) {
         if !insns.is_empty() && avoid.contains(&pc) {
             break;
         }
@@ -273,9 +282,9 @@ pub fn plan(
             best = Some((insns.len(), machine.regs, machine.known));
         }
     }
-    let (n, expect, known_flags) = best?;
+    let Some((n, expect, known_flags)) = best else { return Err(NoBlock { ran_ahead: insns.len() }) };
     insns.truncate(n);
-    Some(Block { insns, end: expect.rip, expect, known_flags })
+    Ok(Block { insns, end: expect.rip, expect, known_flags })
 }
 
 #[cfg(test)]
@@ -356,7 +365,7 @@ pub(super) mod tests {
 
     /// The block planned from `r` with a breakpoint at its end.
     fn planned(m: &mut Mem, r: &Regs, limit: usize, avoid: &[u64]) -> Option<Block> {
-        plan(m, &mut DecodeCache::default(), r, limit, avoid, EndBy::Breakpoint)
+        plan(m, &mut DecodeCache::default(), r, limit, avoid, EndBy::Breakpoint).ok()
     }
 
     fn rips(b: &Block) -> Vec<u64> {
@@ -395,11 +404,7 @@ pub(super) mod tests {
             let mut m = Mem::at(0x100, &[MOV, MOV, stop, NOP]);
             let b = planned(&mut m, &regs(0x100), 100, &[]).unwrap();
             assert_eq!(b.end, 0x106, "{stop:02x?}");
-            assert_eq!(
-                planned(&mut m, &regs(0x106), 100, &[]),
-                None,
-                "{stop:02x?} is stepped"
-            );
+            assert_eq!(planned(&mut m, &regs(0x106), 100, &[]), None, "{stop:02x?} is stepped");
         }
     }
 
@@ -424,11 +429,7 @@ pub(super) mod tests {
         assert_eq!(b.insns.iter().filter(|x| x.1.is_branch()).count(), 2, "CALL and RET");
         assert_eq!((b.end, b.expect.gpr[4]), (0x106, 0x8000));
         assert_eq!(m.data[&0x7ff8], 0, "the guest's memory is never written");
-        assert_eq!(
-            planned(&mut Mem::at(0x100, &[RET, NOP]), &r, 100, &[]),
-            None,
-            "an unmapped stack"
-        );
+        assert_eq!(planned(&mut Mem::at(0x100, &[RET, NOP]), &r, 100, &[]), None, "an unmapped stack");
     }
 
     #[test]
@@ -462,11 +463,28 @@ pub(super) mod tests {
         // 0x100..0x11b: ten movs; 0x11e: cli (one byte, stepped)
         let mut m = Mem::at(0x100, &[MOV; 10]);
         m.put(0x11e, &[&[0xfa]]);
-        let trap = |m: &mut Mem, limit| plan(m, &mut DecodeCache::default(), &regs(0x100), limit, &[], EndBy::Trap);
+        let trap =
+            |m: &mut Mem, limit| plan(m, &mut DecodeCache::default(), &regs(0x100), limit, &[], EndBy::Trap).ok();
         assert_eq!(planned(&mut m, &regs(0x100), 100, &[]).unwrap().end, 0x11e);
         let b = trap(&mut m, 100).unwrap();
         assert_eq!((b.end, b.insns.len()), (0x11b, 9), "the CLI is too short to plant on");
         assert_eq!(trap(&mut m, 7), None, "seven instructions: stepped");
+    }
+
+    #[test]
+    fn a_tight_loop_past_the_limit_is_no_block_and_says_how_far_it_ran() {
+        // mov $3,%ecx; dec; jne: at 4 instructions the loop has not come out.
+        let mut m = Mem::at(0x100, &[MOV_3_ECX, DEC_ECX, JNE_BACK2, NOP, WRMSR]);
+        let r = regs(0x105);
+        let miss = plan(
+            &mut m,
+            &mut DecodeCache::default(),
+            &Regs { gpr: [0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], ..r },
+            4,
+            &[],
+            EndBy::Breakpoint,
+        );
+        assert_eq!(miss, Err(NoBlock { ran_ahead: 4 }));
     }
 
     #[test]
