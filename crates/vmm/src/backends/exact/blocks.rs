@@ -76,7 +76,7 @@ impl EndBy {
 /// it gives up looking for another (a loop that has far to go: each pass ends a block).
 /// Before it has found one it goes on to the limit: a tight loop's passes hold no such
 /// address, its exit does.
-const STALE_RUN: usize = 256;
+const STALE_RUN: usize = 64;
 
 /// What planning reads of the guest.
 pub trait BlockCpu {
