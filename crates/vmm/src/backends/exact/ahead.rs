@@ -431,31 +431,26 @@ impl Machine {
         let (a, b) = (a & mask(bits), b & mask(bits));
         let wide = a as u128 + b as u128 + carry as u128;
         let res = wide as u64 & mask(bits);
-        let mut f = Self::szp(res, bits);
-        if wide >> bits & 1 != 0 {
-            f |= CF;
-        }
-        if msb((a ^ res) & (b ^ res), bits) {
-            f |= OF;
-        }
-        if (a ^ b ^ res) & 0x10 != 0 {
-            f |= AF;
-        }
-        self.flags(f, STATUS_FLAGS);
-        res
+        self.arithmetic(res, bits, wide >> bits & 1 != 0, msb((a ^ res) & (b ^ res), bits), a ^ b)
     }
 
     fn sub(&mut self, a: u64, b: u64, borrow: u64, bits: u32) -> u64 {
         let (a, b) = (a & mask(bits), b & mask(bits));
         let res = a.wrapping_sub(b).wrapping_sub(borrow) & mask(bits);
+        self.arithmetic(res, bits, (a as u128) < b as u128 + borrow as u128, msb((a ^ b) & (a ^ res), bits), a ^ b)
+    }
+
+    /// Every arithmetic flag of an addition or subtraction: its result, carry (borrow) out
+    /// and signed overflow, and AF from the operands' bits 4 (`a ^ b`) and the result's.
+    fn arithmetic(&mut self, res: u64, bits: u32, cf: bool, of: bool, operands: u64) -> u64 {
         let mut f = Self::szp(res, bits);
-        if (a as u128) < b as u128 + borrow as u128 {
+        if cf {
             f |= CF;
         }
-        if msb((a ^ b) & (a ^ res), bits) {
+        if of {
             f |= OF;
         }
-        if (a ^ b ^ res) & 0x10 != 0 {
+        if (operands ^ res) & 0x10 != 0 {
             f |= AF;
         }
         self.flags(f, STATUS_FLAGS);
