@@ -464,21 +464,24 @@ impl Machine {
         res
     }
 
+    /// A shift by a non-zero `count` (masked). CF is the last bit shifted out, undefined for
+    /// a count of the width or more (SDM: SHL and SHR; SAR is taken alike, as vendors may
+    /// differ); OF is defined for a count of 1 only.
     fn shift(&mut self, m: Mnemonic, a: u64, count: u32, bits: u32) -> u64 {
         let a = a & mask(bits);
         let (res, cf) = match m {
             Mnemonic::Shl | Mnemonic::Sal => {
                 let res = if count >= 64 { 0 } else { a << count & mask(bits) };
-                (res, (count <= bits).then(|| a >> (bits - count) & 1))
+                (res, (count < bits).then(|| a >> (bits - count) & 1))
             }
             Mnemonic::Shr => {
                 let res = if count >= 64 { 0 } else { a >> count };
-                (res, (count <= bits).then(|| a >> (count - 1) & 1))
+                (res, (count < bits).then(|| a >> (count - 1) & 1))
             }
             _ => {
                 let s = sign_extend(a, bits) as i64;
                 let res = (s >> count.min(63)) as u64 & mask(bits);
-                (res, (count <= bits).then(|| (s >> (count - 1)) as u64 & 1))
+                (res, (count < bits).then(|| (s >> (count - 1)) as u64 & 1))
             }
         };
         let mut f = Self::szp(res, bits);
@@ -923,6 +926,8 @@ mod tests {
         assert_eq!(known & OF, 0, "shl by more than 1: OF undefined");
         let (_, flags, known) = ahead(&[0x48, 0xd3, 0xe0], 3, 0, 1);
         assert_eq!((flags & CF, known), (1, STATUS_FLAGS), "shl by 0: nothing changes");
+        let (_, _, known) = ahead(&[0xd2, 0xe0], 0x81, 8, 0);
+        assert_eq!(known & CF, 0, "shl %cl,%al by 8: CF undefined");
         // A JE after IMUL: ZF unknown, not run ahead.
         let mut m = Machine::new(Regs { rip: 0x100, ..Default::default() });
         m.known &= !ZF;
