@@ -328,11 +328,7 @@ impl StepControl {
         let ran = match exit {
             StepExit::Stepped if pc == block.end => {
                 let r = vcpu.sync_regs().regs;
-                let gpr = [
-                    r.rax, r.rcx, r.rdx, r.rbx, r.rsp, r.rbp, r.rsi, r.rdi, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13,
-                    r.r14, r.r15,
-                ];
-                if !block.as_run_ahead(&gpr, r.rflags) {
+                if !block.as_run_ahead(&Regs::gprs(&r), r.rflags) {
                     if stats.blocks_mispredicted == 0 {
                         eprintln!("perfvm: exact block engine: the guest reached {pc:#x} with registers other than run ahead: counts may be off");
                     }

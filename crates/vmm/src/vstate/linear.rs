@@ -122,22 +122,39 @@ impl<'a> PageWalk<'a> {
 
     /// The physical address of `va`, if mapped (4 KiB, 2 MiB and 1 GiB pages).
     fn phys(&self, va: u64) -> Option<u64> {
+        self.walk(va).map(|w| w.access.pa)
+    }
+
+    /// `va` through every level to its page: where it goes, and what the levels allow.
+    fn walk(&self, va: u64) -> Option<Walked> {
         let mut table = self.cr3 & ENTRY_ADDR;
-        for level in (0..self.levels).rev() {
+        let mut walked = Walked { access: DataAccess { pa: 0, tables: [0; 5] }, writable: true, user: true };
+        for (i, level) in (0..self.levels).rev().enumerate() {
+            walked.access.tables[i] = table;
             let shift = 12 + 9 * level;
             let entry: u64 = self.mem.read_obj(GuestAddress(table + ((va >> shift) & 0x1ff) * 8)).ok()?;
             if entry & 1 == 0 {
                 return None;
             }
+            walked.writable &= entry & 2 != 0;
+            walked.user &= entry & 4 != 0;
             // PS: a 1 GiB (PDPT) or 2 MiB (PD) page ends the walk.
             if level == 0 || (level <= 2 && entry & (1 << 7) != 0) {
                 let offset = (1u64 << shift) - 1;
-                return Some((entry & ENTRY_ADDR & !offset) | (va & offset));
+                walked.access.pa = (entry & ENTRY_ADDR & !offset) | (va & offset);
+                return Some(walked);
             }
             table = entry & ENTRY_ADDR;
         }
         None
     }
+}
+
+/// A page walk's end: the access, and whether every level allows writes and user access.
+struct Walked {
+    access: DataAccess,
+    writable: bool,
+    user: bool,
 }
 
 /// CR0.WP: supervisor stores honour read-only pages.
@@ -160,26 +177,9 @@ impl PageWalk<'_> {
     /// fault: not present, a store to a read-only page under CR0.WP, a user page under
     /// CR4.SMAP (the caller sees that as a stop, whatever RFLAGS.AC says).
     pub fn data(&self, va: u64, write: bool, cr0: u64, cr4: u64) -> Option<DataAccess> {
-        let mut table = self.cr3 & ENTRY_ADDR;
-        let mut tables = [0u64; 5];
-        let (mut writable, mut user) = (true, true);
-        for (i, level) in (0..self.levels).rev().enumerate() {
-            tables[i] = table;
-            let shift = 12 + 9 * level;
-            let entry: u64 = self.mem.read_obj(GuestAddress(table + ((va >> shift) & 0x1ff) * 8)).ok()?;
-            if entry & 1 == 0 {
-                return None;
-            }
-            writable &= entry & 2 != 0;
-            user &= entry & 4 != 0;
-            if level == 0 || (level <= 2 && entry & (1 << 7) != 0) {
-                let denied = (write && !writable && cr0 & CR0_WP != 0) || (user && cr4 & CR4_SMAP != 0);
-                let offset = (1u64 << shift) - 1;
-                return (!denied).then_some(DataAccess { pa: (entry & ENTRY_ADDR & !offset) | (va & offset), tables });
-            }
-            table = entry & ENTRY_ADDR;
-        }
-        None
+        let w = self.walk(va)?;
+        let denied = (write && !w.writable && cr0 & CR0_WP != 0) || (w.user && cr4 & CR4_SMAP != 0);
+        (!denied).then_some(w.access)
     }
 }
 

@@ -655,22 +655,18 @@ impl Machine {
         if !(1..=8).contains(&len) || !canonical(va) || !canonical(end) {
             return None;
         }
-        let first = self.page(cpu, va, write)?;
-        let second = if end & !0xfff != va & !0xfff { Some(self.page(cpu, end & !0xfff, write)?) } else { None };
-        if write {
-            if self.code_pages.contains(&(va & !0xfff)) || self.code_pages.contains(&(end & !0xfff)) {
-                return None; // a store to code on the path
-            }
-            note(&mut self.stored_linear, va & !0xfff);
-            note(&mut self.stored_linear, end & !0xfff);
-        }
         let mut pa = [0; 8];
-        for (i, slot) in pa.iter_mut().take(len).enumerate() {
-            let a = va.wrapping_add(i as u64);
-            *slot = match second {
-                Some(p) if a & !0xfff == end & !0xfff => p + (a & 0xfff),
-                _ => first + i as u64,
-            };
+        for (piece, at, n) in crate::vstate::linear::pages(va, len) {
+            let first = self.page(cpu, piece, write)?;
+            if write {
+                if self.code_pages.contains(&(piece & !0xfff)) {
+                    return None; // a store to code on the path
+                }
+                note(&mut self.stored_linear, piece & !0xfff);
+            }
+            for (i, slot) in pa[at..at + n].iter_mut().enumerate() {
+                *slot = first + i as u64;
+            }
         }
         Some(pa)
     }

@@ -107,17 +107,18 @@ pub struct Regs {
 impl Regs {
     /// From KVM's registers and segment bases.
     pub fn of(regs: &kvm_bindings::kvm_regs, sregs: &kvm_bindings::kvm_sregs) -> Self {
-        let r = regs;
         Regs {
-            gpr: [
-                r.rax, r.rcx, r.rdx, r.rbx, r.rsp, r.rbp, r.rsi, r.rdi, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14,
-                r.r15,
-            ],
-            rip: r.rip,
-            rflags: r.rflags,
+            gpr: Self::gprs(regs),
+            rip: regs.rip,
+            rflags: regs.rflags,
             fs_base: sregs.fs.base,
             gs_base: sregs.gs.base,
         }
+    }
+
+    /// KVM's general registers in encoding order.
+    pub fn gprs(r: &kvm_bindings::kvm_regs) -> [u64; 16] {
+        [r.rax, r.rcx, r.rdx, r.rbx, r.rsp, r.rbp, r.rsi, r.rdi, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15]
     }
 
     /// A 64-bit general register or a segment base, as iced-x86 asks for it.
