@@ -4,14 +4,15 @@
  * qux 37%, foo 15%, bar 15%, main 12%, random 10%, random_r 10% (measure with
  * `make ftest-profile`; the numbers are in README.md). `ftest N` runs N units of 4500
  * iterations (~10^6 instructions each); a bare `ftest` runs 1 unit emulated or
- * single-stepped (exact backend), and FTEST_NATIVE_UNITS natively (~1.5 x 10^10
- * instructions, ~1.3 s at host speed: a thousand samples at record's native 1 kHz).
+ * single-stepped (exact backend), 10 counted by blocks natively or in hardware (kit_size),
+ * and FTEST_NATIVE_UNITS natively (~1.5 x 10^10 instructions, ~1.3 s at host speed: a
+ * thousand samples at record's native 1 kHz).
  *
  * The same source builds as a host program (FTEST_HOST) so callgrind can count it.
  */
 #ifndef FTEST_HOST
 #include "kit.h"
-#define FTEST_DEFAULT_UNITS (kit_full_speed ? FTEST_NATIVE_UNITS : 1)
+#define FTEST_DEFAULT_UNITS kit_size(1, FTEST_NATIVE_UNITS)
 #else
 #define FTEST_DEFAULT_UNITS 1 /* the emulated size, which the shares below are measured at */
 #endif

@@ -27,9 +27,19 @@ void exit(int code) __attribute__((noreturn));
  * single-steps counted code (boot info PERFVM_BOOT_F_STEPPED). Set by kit_start. */
 extern int kit_full_speed;
 
-/* A workload's size: argv[i] (strtoul base 0) when given, else the default for its speed:
- * `emulated` (~1 us per instruction, or single-stepped) or `native` (host speed, natively
- * or in hardware; docs/BACKENDS.md, "Native speed, measured"). */
+/* A workload's default size for its speed: `emulated` (~1 us per instruction, or counted
+ * exactly), `native` (host speed, natively or in hardware; docs/BACKENDS.md, "Native speed,
+ * measured"), or KIT_BLOCKS_SCALE x `emulated` where the guest would run at full speed but
+ * the exact backend counts it by blocks (boot info PERFVM_BOOT_F_BLOCKS: ~10x stepping's
+ * rate, so a run lasts as long as the stepped emulated size did). */
+#define KIT_BLOCKS_SCALE 10
+extern unsigned long kit_blocks_scale; /* KIT_BLOCKS_SCALE there, else 1 (set by kit_start) */
+static inline unsigned long kit_size(unsigned long emulated, unsigned long native)
+{
+	return (kit_full_speed ? native : emulated) * kit_blocks_scale; /* 1 at full speed */
+}
+
+/* A workload's size: argv[i] (strtoul base 0) when given, else kit_size(emulated, native). */
 unsigned long size_arg(int argc, char **argv, int i, unsigned long emulated, unsigned long native);
 
 /* Iterations of a busy-wait sized for the emulator (~10^6 instructions/s), scaled by 1000

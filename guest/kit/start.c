@@ -21,12 +21,13 @@ __attribute__((weak)) void ap_main(unsigned idx)
 }
 
 int kit_full_speed;
+unsigned long kit_blocks_scale = 1;
 
 unsigned long size_arg(int argc, char **argv, int i, unsigned long emulated, unsigned long native)
 {
 	if (i < argc)
 		return strtoul(argv[i], 0, 0);
-	return kit_full_speed ? native : emulated;
+	return kit_size(emulated, native);
 }
 
 /* Split the command line in place on blanks; argv[0] is the guest's name, as in QEMU. */
@@ -68,8 +69,10 @@ void kit_start(unsigned idx, struct perfvm_boot_info *bi)
 		kit_vif_base = (uintptr_t)bi->vif_base;
 		kit_native = 1;
 	}
-	kit_full_speed = bi && bi->magic == PERFVM_BOOT_MAGIC && (kit_native || (bi->flags & PERFVM_BOOT_F_HARDWARE)) &&
-			 !(bi->flags & PERFVM_BOOT_F_STEPPED);
+	int fast = bi && bi->magic == PERFVM_BOOT_MAGIC && (kit_native || (bi->flags & PERFVM_BOOT_F_HARDWARE));
+	kit_full_speed = fast && !(bi->flags & PERFVM_BOOT_F_STEPPED);
+	if (fast && (bi->flags & PERFVM_BOOT_F_STEPPED) && (bi->flags & PERFVM_BOOT_F_BLOCKS))
+		kit_blocks_scale = KIT_BLOCKS_SCALE;
 	serial_init();
 	idt_init();
 	idt_load();

@@ -4,7 +4,8 @@
 //! write planted there as on kvm_amd (`PERFVM_BLOCK_ENDS=trap`), run the same guests and
 //! must agree on every count, every sampled instruction and every address of the reference
 //! profile, in each execution mode. The per-address and per-sample comparisons step ftest
-//! many times over: they are the slow tier's (.ci/run).
+//! many times over: they are the slow tier's (.ci/run). ftest is given its size, 1 unit:
+//! natively the kit's default size by blocks is ten times the stepped one.
 
 mod common;
 use common::*;
@@ -80,8 +81,18 @@ fn agree<T: PartialEq + std::fmt::Debug>(results: &[T; 3], what: &str) {
 fn ftest_counts_agree() {
     require_kvm!();
     for mode in modes("ftest_counts_agree") {
-        let args =
-            ["stat", "--json", "--backend", "exact", "--native", mode, "-e", "instructions,branches,cycles", "ftest"];
+        let args = [
+            "stat",
+            "--json",
+            "--backend",
+            "exact",
+            "--native",
+            mode,
+            "-e",
+            "instructions,branches,cycles",
+            "ftest",
+            "1",
+        ];
         let counted = each(&args, |o| counts(&json(o)));
         assert!(counted[0].values().all(Option::is_some), "{:?}", counted[0]);
         agree(&counted, &format!("--native {mode}"));
@@ -96,7 +107,7 @@ fn every_retired_instruction_is_attributed_alike() {
         let profiles = ENGINES.map(|engine| {
             let out = tmp(&format!("ref-{mode}-{}.json", name(engine)));
             let args = ["record", "--backend", "exact", "--reference", "--native", mode];
-            let o = perfvm_engine(&[&args[..], &["-o", &out, "ftest"]].concat(), engine);
+            let o = perfvm_engine(&[&args[..], &["-o", &out, "ftest", "1"]].concat(), engine);
             assert_eq!(code(&o), 0, "{}", stderr(&o));
             let mut by_ip: BTreeMap<u64, u64> = BTreeMap::new();
             for (_, ip, period) in samples(&out) {
@@ -118,7 +129,7 @@ fn sampled_pmis_land_on_the_same_instructions() {
             let sampled = ENGINES.map(|engine| {
                 let out = tmp(&format!("sampled-{mode}-{events}-{}.json", name(engine)));
                 let args = ["record", "--backend", "exact", "-e", events, "-c", "997", "--native", mode];
-                let o = perfvm_engine(&[&args[..], &["-o", &out, "ftest"]].concat(), engine);
+                let o = perfvm_engine(&[&args[..], &["-o", &out, "ftest", "1"]].concat(), engine);
                 assert_eq!(code(&o), 0, "{}", stderr(&o));
                 samples(&out)
             });
@@ -164,8 +175,10 @@ fn levels_agree() {
 fn the_block_engine_runs_long_blocks_ending_either_way() {
     require_kvm!();
     for ends in ["", "trap"] {
-        let o =
-            perfvm_engine(&["stat", "--backend", "exact", "--stats", "-e", "instructions", "ftest"], ("blocks", ends));
+        let o = perfvm_engine(
+            &["stat", "--backend", "exact", "--stats", "-e", "instructions", "ftest", "1"],
+            ("blocks", ends),
+        );
         assert_eq!(code(&o), 0, "{}", stderr(&o));
         let err = stderr(&o);
         let line = err.lines().find(|l| l.trim_start().starts_with("blocks ")).unwrap_or_else(|| panic!("{err}"));

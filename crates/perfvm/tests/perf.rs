@@ -28,8 +28,9 @@ fn count(doc: &serde_json::Value, event: &str) -> Option<u64> {
 #[test]
 fn stat_exact_counts_are_exact_and_repeatable() {
     require_kvm!();
+    // ftest 1: its size in every mode (natively by blocks its default is ten times that).
     let run =
-        || json(&perfvm(&["stat", "--json", "--backend", "exact", "-e", "instructions,branches,cycles", "ftest"]));
+        || json(&perfvm(&["stat", "--json", "--backend", "exact", "-e", "instructions,branches,cycles", "ftest", "1"]));
     let (a, b) = (run(), run());
     let insns = count(&a, "instructions").expect("instructions counted");
     assert_eq!(Some(insns), count(&b, "instructions"), "same count every run");
@@ -43,7 +44,7 @@ fn stat_exact_counts_are_exact_and_repeatable() {
     // counters count: the reference holds the enabling WRMSR (it retires once they run) but
     // not the disabling one; the counter counts the disabling one but not the enabling one.
     let out = tmp("ref.json");
-    let o = perfvm(&["record", "--backend", "exact", "--reference", "-o", &out, "ftest"]);
+    let o = perfvm(&["record", "--backend", "exact", "--reference", "-o", &out, "ftest", "1"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     // One entry per address, its period the instructions retired there.
@@ -128,7 +129,7 @@ fn stat_repeats_and_prints_the_spread() {
 fn exact_record_needs_no_period() {
     require_kvm!();
     let out = tmp("exact-default.json");
-    let o = perfvm(&["record", "--backend", "exact", "-o", &out, "ftest"]);
+    let o = perfvm(&["record", "--backend", "exact", "--native", "off", "-o", &out, "ftest"]);
     let err = stderr(&o);
     assert_eq!(code(&o), 0, "{err}");
     assert!(!err.contains("-F"), "{err}");

@@ -117,16 +117,21 @@ fn stat_cut_short_prints_the_counts_so_far() {
     }
 }
 
-/// Natively, ftest's default size is 15,000 units; single-stepped it runs 1, and `stat`
-/// says so (one line), unless the size was given.
+/// Natively, ftest's default size is 15,000 units; counted exactly by blocks it runs 10
+/// (stepped, 1), and `stat` says so (one line), unless the size was given.
 #[test]
 fn stat_says_when_the_exact_backend_changed_the_workload_size() {
     require_native!();
-    let note = "the guest kit's workloads take their emulated default size";
-    let o = perfvm(&["stat", "-e", "instructions", "--backend", "exact", "--native", "on", "ftest"]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert_eq!(stderr(&o).lines().filter(|l| l.contains(note)).count(), 1, "{}", stderr(&o));
-    let o = perfvm(&["stat", "-e", "instructions", "--backend", "exact", "--native", "on", "ftest", "1"]);
-    assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert!(!stderr(&o).contains(note), "{}", stderr(&o));
+    let note = "the guest kit's workloads take ten times their emulated default size";
+    let stat = |size: &[&str]| {
+        let args = [&["stat", "--json", "-e", "instructions", "--backend", "exact", "--native", "on", "ftest"], size];
+        let o = perfvm(&args.concat());
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        o
+    };
+    let (default, one) = (stat(&[]), stat(&["1"]));
+    assert_eq!(stderr(&default).lines().filter(|l| l.contains(note)).count(), 1, "{}", stderr(&default));
+    assert!(!stderr(&one).contains(note), "{}", stderr(&one));
+    let (default, one) = (json_count(&default, "instructions").unwrap(), json_count(&one, "instructions").unwrap());
+    assert!((9 * one..=11 * one).contains(&default), "default {default}, ftest 1 {one}");
 }

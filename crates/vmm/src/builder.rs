@@ -153,10 +153,21 @@ pub fn build(config: &VmConfig) -> Result<Vm, VmError> {
         format!("{} {}", config.kernel_arg0, config.cmdline)
     };
     let vif_base = execution.native.then_some(crate::arch::x86_64::layout::VIF_BASE);
-    let stepped = config.pmu.as_ref().is_some_and(|p| p.backend == BackendKind::Exact);
+    let exact = config.pmu.as_ref().filter(|p| p.backend == BackendKind::Exact);
+    let stepped = exact.is_some();
+    let blocks = exact.is_some_and(|p| p.runs_blocks(config.vcpus));
     let hardware = !host.emulates_kernel();
-    let params =
-        BootParams { mem_size, cmdline, nr_vcpus: config.vcpus, tsc_khz, vif_base, cpuid_entries, stepped, hardware };
+    let params = BootParams {
+        mem_size,
+        cmdline,
+        nr_vcpus: config.vcpus,
+        tsc_khz,
+        vif_base,
+        cpuid_entries,
+        stepped,
+        blocks,
+        hardware,
+    };
     boot::write_boot_data(&mem, image.protocol, &params).map_err(memory("writing boot data"))?;
     let vm = Arc::new(vm);
     let kernel_cmdline = match &image.linux {
@@ -308,8 +319,7 @@ fn build_pmus(
                 pv_samples: settings.pv_samples,
                 trace_rips: settings.trace_rips && exact,
                 count_retired: settings.count_retired && exact,
-                // Blocks on one vCPU only: another vCPU may write the code a block runs.
-                blocks: exact && settings.exact_engine == crate::config::ExactEngine::Blocks && vcpus == 1,
+                blocks: exact && settings.runs_blocks(vcpus),
                 tsc_khz,
             };
             Ok(VcpuPmu::new(Pmu::new(config.clone(), backend)?, options))

@@ -102,6 +102,14 @@ pub struct PmuSettings {
     pub exact_engine: ExactEngine,
 }
 
+impl PmuSettings {
+    /// Whether the exact backend (if it counts) runs blocks: on one vCPU only, as another
+    /// vCPU may write the code a block runs.
+    pub fn runs_blocks(&self, vcpus: u32) -> bool {
+        self.exact_engine == ExactEngine::Blocks && vcpus == 1
+    }
+}
+
 impl Default for PmuSettings {
     fn default() -> Self {
         PmuSettings {

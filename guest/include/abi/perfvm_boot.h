@@ -34,8 +34,9 @@
 #define PERFVM_MAX_VCPUS       8
 #define PERFVM_VIF_BASE        0x10000 /* vCPU i's VIF page: PERFVM_VIF_BASE + i * 0x1000 */
 #define PERFVM_BOOT_F_NATIVE   (1u << 0)
-#define PERFVM_BOOT_F_STEPPED  (1u << 1) /* exact backend: counted code is single-stepped */
+#define PERFVM_BOOT_F_STEPPED  (1u << 1) /* exact backend: counted code is stepped (or run by blocks) */
 #define PERFVM_BOOT_F_HARDWARE (1u << 2) /* guest code runs in hardware (VMX/SVM): full speed, no VIF */
+#define PERFVM_BOOT_F_BLOCKS   (1u << 3) /* with F_STEPPED: by blocks, ~10x stepping's rate */
 #define PERFVM_CPUID_TABLE     0x18000 /* vCPU i's CPUID table: PERFVM_CPUID_TABLE + i * 0x1000 */
 
 /* ELF note of a guest that follows the VIF convention: owner "perfvm", this type, and a

@@ -50,7 +50,7 @@ pub fn run(args: StatArgs, started: Instant) -> Result<i32, Failure> {
             eprintln!("perfvm: {msg}");
         }
         if run == 0 {
-            note_stepped_size(&report, &args.args);
+            note_stepped_size(&config, &report, &args.args);
         }
         runs.push(counts_of(&report, args.all_cpus, &events, code)?);
         reports.push(report);

@@ -40,16 +40,22 @@ pub fn boot_under_agent(config: &VmConfig, started: Instant) -> Result<RunReport
 }
 
 /// One line on stderr when the exact backend changed the size of a kit workload run
-/// natively with its default size: the kit's guests take their emulated size when
-/// single-stepped (boot info `PERFVM_BOOT_F_STEPPED`), as their native one would take hours.
-pub fn note_stepped_size(report: &RunReport, workload: &[String]) {
+/// natively with its default size: the kit's guests take their emulated size when stepped
+/// (boot info `PERFVM_BOOT_F_STEPPED`), ten times it by blocks (`PERFVM_BOOT_F_BLOCKS`), as
+/// their native one would take hours.
+pub fn note_stepped_size(config: &VmConfig, report: &RunReport, workload: &[String]) {
     let exact = report.stats.pmu.as_ref().is_some_and(|p| p.backend == BackendKind::Exact);
     let native = report.stats.execution.as_ref().is_some_and(|e| e.native);
     let kit = !report.agent.marks.is_empty();
-    if exact && native && kit && workload.is_empty() {
-        eprintln!(
-            "perfvm: --backend exact single-steps: the guest kit's workloads take their emulated default size, \
-             not the native one (ftest: 15000x smaller, hours stepped otherwise); give a size to choose it"
-        );
+    if !(exact && native && kit && workload.is_empty()) {
+        return;
     }
+    let (how, size, ftest) = match config.pmu.as_ref().is_some_and(|p| p.runs_blocks(config.vcpus)) {
+        true => ("counts by blocks", "ten times their emulated default size", "1500x smaller"),
+        false => ("single-steps", "their emulated default size", "15000x smaller"),
+    };
+    eprintln!(
+        "perfvm: --backend exact {how}: the guest kit's workloads take {size}, not the native one \
+         (ftest: {ftest}, hours counted otherwise); give a size to choose it"
+    );
 }

@@ -71,7 +71,7 @@ pub fn record(
         }
     };
     let report = boot_under_agent(&config, started)?;
-    note_stepped_size(&report, args);
+    note_stepped_size(&config, &report, args);
     let code = report.end.exit_code();
     if let Some(msg) = report.end.message() {
         eprintln!("perfvm: {msg}");

@@ -74,6 +74,7 @@ fn measure(native: bool) -> Result<u64, ProbeError> {
         vif_base: None,
         cpuid_entries: 0,
         stepped: false,
+        blocks: false,
         hardware: false,
     };
     boot::write_boot_data(&scratch.mem, BootProtocol::Direct64, &params)?;

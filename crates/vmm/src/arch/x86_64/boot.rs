@@ -53,8 +53,10 @@ pub struct BootParams {
     pub vif_base: Option<u64>,
     /// Entries in each vCPU's CPUID table at `layout::CPUID_TABLE_BASE` (0: none).
     pub cpuid_entries: u32,
-    /// The exact backend counts by single-stepping (`layout::BOOT_F_STEPPED`).
+    /// The exact backend counts (`layout::BOOT_F_STEPPED`).
     pub stepped: bool,
+    /// ... by blocks (`layout::BOOT_F_BLOCKS`).
+    pub blocks: bool,
     /// Guest code runs in hardware (`layout::BOOT_F_HARDWARE`).
     pub hardware: bool,
 }
@@ -116,7 +118,10 @@ fn write_perfvm_boot_info(mem: &GuestMemoryMmap, p: &BootParams, cmdline_len: u3
         cmdline_len,
         nr_vcpus: p.nr_vcpus,
         tsc_khz: p.tsc_khz,
-        flags: native | if p.stepped { BOOT_F_STEPPED } else { 0 } | if p.hardware { BOOT_F_HARDWARE } else { 0 },
+        flags: native
+            | if p.stepped { BOOT_F_STEPPED } else { 0 }
+            | if p.blocks { BOOT_F_BLOCKS } else { 0 }
+            | if p.hardware { BOOT_F_HARDWARE } else { 0 },
         vif_base: p.vif_base.unwrap_or(0),
         cpuid_table: if p.cpuid_entries > 0 { CPUID_TABLE_BASE } else { 0 },
         cpuid_entries: p.cpuid_entries,
@@ -231,6 +236,7 @@ mod tests {
             vif_base: None,
             cpuid_entries: 0,
             stepped: false,
+            blocks: false,
             hardware: false,
         }
     }
@@ -280,6 +286,9 @@ mod tests {
         write_boot_data(&m, BootProtocol::Direct64, &BootParams { stepped: true, ..params() }).unwrap();
         let flags: u32 = m.read_obj(GuestAddress(BOOT_INFO_ADDR + 40)).unwrap();
         assert_eq!(flags, BOOT_F_STEPPED, "exact backend");
+        write_boot_data(&m, BootProtocol::Direct64, &BootParams { stepped: true, blocks: true, ..params() }).unwrap();
+        let flags: u32 = m.read_obj(GuestAddress(BOOT_INFO_ADDR + 40)).unwrap();
+        assert_eq!(flags, BOOT_F_STEPPED | BOOT_F_BLOCKS, "exact backend by blocks");
         write_boot_data(&m, BootProtocol::Direct64, &BootParams { cpuid_entries: 9, ..params() }).unwrap();
         let (table, n): (u64, u32) = (
             m.read_obj(GuestAddress(BOOT_INFO_ADDR + 56)).unwrap(),

@@ -65,11 +65,15 @@ pub const BOOT_MAGIC: u32 = 0x4d56_4650;
 pub const BOOT_VERSION: u32 = 2;
 /// Boot info flag: the vCPUs run natively (VIF pages registered).
 pub const BOOT_F_NATIVE: u32 = 1 << 0;
-/// Boot info flag: the exact backend single-steps counted code (~7 us per instruction), so
-/// workloads keep their emulated sizes even when native.
+/// Boot info flag: the exact backend counts (it steps counted code, ~7 us per instruction,
+/// or runs it by blocks), so workloads do not take their full-speed sizes.
 pub const BOOT_F_STEPPED: u32 = 1 << 1;
 /// `perfvm_boot_info.flags`: guest code runs in hardware (VMX/SVM), at full speed without a
 /// VIF page.
 pub const BOOT_F_HARDWARE: u32 = 1 << 2;
+/// `perfvm_boot_info.flags`, with `BOOT_F_STEPPED`: the exact backend runs counted code by
+/// blocks (~10x stepping's rate), so a workload that would run at full speed takes ten
+/// times its emulated size.
+pub const BOOT_F_BLOCKS: u32 = 1 << 3;
 /// Most vCPUs a VM may have (the guest kit has this many stacks).
 pub const MAX_VCPUS: u32 = 8;
