@@ -169,7 +169,8 @@ impl HostCaps {
     /// (measured: the exact suites with `--exact-engine blocks`). On SVM and VMX KVM loads
     /// the breakpoints into the VMCB/VMCS, but the only such host perfvm has run, kvm_amd
     /// under QEMU 7.2 TCG, never arms a nested guest's breakpoints (docs/DESIGN.md), so
-    /// there a block ends at a port write the VMM plants (`blocks::EndBy::Trap`).
+    /// there a block ends at a port write the VMM plants (`blocks::EndBy::Trap`), and the
+    /// watched exception handlers' entries carry one while stepping (`vpmu::planted`).
     pub fn stops_at_breakpoints(&self) -> bool {
         self.emulates_kernel()
     }

@@ -17,6 +17,7 @@ mod accounting;
 pub mod guest_tsc;
 mod notifications;
 pub mod pebs;
+mod planted;
 pub mod pmi;
 pub mod pv;
 mod pv_state;
@@ -343,6 +344,17 @@ impl VcpuPmu {
     /// Where the block engine planted a port write at the running block's end, if it did.
     pub fn planted_end(&self) -> Option<u64> {
         self.steps.planted_end()
+    }
+
+    /// Whether a port write is planted on a watched handler's entry at `at` (`planted`).
+    pub fn watch_planted(&self, at: u64) -> bool {
+        self.steps.watch_planted(at)
+    }
+
+    /// The port write planted at `at` on a watched handler's entry stopped the guest: the
+    /// vector it took; the bytes are put back.
+    pub fn watch_trapped(&mut self, mem: &GuestMemoryMmap, at: u64) -> Option<u8> {
+        self.steps.watch_trapped(mem, at)
     }
 
     /// Whether the exact backend is single-stepping the guest.

@@ -9,8 +9,8 @@ use crate::backends::exact::retire::{Counting, Retirement};
 use crate::backends::exact::stepping::{CodePages, Debug, Owed, StepExit, Stepper, VcpuStep};
 use crate::backends::{Backend, VmmSource};
 use crate::profiling::counts::Retired;
+use crate::vpmu::planted::{Planted, WatchTraps};
 use crate::vpmu::rdpmc_traps::RdpmcTraps;
-use crate::vpmu::rdpmc_traps::TrapForm;
 use crate::vpmu::stats::VpmuStats;
 use crate::vstate::guest_debug::GuestDebug;
 use crate::vstate::linear::PageWalk;
@@ -19,7 +19,7 @@ use kvm_ioctls::VcpuFd;
 use pmu::{MsrAccess, Pmu, RdpmcIdx};
 use std::collections::HashMap;
 use std::sync::Arc;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::GuestMemoryMmap;
 
 /// The stepping of one vCPU and where what it retires goes.
 #[derive(Debug)]
@@ -59,14 +59,8 @@ pub(super) struct StepControl {
     end_by: EndBy,
     /// The port write planted at the running block's end (`EndBy::Trap`).
     planted: Option<Planted>,
-}
-
-/// A block end's first two bytes, replaced by `OUT RDPMC_TRAP_PORT, AL` while it runs.
-#[derive(Debug, Clone, Copy)]
-struct Planted {
-    end: u64,
-    pa: u64,
-    original: [u8; 2],
+    /// ... and at the watched handlers' entries while stepping (`EndBy::Trap`).
+    watch_traps: WatchTraps,
 }
 
 const EFER_LMA: u64 = 1 << 10;
@@ -106,6 +100,7 @@ impl StepControl {
             in_vain: ahash::AHashMap::new(),
             end_by: EndBy::for_host(),
             planted: None,
+            watch_traps: WatchTraps::default(),
         }
     }
 
@@ -219,10 +214,17 @@ impl StepControl {
                 crate::backends::exact::handler_watch::entries(&mut PageWalk::of(mem, sregs.cr3, sregs.cr4), &sregs);
             let blocks_ok = blocks_ok && owed == Owed::Nothing && !wrmsr_completing && !debug.has_breakpoint();
             let planned = if blocks_ok { self.plan_block(pmu, vcpu, mem, &sregs, watch) } else { None };
-            if self.end_by == EndBy::Trap {
-                debug.plant_block_ends();
-            }
-            let _ = debug.before_step(vcpu, self.retirement.rip(), watch, planned.map(|(end, _)| end));
+            // Where breakpoints do not stop the guest, port writes on the handlers do.
+            let watched = match self.end_by {
+                EndBy::Breakpoint => watch,
+                EndBy::Trap => {
+                    debug.plant_block_ends();
+                    let end = planned.map(|(end, _)| end);
+                    self.watch_traps.set(mem, &sregs, watch, self.retirement.rip(), end);
+                    [None; 4]
+                }
+            };
+            let _ = debug.before_step(vcpu, self.retirement.rip(), watched, planned.map(|(end, _)| end));
             if !debug.runs_block() {
                 self.block = None;
             } else if planned.is_some_and(|(_, rflags)| rflags & RFLAGS_TF != 0) && !clear_trap_flag(vcpu) {
@@ -233,6 +235,8 @@ impl StepControl {
             if self.block.is_none() {
                 self.unplant(mem);
             }
+        } else {
+            self.watch_traps.clear(mem);
         }
     }
 
@@ -292,7 +296,7 @@ impl StepControl {
         };
         let end = block.end;
         if self.end_by == EndBy::Trap {
-            self.planted = Some(plant(mem, sregs, end)?);
+            self.planted = Some(Planted::new(mem, sregs, end)?);
         }
         self.block = Some(block);
         Some((end, regs.rflags))
@@ -300,13 +304,24 @@ impl StepControl {
 
     /// Where the port write planted at the running block's end is (`EndBy::Trap`).
     pub(super) fn planted_end(&self) -> Option<u64> {
-        self.planted.map(|p| p.end)
+        self.planted.map(|p| p.at)
     }
 
-    /// Put back the bytes under a planted port write.
+    /// Whether a port write is planted on a watched handler's entry at `at`.
+    pub(super) fn watch_planted(&self, at: u64) -> bool {
+        self.watch_traps.planted_at(at).is_some()
+    }
+
+    /// The port write at `at` was planted on a watched handler's entry: the vector the
+    /// guest took (its bytes are back).
+    pub(super) fn watch_trapped(&mut self, mem: &GuestMemoryMmap, at: u64) -> Option<u8> {
+        self.watch_traps.hit(mem, at)
+    }
+
+    /// Put back the bytes under the block end's planted port write.
     fn unplant(&mut self, mem: &GuestMemoryMmap) {
         if let Some(p) = self.planted.take() {
-            let _ = mem.write_slice(&p.original, GuestAddress(p.pa));
+            p.remove(mem);
         }
     }
 
@@ -438,15 +453,6 @@ impl StepControl {
     fn counting<'a>(&'a mut self, pmu: &'a mut Pmu<Backend>, stats: &'a mut VpmuStats) -> StepCounting<'a> {
         StepCounting { pmu, stats, rip_profile: &mut self.rip_profile, retired: &mut self.retired }
     }
-}
-
-/// Plant `OUT RDPMC_TRAP_PORT, AL` over the first two bytes at `end` (in one page).
-fn plant(mem: &GuestMemoryMmap, sregs: &kvm_bindings::kvm_sregs, end: u64) -> Option<Planted> {
-    let pa = PageWalk::of(mem, sregs.cr3, sregs.cr4).page(end)? | (end & 0xfff);
-    let mut original = [0u8; 2];
-    mem.read_slice(&mut original, GuestAddress(pa)).ok()?;
-    mem.write_slice(&TrapForm::PortOut.bytes(), GuestAddress(pa)).ok()?;
-    Some(Planted { end, pa, original })
 }
 
 /// Retired instructions into the exact backend, the statistics and the reference profile.

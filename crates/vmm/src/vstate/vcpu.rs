@@ -476,20 +476,47 @@ impl Vcpu {
         if at != end && at != end.wrapping_add(2) {
             return None;
         }
-        self.run_no_instruction();
-        let mut regs = match self.fd.get_regs() {
-            Ok(regs) if regs.rip == end.wrapping_add(2) => regs,
-            Ok(regs) => return Some(Some(failed(self, format!("block end at {end:#x}: RIP {:#x}", regs.rip)))),
-            Err(e) => return Some(Some(failed(self, format!("block end: KVM_GET_REGS: {e}")))),
-        };
-        regs.rip = end;
-        if let Err(e) = self.fd.set_regs(&regs) {
-            return Some(Some(failed(self, format!("block end: KVM_SET_REGS: {e}"))));
+        if let Err(end) = self.undo_planted_out(end, "block end") {
+            return Some(Some(end));
         }
-        // What the VMM reads of this exit (KVM_SYNC_X86_REGS) says so too.
-        self.fd.sync_regs_mut().regs.rip = end;
         self.stepped(end, StepExit::Stepped);
         Some(None)
+    }
+
+    /// The port write planted on a watched handler's entry while stepping (hosts whose
+    /// breakpoints do not stop the guest): the CPU delivered that vector. The OUT is
+    /// completed and undone (RIP back on the entry, its bytes put back), and stepping goes on
+    /// in the handler as at a watch's breakpoint.
+    fn watch_trapped(&mut self) -> Option<Option<VmEnd>> {
+        let at = self.fd.get_regs().ok()?.rip;
+        // (SVM and VMX exit with RIP on the OUT, kvm_pvm's emulator past it.)
+        let pmu = self.pmu.as_ref()?;
+        let entry = [at, at.wrapping_sub(2)].into_iter().find(|&entry| pmu.watch_planted(entry))?;
+        // Completed first: a host without next-RIP decodes the OUT to step past it.
+        if let Err(end) = self.undo_planted_out(entry, "handler entry") {
+            return Some(Some(end));
+        }
+        let vector = self.pmu.as_mut()?.watch_trapped(&self.common.mem, entry)?;
+        self.stepped(entry, StepExit::Delivered { vector });
+        Some(None)
+    }
+
+    /// Complete the OUT of a port write the VMM planted at `at` and put RIP back there, as
+    /// if the guest had stopped before it.
+    fn undo_planted_out(&mut self, at: u64, what: &str) -> Result<(), VmEnd> {
+        self.run_no_instruction();
+        let mut regs = match self.fd.get_regs() {
+            Ok(regs) if regs.rip == at.wrapping_add(2) => regs,
+            Ok(regs) => return Err(failed(self, format!("{what} at {at:#x}: RIP {:#x}", regs.rip))),
+            Err(e) => return Err(failed(self, format!("{what}: KVM_GET_REGS: {e}"))),
+        };
+        regs.rip = at;
+        if let Err(e) = self.fd.set_regs(&regs) {
+            return Err(failed(self, format!("{what}: KVM_SET_REGS: {e}")));
+        }
+        // What the VMM reads of this exit (KVM_SYNC_X86_REGS) says so too.
+        self.fd.sync_regs_mut().regs.rip = at;
+        Ok(())
     }
 
     /// An `OUT` to the RDPMC trap's port (hardware hosts): KVM completes the OUT at the next
@@ -641,9 +668,10 @@ impl ExitVcpu for Vcpu {
     fn rdpmc_trap(&mut self) -> Emulation {
         // Sampled first: the KVM_RUN that completes the OUT replaces the synced registers.
         self.sample();
-        if let Some(done) = self.block_end_trapped() {
+        if let Some(done) = self.block_end_trapped().or_else(|| self.watch_trapped()) {
             return done.into();
         }
+        self.write_retired();
         self.port_trapped_rdpmc().into()
     }
 

@@ -421,7 +421,7 @@ impl Machine {
         if msb(res, bits) {
             f |= SF;
         }
-        if (res as u8).count_ones() % 2 == 0 {
+        if (res as u8).count_ones().is_multiple_of(2) {
             f |= PF;
         }
         f

@@ -5,7 +5,9 @@
 //! place (`backends::retire`). So while stepping, execution breakpoints sit on the handlers
 //! of the exceptions ordinary code takes (one debug register each): a hit is a delivery,
 //! where the faulting instruction retired nothing; the VMM clears TF in the saved frame
-//! and steps on in the handler. Both hosts stop there alike.
+//! and steps on in the handler. Both hosts stop there alike; where breakpoints do not stop
+//! the guest (kvm_amd under QEMU 7.2), a port write planted on each entry does
+//! (`vpmu::planted`).
 //!
 //! Not watched: other vectors (#AC, #MF, #XM, ...), 32-bit guests, and guests whose DR0 the
 //! SYSCALL repair holds (Linux on kvm_pvm); those keep each host's own behaviour.
