@@ -39,15 +39,15 @@ pub fn boot_under_agent(config: &VmConfig, started: Instant) -> Result<RunReport
     boot(config, started)
 }
 
-/// One line on stderr when the exact backend changed the size of a kit workload run
-/// natively with its default size: the kit's guests take their emulated size when stepped
-/// (boot info `PERFVM_BOOT_F_STEPPED`), ten times it by blocks (`PERFVM_BOOT_F_BLOCKS`), as
-/// their native one would take hours.
+/// One line on stderr when the exact backend changed the size of a kit workload run at full
+/// speed (natively, or in hardware) with its default size: the kit's guests take their
+/// emulated size when stepped (boot info `PERFVM_BOOT_F_STEPPED`), ten times it by blocks
+/// (`PERFVM_BOOT_F_BLOCKS`), as their full-speed one would take hours.
 pub fn note_stepped_size(config: &VmConfig, report: &RunReport, workload: &[String]) {
     let exact = report.stats.pmu.as_ref().is_some_and(|p| p.backend == BackendKind::Exact);
-    let native = report.stats.execution.as_ref().is_some_and(|e| e.native);
+    let full_speed = report.stats.execution.as_ref().is_some_and(|e| e.full_speed());
     let kit = !report.agent.marks.is_empty();
-    if !(exact && native && kit && workload.is_empty()) {
+    if !(exact && full_speed && kit && workload.is_empty()) {
         return;
     }
     let (how, size, ftest) = match config.pmu.as_ref().is_some_and(|p| p.runs_blocks(config.vcpus)) {
@@ -55,7 +55,7 @@ pub fn note_stepped_size(config: &VmConfig, report: &RunReport, workload: &[Stri
         false => ("single-steps", "their emulated default size", "15000x smaller"),
     };
     eprintln!(
-        "perfvm: --backend exact {how}: the guest kit's workloads take {size}, not the native one \
+        "perfvm: --backend exact {how}: the guest kit's workloads take {size}, not the full-speed one \
          (ftest: {ftest}, hours counted otherwise); give a size to choose it"
     );
 }

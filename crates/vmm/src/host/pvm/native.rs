@@ -50,6 +50,11 @@ impl Execution {
         self.mode
     }
 
+    /// Whether guest code runs at host speed (natively, or in hardware) when not counted.
+    pub fn full_speed(&self) -> bool {
+        self.mode != "emulated"
+    }
+
     fn new(host: &HostCaps, native: bool, reason: String) -> Self {
         Execution { native, mode: host.execution_name(native), reason }
     }
