@@ -61,6 +61,8 @@ pub(super) struct StepControl {
     planted: Option<Planted>,
     /// ... and at the watched handlers' entries while stepping (`EndBy::Trap`).
     watch_traps: WatchTraps,
+    /// Native mode: the VIF is registered while blocks run (`native_blocks`).
+    vif_in_blocks: bool,
 }
 
 const EFER_LMA: u64 = 1 << 10;
@@ -98,9 +100,10 @@ impl StepControl {
             block: None,
             decoded: blocks::DecodeCache::default(),
             in_vain: ahash::AHashMap::new(),
-            end_by: EndBy::for_host(),
+            end_by: EndBy::for_vcpu(vif.is_some()),
             planted: None,
             watch_traps: WatchTraps::default(),
+            vif_in_blocks: false,
         }
     }
 
@@ -235,8 +238,31 @@ impl StepControl {
             if self.block.is_none() {
                 self.unplant(mem);
             }
+            self.native_blocks(vcpu);
         } else {
+            self.vif_in_blocks = false; // (the stepper registered it again)
             self.watch_traps.clear(mem);
+        }
+    }
+
+    /// Native mode: blocks run natively, at host speed (the VIF registered; their ends and
+    /// the handlers are planted port writes, as kvm_pvm arms no breakpoint for a native
+    /// vCPU), steps emulated (the VIF dropped: a native vCPU would take the #DB itself). The
+    /// VIF changes only where a block follows a step or a step a block.
+    fn native_blocks(&mut self, vcpu: &VcpuFd) {
+        let Some(gpa) = self.vif else { return };
+        let native = self.block.is_some();
+        if native == self.vif_in_blocks {
+            return;
+        }
+        let set = match native {
+            true => crate::host::pvm::native::register_vif_unchecked(vcpu, gpa),
+            false => crate::host::pvm::native::drop_vif(vcpu),
+        };
+        if set.is_ok() {
+            self.vif_in_blocks = native;
+        } else if !native {
+            eprintln!("perfvm: exact backend: the VIF could not be dropped for stepping: {set:?}");
         }
     }
 

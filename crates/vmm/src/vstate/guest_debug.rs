@@ -5,7 +5,8 @@
 //! says only what it wants and the word written is always both wishes composed: stepping a
 //! Linux guest keeps the breakpoint, and stepping over the breakpoint keeps BLOCKIRQ.
 //! The block engine (`backends::exact::blocks`) runs to a block's end instead of stepping:
-//! no single-step, interrupts blocked, the end in DR3 and the watched handlers in DR0-DR2.
+//! no single-step, interrupts blocked, the end in DR3 and the watched handlers in DR0-DR2
+//! (or, where breakpoints do not stop the guest, port writes planted there: `vpmu::planted`).
 
 use crate::backends::exact::stepping::Debug;
 use kvm_bindings::{

@@ -466,13 +466,22 @@ impl Vcpu {
         self.run_trapped_rdpmc(regs)
     }
 
+    /// The registers at this exit: as KVM synced them out where the block engine has it do so
+    /// at every exit (no ioctl), else read.
+    fn exit_regs(&self) -> Option<kvm_bindings::kvm_regs> {
+        match self.pmu.as_ref().is_some_and(VcpuPmu::runs_blocks) {
+            true => Some(self.fd.sync_regs().regs),
+            false => self.fd.get_regs().ok(),
+        }
+    }
+
     /// The block engine's port write at a block's end (hosts whose breakpoints do not stop
     /// the guest): the block ran to it. The OUT is completed and undone (RIP back on the
     /// end, whose bytes the block's stop puts back), and the block retires.
     fn block_end_trapped(&mut self) -> Option<Option<VmEnd>> {
         let end = self.pmu.as_ref()?.planted_end()?;
         // (SVM and VMX exit with RIP on the OUT, kvm_pvm's emulator past it.)
-        let at = self.fd.get_regs().ok()?.rip;
+        let at = self.exit_regs()?.rip;
         if at != end && at != end.wrapping_add(2) {
             return None;
         }
@@ -488,7 +497,7 @@ impl Vcpu {
     /// completed and undone (RIP back on the entry, its bytes put back), and stepping goes on
     /// in the handler as at a watch's breakpoint.
     fn watch_trapped(&mut self) -> Option<Option<VmEnd>> {
-        let at = self.fd.get_regs().ok()?.rip;
+        let at = self.exit_regs()?.rip;
         // (SVM and VMX exit with RIP on the OUT, kvm_pvm's emulator past it.)
         let pmu = self.pmu.as_ref()?;
         let entry = [at, at.wrapping_sub(2)].into_iter().find(|&entry| pmu.watch_planted(entry))?;
@@ -505,10 +514,10 @@ impl Vcpu {
     /// if the guest had stopped before it.
     fn undo_planted_out(&mut self, at: u64, what: &str) -> Result<(), VmEnd> {
         self.run_no_instruction();
-        let mut regs = match self.fd.get_regs() {
-            Ok(regs) if regs.rip == at.wrapping_add(2) => regs,
-            Ok(regs) => return Err(failed(self, format!("{what} at {at:#x}: RIP {:#x}", regs.rip))),
-            Err(e) => return Err(failed(self, format!("{what}: KVM_GET_REGS: {e}"))),
+        let mut regs = match self.exit_regs() {
+            Some(regs) if regs.rip == at.wrapping_add(2) => regs,
+            Some(regs) => return Err(failed(self, format!("{what} at {at:#x}: RIP {:#x}", regs.rip))),
+            None => return Err(failed(self, format!("{what}: KVM_GET_REGS failed"))),
         };
         regs.rip = at;
         if let Err(e) = self.fd.set_regs(&regs) {

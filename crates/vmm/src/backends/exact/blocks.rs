@@ -15,7 +15,8 @@
 //! such point before the run ahead stopped: a breakpoint there fires exactly there (one on
 //! an address passed before would fire at the first pass; this host's emulator also takes
 //! a breakpoint at RIP again whatever RFLAGS.RF says), never on a watched exception handler
-//! (`avoid`). Where the host's breakpoints do not stop the guest (kvm_amd under QEMU), the
+//! (`avoid`). Where the host's breakpoints do not stop the guest (kvm_amd under QEMU, a
+//! native vCPU on kvm_pvm), the
 //! end's first two bytes become `OUT imm8, AL` while the block runs (`EndBy::Trap`): the port
 //! exit is undone and the bytes put back at the stop. Interrupts stay out (`BLOCKIRQ`); what faults inside a block anyway is seen at
 //! its handler as when stepping (`handler_watch`: #PF, #GP, #UD in DR0-DR2, the block's end in
@@ -44,7 +45,7 @@ pub enum EndBy {
 
 impl EndBy {
     /// The fewest instructions a block holds: a planted end costs a port exit, its
-    /// completion and two register ioctls, a few steps' worth.
+    /// completion and a register ioctl, a few steps' worth.
     fn min_block(self) -> usize {
         match self {
             EndBy::Breakpoint => 2,
@@ -52,11 +53,13 @@ impl EndBy {
         }
     }
 
-    /// A breakpoint where the host's breakpoints stop the guest, else a planted port write;
-    /// `PERFVM_BLOCK_ENDS=trap` plants them on any host (the tests run kvm_amd's way here).
-    pub fn for_host() -> Self {
+    /// A breakpoint where the host's breakpoints stop the guest, else a planted port write:
+    /// on kvm_amd under QEMU, and for a `native` vCPU on kvm_pvm (which arms no breakpoint
+    /// for one). `PERFVM_BLOCK_ENDS=trap` plants them on any host (the tests run kvm_amd's
+    /// way here).
+    pub fn for_vcpu(native: bool) -> Self {
         let planted = std::env::var("PERFVM_BLOCK_ENDS").is_ok_and(|v| v == "trap");
-        if crate::host::caps().stops_at_breakpoints() && !planted {
+        if crate::host::caps().stops_at_breakpoints() && !native && !planted {
             EndBy::Breakpoint
         } else {
             EndBy::Trap

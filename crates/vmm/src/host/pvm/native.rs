@@ -200,6 +200,12 @@ pub fn register_vif(vcpu: &VcpuFd, gpa: u64) -> Result<(), VifError> {
     }
 }
 
+/// Register the VIF page at `gpa` again, without reading it back (one ioctl: the exact
+/// backend's native blocks, `register_vif` having checked it once).
+pub fn register_vif_unchecked(vcpu: &VcpuFd, gpa: u64) -> Result<(), VifError> {
+    set_vif_msr(vcpu, gpa | VIF_ENABLE)
+}
+
 /// Drop the VIF page: the vCPU is emulated from its next entry (single-stepping needs it).
 pub fn drop_vif(vcpu: &VcpuFd) -> Result<(), VifError> {
     set_vif_msr(vcpu, 0)
