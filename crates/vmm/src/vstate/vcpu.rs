@@ -497,6 +497,8 @@ impl Vcpu {
     /// completed and undone (RIP back on the entry, its bytes put back), and stepping goes on
     /// in the handler as at a watch's breakpoint.
     fn watch_trapped(&mut self) -> Option<Option<VmEnd>> {
+        // (Planted only while stepping: an RDPMC trap costs no register read for it.)
+        self.pmu.as_ref().filter(|pmu| pmu.is_stepping())?;
         let at = self.exit_regs()?.rip;
         // (SVM and VMX exit with RIP on the OUT, kvm_pvm's emulator past it.)
         let pmu = self.pmu.as_ref()?;
