@@ -480,11 +480,7 @@ impl Vcpu {
     /// end, whose bytes the block's stop puts back), and the block retires.
     fn block_end_trapped(&mut self) -> Option<Option<VmEnd>> {
         let end = self.pmu.as_ref()?.planted_end()?;
-        // (SVM and VMX exit with RIP on the OUT, kvm_pvm's emulator past it.)
-        let at = self.exit_regs()?.rip;
-        if at != end && at != end.wrapping_add(2) {
-            return None;
-        }
+        self.planted_out_at(|at| at == end)?;
         if let Err(end) = self.undo_planted_out(end, "block end") {
             return Some(Some(end));
         }
@@ -498,11 +494,8 @@ impl Vcpu {
     /// in the handler as at a watch's breakpoint.
     fn watch_trapped(&mut self) -> Option<Option<VmEnd>> {
         // (Planted only while stepping: an RDPMC trap costs no register read for it.)
-        self.pmu.as_ref().filter(|pmu| pmu.is_stepping())?;
-        let at = self.exit_regs()?.rip;
-        // (SVM and VMX exit with RIP on the OUT, kvm_pvm's emulator past it.)
-        let pmu = self.pmu.as_ref()?;
-        let entry = [at, at.wrapping_sub(2)].into_iter().find(|&entry| pmu.watch_planted(entry))?;
+        let pmu = self.pmu.as_ref().filter(|pmu| pmu.is_stepping())?;
+        let entry = self.planted_out_at(|at| pmu.watch_planted(at))?;
         // Completed first: a host without next-RIP decodes the OUT to step past it.
         if let Err(end) = self.undo_planted_out(entry, "handler entry") {
             return Some(Some(end));
@@ -510,6 +503,13 @@ impl Vcpu {
         let vector = self.pmu.as_mut()?.watch_trapped(&self.common.mem, entry)?;
         self.stepped(entry, StepExit::Delivered { vector });
         Some(None)
+    }
+
+    /// Where the port write this exit stopped at was planted, if `planted` says it was one
+    /// of the VMM's: SVM and VMX exit with RIP on the OUT, kvm_pvm's emulator past it.
+    fn planted_out_at(&self, planted: impl Fn(u64) -> bool) -> Option<u64> {
+        let rip = self.exit_regs()?.rip;
+        [rip, rip.wrapping_sub(2)].into_iter().find(|&at| planted(at))
     }
 
     /// Complete the OUT of a port write the VMM planted at `at` and put RIP back there, as
