@@ -91,9 +91,26 @@ pub fn real_ftest(test: &str) -> Option<(Record, Resolver)> {
     let bytes = ftest_elf(test)?;
     let symbols = crate::symbols::Symbols::from_elf(&bytes);
     let (main, qux) = (symbols.address("main")?, symbols.address("qux")?);
-    let mut file = record(&[(0, 0, 0, qux + 4, &[main + 0x20])]);
+    let returns_to = return_address(&bytes, main, qux).expect("main calls qux");
+    let mut file = record(&[(0, 0, 0, qux + 4, &[returns_to])]);
     file.elf = guest_dir().join("ftest.elf").display().to_string();
     let (r, warnings) = Resolver::from_elf(&bytes, &file.elf, true);
     assert!(warnings.is_empty(), "{warnings:?}");
     Some((file, r))
+}
+
+/// Where a `call rel32` from the function at `caller` to `callee` returns: the first such
+/// call in the caller's first 1 KiB (a fixed offset into main would fall on whatever the
+/// compiler put there, such as an inlined helper from another file).
+fn return_address(elf: &[u8], caller: u64, callee: u64) -> Option<u64> {
+    let parsed = goblin::elf::Elf::parse(elf).ok()?;
+    let segment = parsed.program_headers.iter().find(|p| p.p_vaddr <= caller && caller < p.p_vaddr + p.p_filesz)?;
+    let start = (segment.p_offset + caller - segment.p_vaddr) as usize;
+    let end = (segment.p_offset + segment.p_filesz) as usize;
+    let code = elf.get(start..end.min(start + 1024))?;
+    (0..code.len().saturating_sub(4)).find_map(|i| {
+        let rel = i32::from_le_bytes(code.get(i + 1..i + 5)?.try_into().ok()?);
+        let next = caller + i as u64 + 5;
+        (code[i] == 0xe8 && next.wrapping_add_signed(rel.into()) == callee).then_some(next)
+    })
 }
