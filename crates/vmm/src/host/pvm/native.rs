@@ -42,6 +42,9 @@ pub struct Execution {
     pub mode: &'static str,
     /// Why the mode was chosen, for `--stats` and `--json`.
     pub reason: String,
+    /// Guest code runs at host speed when not counted: natively, or in hardware.
+    #[serde(skip)]
+    full_speed: bool,
 }
 
 impl Execution {
@@ -52,11 +55,12 @@ impl Execution {
 
     /// Whether guest code runs at host speed (natively, or in hardware) when not counted.
     pub fn full_speed(&self) -> bool {
-        self.mode != "emulated"
+        self.full_speed
     }
 
     fn new(host: &HostCaps, native: bool, reason: String) -> Self {
-        Execution { native, mode: host.execution_name(native), reason }
+        let full_speed = native || !host.emulates_kernel();
+        Execution { native, mode: host.execution_name(native), reason, full_speed }
     }
 }
 
