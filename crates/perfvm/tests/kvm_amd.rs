@@ -25,9 +25,9 @@ const LINUX_PERF_CMDS: &str = r#""echo marker-$((6 * 7))" "/bin/loop 1000" "/bin
 
 /// Exact counts of the kit's loop with the Intel identity (tests/linux.rs's second boot, which
 /// also counts `/bin/loop 7`: each `perf stat` here steps ~1.1 million kernel instructions at
-/// TCG's exit cost, 85-220 s, so this tier counts one loop). (Not yet here: `perf record -e
-/// instructions:u` on the exact backend, whose program takes a stray SIGTRAP on kvm_amd:
-/// docs/DESIGN.md, "Hosts".)
+/// TCG's exit cost, 85-220 s, so this tier counts one loop). (Not here: `perf record -e
+/// instructions:u` on the exact backend, over 6 minutes at TCG's speed: docs/DESIGN.md,
+/// "Hosts".)
 const LINUX_EXACT_CMDS: &str = r#""perf stat -e instructions:u,branches:u,instructions:k /bin/loop 1000""#;
 
 /// docs/getting-started.md's Linux section as the guide gives it, its assets at /linux in
