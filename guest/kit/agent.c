@@ -338,8 +338,14 @@ int agent_charge_published(void)
 	 * shares out over its intervals as the default does, from the same publishes. */
 	if (agent_pv_check) {
 		agent_attr_run(&agent_attr_shadow, agent_ctx, at);
-		if (at - agent_attr_shadow.start >= agent_pv_publish_ticks)
+		if (at - agent_attr_shadow.start >= agent_pv_publish_ticks) {
 			agent_attr_settle(&agent_attr_shadow, raw, at, after);
+		} else {
+			/* where the exact charges split the counts: a count's rounding, and an
+			 * unstamped read's window (read_raw closes a stamped one at its stamp) */
+			agent_attr_shadow.slop += 1 + (after - at);
+			agent_attr_shadow.unstamped += after != at;
+		}
 	}
 	agent_attr_settle(&agent_attr, raw, at, after);
 	account_time();

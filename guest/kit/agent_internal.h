@@ -102,7 +102,11 @@ void agent_pmu_start(void);
  * exact; a context's share is off by at most what the thread did not run at the TSC's
  * rate in the interval, |T - D| for T ticks, plus the two doorbells' windows (the VMM's
  * read lies somewhere inside each): that sum, over the intervals with more than one
- * context, is the published bound (agent.attr_bound.<event>).
+ * context, is the published bound (agent.attr_bound.<event>), with a count per context for
+ * rounding. With --pv-check the shadow's intervals also hold the switches' own publishes,
+ * where the exact charges split the counts: each adds a count's rounding and, where the
+ * VMM could not stamp its read, its doorbell's window to the shadow's bound (`slop`), since
+ * the exact counts are only that exact.
  */
 struct agent_attr {
 	uint64_t (*count)[AGENT_MAX_EVENTS]; /* per context: what it was charged */
@@ -115,6 +119,8 @@ struct agent_attr {
 	uint64_t t0;                         /* rdtsc when the current context's ticks began */
 	uint64_t bound[AGENT_MAX_EVENTS];    /* the published bound, per event */
 	uint64_t settles;                    /* publishes shared out over two or more contexts */
+	uint64_t slop;                       /* --pv-check: the switch publishes' part of the bound */
+	uint64_t unstamped;                  /* --pv-check: switch publishes without a stamp */
 	int used;                            /* some switch went through it */
 };
 extern struct agent_attr agent_attr, agent_attr_shadow;

@@ -78,6 +78,7 @@ void agent_attr_begin(struct agent_attr *a, uint64_t now, uint64_t win)
 		a->prev[i] = agent_evs[i].prev;
 	a->start = a->t0 = now;
 	a->win = win;
+	a->slop = 0;
 	a->used = 1;
 }
 
@@ -139,7 +140,9 @@ void agent_attr_settle(struct agent_attr *a, const uint64_t *raw, uint64_t befor
 				a->count[id][i] += s;
 				left -= s;
 			}
-			a->bound[i] += (t > d ? t - d : d - t) + a->win + (after - before);
+			/* n + 1: the shares' rounding down (the running context takes the rest) and D's
+			 * (a count published from a clock that runs in ns) */
+			a->bound[i] += (t > d ? t - d : d - t) + a->win + (after - before) + a->slop + a->n + 1;
 		}
 		a->count[cur][i] += left;
 	}
@@ -150,6 +153,7 @@ void agent_attr_settle(struct agent_attr *a, const uint64_t *raw, uint64_t befor
 	a->n = 0;
 	a->start = a->t0 = before;
 	a->win = after - before;
+	a->slop = 0;
 }
 
 /* The bound per event as values and on the console, and with --pv-check the shadow's
@@ -172,9 +176,9 @@ void agent_attr_report(void)
 	if (agent_pv_check)
 		for (unsigned i = 0; i < agent_nev; i++)
 			for (uint32_t id = 0; id <= agent_max_id && agent_evs[i].hw >= 0; id++)
-				printf("agent: pv check 0x%04x task %u exact %lu shared %lu bound %lu settles %lu\n",
+				printf("agent: pv check 0x%04x task %u exact %lu shared %lu bound %lu settles %lu unstamped %lu\n",
 				       agent_evs[i].code, id, (unsigned long)agent_task_count[id][i],
 				       (unsigned long)agent_shadow_count[id][i], (unsigned long)agent_attr_shadow.bound[i],
-				       (unsigned long)agent_attr_shadow.settles);
+				       (unsigned long)agent_attr_shadow.settles, (unsigned long)agent_attr_shadow.unstamped);
 	console_unlock();
 }

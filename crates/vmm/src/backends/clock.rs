@@ -13,6 +13,7 @@ use super::perf::period::{clock_counts, clock_supports, fires_just_after, lands,
 use super::perf::{EventBudget, NotificationStats, PerfMode};
 use super::perf_sys::*;
 use super::{host_tsc, Stopwatch};
+use pmu::tsc::TscRate;
 use pmu::{ArchEvent, BackendError, CountSource, HostEventConfig, PmcIdx, PMC_SLOTS};
 use std::sync::Arc;
 
@@ -67,6 +68,8 @@ pub struct ClockSource {
     this_exit_tsc: Option<u64>,
     /// The last clock read (counts never go back).
     last: u64,
+    /// The host TSC and clock of the last stamped read, which later reads are held to.
+    stamp: Option<(u64, u64)>,
     /// While a notification is handled: the deadline its timer fired at, which the clock
     /// has passed.
     fired_due: Option<u64>,
@@ -96,6 +99,7 @@ impl ClockSource {
             this_exit: None,
             this_exit_tsc: None,
             last: 0,
+            stamp: None,
             fired_due: None,
             floor_ns: MIN_CLOCK_PERIOD_NS,
             in_notification: false,
@@ -130,11 +134,32 @@ impl ClockSource {
             (Some(clock), Some(reader)) => reader.now_past(clock, tsc, self.fired_due.unwrap_or(0)),
             _ => None,
         };
-        // A read(2) lands within ~1 us after `tsc`; a read from the TSC is at `tsc` itself.
-        self.this_exit_tsc = read.filter(|&ns| ns >= self.last).map(|_| tsc);
-        self.last = read.map_or(self.last, |ns| ns.max(self.last));
+        // A read from the TSC is at `tsc` itself; a read(2) lands after it, within ~1 us or,
+        // when an interrupt hits the call, longer.
+        let held = read.map(|ns| self.held_to_tsc(ns, tsc));
+        self.this_exit_tsc = held.filter(|&(ns, stamped)| stamped && ns >= self.last).map(|_| tsc);
+        if let (Some(tsc), Some((ns, _))) = (self.this_exit_tsc, held) {
+            self.stamp = Some((tsc, ns));
+        }
+        self.last = held.map_or(self.last, |(ns, _)| ns.max(self.last));
         self.this_exit = Some(self.last);
         self.last
+    }
+
+    /// Clock `ns` read at host TSC `tsc`, and whether it may be stamped with `tsc`. Thread
+    /// time never passes faster than the TSC, so a read is held to the TSC time since the
+    /// last stamped one: two stamped publishes never show more counts than ticks between
+    /// them, which the guest's per-task bound rests on (docs/DESIGN.md, "Per-task counting
+    /// with no exit per switch"). A timer's deadline, which the clock has passed, may go
+    /// past that: such a read is not stamped.
+    fn held_to_tsc(&self, ns: u64, tsc: u64) -> (u64, bool) {
+        let Some((at, clock)) = self.stamp else { return (ns, true) };
+        let limit = clock.saturating_add(TscRate::from_khz_or_1(self.tsc_khz).cycles_to_ns(tsc.saturating_sub(at)));
+        match self.fired_due {
+            _ if ns <= limit => (ns, true),
+            Some(due) if due > limit => (ns, false),
+            _ => (limit, true),
+        }
     }
 
     /// The host TSC at which this exit's counts were read (None: not read in this exit,

@@ -219,3 +219,17 @@ fn the_clock_counts_only_what_a_clock_can() {
     assert_eq!(capped.open(p0, &cycles()), Err(BackendError::LimitReached));
     assert_eq!(budget.refused.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
+
+#[test]
+fn a_read_is_held_to_the_tsc_time_since_the_last_stamp() {
+    // 1 GHz: a TSC tick is a ns.
+    let mut src = ClockSource::new(1_000_000, EventBudget::new(1));
+    assert_eq!(src.held_to_tsc(7_000, 100), (7_000, true), "nothing stamped yet: as read");
+    src.stamp = Some((1_000, 500));
+    assert_eq!(src.held_to_tsc(900, 1_400), (900, true), "within the 400 ticks since");
+    assert_eq!(src.held_to_tsc(950, 1_400), (900, true), "a read(2) that landed late is held");
+    src.fired_due = Some(800);
+    assert_eq!(src.held_to_tsc(950, 1_400), (900, true), "a deadline below the hold");
+    src.fired_due = Some(940);
+    assert_eq!(src.held_to_tsc(950, 1_400), (950, false), "past a deadline: as read, not stamped");
+}
