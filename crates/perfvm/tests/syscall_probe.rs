@@ -6,9 +6,16 @@ mod common;
 use common::*;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::OnceLock;
 
-/// Assemble and link the probe, wrapped in a bzImage so perfvm boots it as Linux.
+/// The probe, assembled and linked once (the tests run in parallel and would write the
+/// same files), wrapped in a bzImage so perfvm boots it as Linux.
 fn probe() -> String {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE.get_or_init(build_probe).clone()
+}
+
+fn build_probe() -> String {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../guest/linux/syscall_probe.S");
     let dir = std::env::temp_dir().join(format!("perfvm-syscall-probe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
