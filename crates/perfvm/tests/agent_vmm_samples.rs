@@ -96,12 +96,13 @@ fn both(name: &str, mode: &str, extra: &[&str], guest: &[&str]) -> (Run, Run) {
     assert!(pmis >= taken && pmis - taken <= 2 + taken / 100, "{what}: {pmis} PMIs: {}", pmi.console);
     assert_eq!(pmi.file["unwinding"], "fp: the guest agent followed the frame pointers");
     // A PMI's handler runs on the vCPU's clock: the PMI path counts more, within reason.
+    // Only a gross check (each run's samples were checked against its own count above):
+    // the two runs' CPU time for the same work differs with what shares the host's cores.
     // Emulated, the handler's time h per period P makes W / (P - h) samples of W's work,
     // and h grows when the emulator shares the host: 1.2-1.4x here alone, 2.03x once in a
-    // `.ci/run` with the other two tests of this file beside it.
+    // `.ci/run` with the other two tests of this file beside it; natively 0.69x once there.
     let ratio = pmi.samples().len() as f64 / n as f64;
-    let most = if mode == "on" { 2.0 } else { 3.0 };
-    assert!((0.7..most).contains(&ratio), "{what}: {} samples by PMI, {n} by the VMM", pmi.samples().len());
+    assert!((0.5..3.0).contains(&ratio), "{what}: {} samples by PMI, {n} by the VMM", pmi.samples().len());
     // The same function on top, and the same profile within sampling noise: ftest's
     // functions after the first weigh 11-15% each, so their ranks swap run to run (two
     // runs of each path differ by a total variation of ~0.04 emulated). Emulated, the PMI
